@@ -1,0 +1,123 @@
+// Package audit writes nsgate's hash-chained JSON-lines audit log, verifies
+// it, and renders denials for people.
+package audit
+
+// Event is one audit record's payload. Each concrete type below marshals to
+// the fields of SPEC §8 for its event; the Logger adds seq, time, event,
+// prev and mac.
+type Event interface {
+	// EventName is the value of the record's "event" field.
+	EventName() string
+}
+
+// Start is written first, once per run.
+type Start struct {
+	Version      string   `json:"version"`
+	PolicySHA256 string   `json:"policy_sha256"`
+	Argv         []string `json:"argv"`
+	PID          int      `json:"pid"`
+	// Degraded lists enforcement layers that were asked for but are not in
+	// force (e.g. "landlock" under --exec-guard=best-effort).
+	Degraded []string `json:"degraded,omitempty"`
+}
+
+// DNS records one query answered by the gateway.
+type DNS struct {
+	QName  string   `json:"qname"`
+	QType  string   `json:"qtype"`
+	Action string   `json:"action"`
+	Answer []string `json:"answer,omitempty"`
+	Rule   string   `json:"rule"`
+	Count  uint64   `json:"count,omitempty"`
+}
+
+// Flow records the decision on one new TCP or UDP flow.
+type Flow struct {
+	Action   string `json:"action"`
+	Proto    string `json:"proto"`
+	Src      string `json:"src"`
+	Dst      string `json:"dst"`
+	Host     string `json:"host,omitempty"`
+	Upstream string `json:"upstream,omitempty"`
+	Rule     string `json:"rule"`
+	Reason   string `json:"reason"`
+	// Refused lists resolved answers that the policy refused (name flows).
+	Refused []string `json:"refused,omitempty"`
+	Count   uint64   `json:"count,omitempty"`
+}
+
+// FlowEnd closes a flow that was allowed. FlowSeq is the seq of its Flow.
+type FlowEnd struct {
+	FlowSeq    uint64 `json:"flow"`
+	BytesOut   int64  `json:"bytes_out"`
+	BytesIn    int64  `json:"bytes_in"`
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
+}
+
+// L7 records a TLS SNI or HTTP Host check on a flow opened by name.
+type L7 struct {
+	Action   string `json:"action"`
+	FlowSeq  uint64 `json:"flow"`
+	Host     string `json:"host"`
+	SNI      string `json:"sni,omitempty"`
+	HTTPHost string `json:"http_host,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// Packet records a refused packet that is not a TCP/UDP flow (ICMP, other
+// IP protocols, malformed input).
+type Packet struct {
+	Action string `json:"action"`
+	Proto  string `json:"proto"`
+	Src    string `json:"src"`
+	Dst    string `json:"dst"`
+	Reason string `json:"reason,omitempty"`
+	Count  uint64 `json:"count,omitempty"`
+}
+
+// Exec records one execve/execveat attempt by the worker.
+type Exec struct {
+	Action string `json:"action"`
+	Path   string `json:"path"`
+	PID    int    `json:"pid"`
+	Reason string `json:"reason,omitempty"`
+}
+
+// Inbound records a connection through a --publish forward.
+type Inbound struct {
+	Action string `json:"action"`
+	Listen string `json:"listen"`
+	Dst    string `json:"dst"`
+	Src    string `json:"src"`
+}
+
+// Policy records a policy reload (SIGHUP): accepted or refused.
+type Policy struct {
+	Action       string `json:"action"`
+	PolicySHA256 string `json:"policy_sha256,omitempty"`
+	Error        string `json:"error,omitempty"`
+}
+
+// Exit is the last record of a run.
+type Exit struct {
+	Code int `json:"code"`
+}
+
+func (Start) EventName() string   { return "start" }
+func (DNS) EventName() string     { return "dns" }
+func (Flow) EventName() string    { return "flow" }
+func (FlowEnd) EventName() string { return "flow_end" }
+func (L7) EventName() string      { return "l7" }
+func (Packet) EventName() string  { return "packet" }
+func (Exec) EventName() string    { return "exec" }
+func (Inbound) EventName() string { return "inbound" }
+func (Policy) EventName() string  { return "policy" }
+func (Exit) EventName() string    { return "exit" }
+
+// Sink receives events. Implementations must be safe for concurrent use and
+// must not block the caller on I/O: Log returns the seq the record will
+// carry (0 if the record was folded into an aggregate).
+type Sink interface {
+	Log(Event) uint64
+}
