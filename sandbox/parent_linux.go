@@ -1,0 +1,208 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// Child is a running sandbox init. Its methods are not safe for concurrent
+// use, except Signal, which may be called from any goroutine.
+type Child struct {
+	cmd *exec.Cmd
+	ctl *os.File // parent's end of the control socketpair
+	// TunFD is the worker's TUN descriptor, owned by the caller once Start
+	// returns (close it after the gateway using it has stopped).
+	TunFD int
+}
+
+// Start launches init in new namespaces and returns once init has opened
+// and configured the worker's TUN device and sent its descriptor. The
+// worker does not run until Release is called. On error nothing is left
+// running.
+func Start(spec Spec, stdio Stdio) (*Child, error) {
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("no command to run")
+	}
+	js, err := json.Marshal(spec)
+	if err != nil {
+		return nil, fmt.Errorf("encode sandbox spec: %w", err)
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("control socketpair: %w", err)
+	}
+	parentEnd := os.NewFile(uintptr(pair[0]), "nsgate-ctl")
+	childEnd := os.NewFile(uintptr(pair[1]), "nsgate-ctl-child")
+	defer childEnd.Close()
+
+	self, err := os.Executable()
+	if err != nil {
+		parentEnd.Close()
+		return nil, fmt.Errorf("find own executable: %w", err)
+	}
+	cmd := exec.Command(self, InitArg)
+	cmd.Args[0] = "nsgate-init"
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
+	if cmd.Stdin == nil {
+		cmd.Stdin = os.Stdin
+	}
+	if cmd.Stdout == nil {
+		cmd.Stdout = os.Stdout
+	}
+	if cmd.Stderr == nil {
+		cmd.Stderr = os.Stderr
+	}
+	cmd.ExtraFiles = []*os.File{childEnd} // fd 3 in init
+	cmd.Env = append(os.Environ(), configEnv+"="+string(js))
+	cmd.SysProcAttr = sysProcAttr(spec.Root)
+	if err := cmd.Start(); err != nil {
+		parentEnd.Close()
+		return nil, usernsError(err)
+	}
+	c := &Child{cmd: cmd, ctl: parentEnd, TunFD: -1}
+	fd, err := c.recvTun()
+	if err != nil {
+		c.kill()
+		return nil, err
+	}
+	c.TunFD = fd
+	return c, nil
+}
+
+// sysProcAttr builds the clone flags and id maps for init. Rootless, the
+// caller's uid and gid are mapped to themselves and init keeps the
+// capabilities it needs over its namespaces as ambient capabilities (an
+// exec as a non-zero uid would otherwise drop them); with root, they are
+// mapped to 0 and init has all capabilities inside.
+func sysProcAttr(root bool) *syscall.SysProcAttr {
+	uid, gid := os.Getuid(), os.Getgid()
+	inUID, inGID := uid, gid
+	if root {
+		inUID, inGID = 0, 0
+	}
+	a := &syscall.SysProcAttr{
+		Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNET | syscall.CLONE_NEWNS |
+			syscall.CLONE_NEWPID | syscall.CLONE_NEWIPC | syscall.CLONE_NEWUTS,
+		UidMappings:                []syscall.SysProcIDMap{{ContainerID: inUID, HostID: uid, Size: 1}},
+		GidMappings:                []syscall.SysProcIDMap{{ContainerID: inGID, HostID: gid, Size: 1}},
+		GidMappingsEnableSetgroups: false,
+		// If nsgate dies, init dies, and with it the whole PID namespace.
+		Pdeathsig: syscall.SIGKILL,
+	}
+	if !root && inUID != 0 {
+		a.AmbientCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
+	}
+	return a
+}
+
+// usernsError turns a failed clone into a line that says how to fix it.
+func usernsError(err error) error {
+	switch {
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+		return fmt.Errorf("cannot create user namespace: %w (unprivileged user namespaces are disabled: set kernel.unprivileged_userns_clone=1, or allow them in AppArmor with kernel.apparmor_restrict_unprivileged_userns=0)", err)
+	case errors.Is(err, unix.ENOSPC):
+		return fmt.Errorf("cannot create user namespace: %w (raise user.max_user_namespaces)", err)
+	case errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("cannot create namespaces: %w (kernel lacks user, network, PID or mount namespaces)", err)
+	}
+	return fmt.Errorf("start sandbox: %w", err)
+}
+
+// recvTun waits for init's first message: the TUN descriptor, or an error
+// text when init failed.
+func (c *Child) recvTun() (int, error) {
+	buf := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := unix.Recvmsg(int(c.ctl.Fd()), buf, oob, 0)
+	if err != nil {
+		return -1, fmt.Errorf("sandbox control: %w", err)
+	}
+	msg := string(buf[:n])
+	if n == 0 {
+		return -1, errors.New("sandbox init exited before configuring the network")
+	}
+	if strings.HasPrefix(msg, "err:") {
+		return -1, errors.New(strings.TrimPrefix(msg, "err:"))
+	}
+	if msg != "tun" || oobn == 0 {
+		return -1, fmt.Errorf("sandbox control: unexpected message %q", msg)
+	}
+	cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(cmsgs) != 1 {
+		return -1, fmt.Errorf("sandbox control: bad control message: %v", err)
+	}
+	fds, err := unix.ParseUnixRights(&cmsgs[0])
+	if err != nil || len(fds) != 1 {
+		return -1, fmt.Errorf("sandbox control: bad descriptor message: %v", err)
+	}
+	unix.CloseOnExec(fds[0])
+	return fds[0], nil
+}
+
+// Release tells init to start the worker. It returns init's report: the
+// layers it could not apply (degraded), or an error if init failed to start
+// the worker (init then exits 125).
+func (c *Child) Release() (degraded []string, err error) {
+	if _, err := c.ctl.Write([]byte("go")); err != nil {
+		return nil, fmt.Errorf("sandbox control: %w", err)
+	}
+	buf := make([]byte, 4096)
+	n, err := c.ctl.Read(buf)
+	if err != nil || n == 0 {
+		return nil, errors.New("sandbox init exited before starting the worker")
+	}
+	msg := string(buf[:n])
+	switch {
+	case strings.HasPrefix(msg, "err:"):
+		return nil, errors.New(strings.TrimPrefix(msg, "err:"))
+	case strings.HasPrefix(msg, "started"):
+		rest := strings.TrimSpace(strings.TrimPrefix(msg, "started"))
+		if rest != "" {
+			degraded = strings.Split(rest, ",")
+		}
+		return degraded, nil
+	}
+	return nil, fmt.Errorf("sandbox control: unexpected message %q", msg)
+}
+
+// Pid is init's process id in nsgate's PID namespace.
+func (c *Child) Pid() int { return c.cmd.Process.Pid }
+
+// Signal forwards sig to init, which passes it on to the worker.
+func (c *Child) Signal(sig os.Signal) error { return c.cmd.Process.Signal(sig) }
+
+// Wait waits for init to exit and returns the worker's exit status as init
+// reported it: the worker's code, 128+N when the worker died of signal N,
+// and 125 when init itself failed.
+func (c *Child) Wait() int {
+	err := c.cmd.Wait()
+	c.ctl.Close()
+	if err == nil {
+		return 0
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return 125
+}
+
+func (c *Child) kill() {
+	c.cmd.Process.Kill()
+	c.cmd.Wait()
+	c.ctl.Close()
+}
+
+// Kill stops init (and with it every process in the worker's PID
+// namespace) and reaps it.
+func (c *Child) Kill() { c.kill() }

@@ -1,0 +1,64 @@
+// Package sandbox starts the worker in fresh user, network, mount, PID, IPC
+// and UTS namespaces, and brings its TUN descriptor back to the nsgate
+// parent.
+//
+// The namespace work happens in a re-executed copy of nsgate (the "init"
+// child, PID 1 of the worker's PID namespace): it configures the network,
+// opens the TUN device, sends the descriptor to the parent over SCM_RIGHTS,
+// waits for the parent's go-ahead, then mounts, drops every capability, sets
+// no_new_privs, applies the exec guard and starts the worker, whose exit
+// status it reports as its own. The parent never changes namespace.
+package sandbox
+
+import (
+	"io"
+
+	"github.com/nsgate/nsgate/tun"
+)
+
+// InitArg is the hidden first argument that makes nsgate act as the
+// sandbox's init. cmd/nsgate dispatches it to InitMain before flag parsing.
+const InitArg = "__nsgate-sandbox-init"
+
+// configEnv carries the JSON Spec from parent to init. Init removes it from
+// its environment before starting the worker.
+const configEnv = "NSGATE_SANDBOX_SPEC"
+
+// Guard is applied by init just before it starts the worker. It runs in the
+// init process after every capability has been dropped; it must restrict
+// all threads of the process (so the worker, forked from one of them,
+// inherits it). A nil Guard applies nothing.
+type Guard func() (degraded []string, err error)
+
+// Spec describes the worker and its namespaces. It is serialised to the
+// init child, so it holds only plain data.
+type Spec struct {
+	// Argv is the worker's command line; Argv[0] is resolved through PATH by
+	// init (inside the worker's mount namespace).
+	Argv []string
+	// Env is the worker's environment (nil: nsgate's own).
+	Env []string
+	// Root maps the caller to uid and gid 0 inside; otherwise the caller's
+	// own ids are mapped to themselves.
+	Root bool
+	// Iface is the worker's network interface.
+	Iface tun.Iface
+	// ResolvConf, when set, is bind-mounted read-only over /etc/resolv.conf
+	// in the worker's mount namespace.
+	ResolvConf string
+	// Hostname is set in the worker's UTS namespace when non-empty.
+	Hostname string
+	// NoExecDirs are remounted noexec (with nosuid, nodev) in the worker's
+	// mount namespace where the kernel allows it; failures are tolerated
+	// and reported back.
+	NoExecDirs []string
+	// GuardSpec is opaque data for the guard that cmd installs with
+	// SetGuardFactory; sandbox only carries it.
+	GuardSpec []byte
+}
+
+// Stdio are the worker's standard streams (nil: nsgate's own).
+type Stdio struct {
+	Stdin          io.Reader
+	Stdout, Stderr io.Writer
+}

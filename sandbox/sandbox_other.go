@@ -1,0 +1,26 @@
+//go:build !linux
+
+package sandbox
+
+import (
+	"errors"
+	"os"
+)
+
+// Child is unavailable off Linux.
+type Child struct{ TunFD int }
+
+// ApplyGuard: see the Linux build.
+type ApplyGuard func(spec []byte, argv []string) ([]string, error)
+
+// Start reports that sandboxes need Linux.
+func Start(Spec, Stdio) (*Child, error) { return nil, errors.ErrUnsupported }
+
+// InitMain is unavailable off Linux.
+func InitMain(ApplyGuard) int { return 125 }
+
+func (c *Child) Release() ([]string, error) { return nil, errors.ErrUnsupported }
+func (c *Child) Signal(os.Signal) error     { return errors.ErrUnsupported }
+func (c *Child) Wait() int                  { return 125 }
+func (c *Child) Kill()                      {}
+func (c *Child) Pid() int                   { return 0 }
