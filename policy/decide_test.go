@@ -1,0 +1,291 @@
+package policy
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+// decideSrc exercises every step of the decision order.
+const decideSrc = `
+version: 1
+allow:
+  - host: app.test              # allow[0]
+    ports: [80, 443]
+  - host: "*.cdn.test"          # allow[1]
+    ports: ["8000-8100"]
+  - cidr: 203.0.113.0/24        # allow[2]
+    ports: [443]
+  - host: dns.test              # allow[3]
+    ports: [53]
+    proto: udp
+  - cidr: 127.0.0.1/32          # allow[4]: lifts the guard for one loopback port
+    ports: [8080]
+  - host: local.test            # allow[5]: a name whose static answer is private
+    ports: [80]
+  - cidr: 2001:db8::/32         # allow[6]
+    proto: any
+  - host: metadata.google.internal  # allow[7]: never beats the metadata set
+  - cidr: 0.0.0.0/0             # allow[8]: the whole IPv4 internet on one port
+    ports: [9999]
+  - cidr: 198.51.100.0/24       # allow[9]
+    ports: [80]
+deny:
+  - host: "*.ads.cdn.test"      # deny[0]
+  - cidr: 203.0.113.66/32       # deny[1]
+  - host: app.test              # deny[2]: only port 22 (so app.test still resolves)
+    ports: [22]
+  - host: blocked.test          # deny[3]
+dns:
+  hosts:
+    app.test: [203.0.113.10]
+    local.test: [10.1.2.3]
+    hostsonly.test: [203.0.113.20]
+    blocked.test: [203.0.113.30]
+`
+
+func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
+
+func TestDecide(t *testing.T) {
+	p := mustParse(t, decideSrc)
+	tests := []struct {
+		why    string
+		flow   Flow
+		allow  bool
+		rule   string
+		reason string // substring of the reason
+	}{
+		// 1. Cloud metadata.
+		{"a metadata address is denied", Flow{TCP, "", ip("169.254.169.254"), 80}, false, RuleMetadata, "169.254.169.254 is a cloud metadata address"},
+		{"metadata beats an allow cidr covering it", Flow{TCP, "", ip("169.254.169.254"), 9999}, false, RuleMetadata, "cloud metadata address"},
+		{"every metadata address is in the set", Flow{TCP, "", ip("168.63.129.16"), 9999}, false, RuleMetadata, "168.63.129.16"},
+		{"the ECS address too", Flow{TCP, "", ip("169.254.170.2"), 80}, false, RuleMetadata, ""},
+		{"IPv6 metadata", Flow{TCP, "", ip("fd00:ec2::254"), 80}, false, RuleMetadata, "fd00:ec2::254 is a cloud metadata address"},
+		{"IPv6 metadata with a zone", Flow{TCP, "", ip("fd00:ec2::254%eth0"), 80}, false, RuleMetadata, ""},
+		{"v4-mapped metadata", Flow{TCP, "", ip("::ffff:169.254.169.254"), 80}, false, RuleMetadata, "169.254.169.254 is a cloud metadata address"},
+		{"v4-compatible metadata", Flow{TCP, "", ip("::169.254.169.254"), 80}, false, RuleMetadata, "::a9fe:a9fe embeds 169.254.169.254, a cloud metadata address"},
+		{"NAT64 metadata", Flow{TCP, "", ip("64:ff9b::169.254.169.254"), 80}, false, RuleMetadata, "64:ff9b::a9fe:a9fe embeds 169.254.169.254"},
+		{"local-use NAT64 /48 metadata", Flow{TCP, "", ip("64:ff9b:1:a9fe:a9:fe00::"), 80}, false, RuleMetadata, "embeds 169.254.169.254"},
+		{"6to4 metadata", Flow{TCP, "", ip("2002:a9fe:a9fe::1"), 80}, false, RuleMetadata, "embeds 169.254.169.254"},
+		{"Teredo metadata (inverted client)", Flow{TCP, "", ip("2001:0:4136:e378:8000:63bf:5601:5601"), 80}, false, RuleMetadata, "embeds 169.254.169.254"},
+		{"a metadata name", Flow{TCP, "metadata.google.internal", netip.Addr{}, 80}, false, RuleMetadata, "metadata.google.internal is a cloud metadata name"},
+		{"a metadata name in another case with a dot", Flow{TCP, "Metadata.Google.Internal.", netip.Addr{}, 80}, false, RuleMetadata, ""},
+		{"a metadata name resolving to a public address", Flow{TCP, "instance-data", ip("203.0.113.9"), 443}, false, RuleMetadata, ""},
+
+		// 2. Deny rules.
+		{"a deny wildcard beats an allow wildcard", Flow{TCP, "x.ads.cdn.test", netip.Addr{}, 8000}, false, "deny[0]", "matches deny[0]: host *.ads.cdn.test (any proto, all ports)"},
+		{"a deny cidr beats an allow cidr", Flow{TCP, "", ip("203.0.113.66"), 443}, false, "deny[1]", "cidr 203.0.113.66/32"},
+		{"a deny cidr covers UDP too", Flow{UDP, "", ip("203.0.113.66"), 53}, false, "deny[1]", ""},
+		{"a deny cidr sees through v4-mapped", Flow{TCP, "", ip("::ffff:203.0.113.66"), 443}, false, "deny[1]", ""},
+		{"a deny cidr sees through 6to4", Flow{TCP, "", ip("2002:cb00:7142::"), 443}, false, "deny[1]", "2002:cb00:7142:: embeds 203.0.113.66; matches deny[1]"},
+		{"a deny cidr applies to a name flow's address", Flow{TCP, "app.test", ip("203.0.113.66"), 443}, false, "deny[1]", ""},
+		{"a deny host rule with ports denies that port", Flow{TCP, "app.test", ip("203.0.113.10"), 22}, false, "deny[2]", ""},
+		{"a deny host rule with ports leaves other ports", Flow{TCP, "app.test", ip("203.0.113.10"), 443}, true, "allow[0]", "matches allow[0]: host app.test (tcp 80,443)"},
+		{"a deny host rule beats dns.hosts", Flow{TCP, "blocked.test", ip("203.0.113.30"), 80}, false, "deny[3]", ""},
+
+		// 3. Special ranges.
+		{"loopback is guarded", Flow{TCP, "", ip("127.0.0.1"), 80}, false, RuleSpecialRange, "127.0.0.1 is in 127.0.0.0/8 (loopback)"},
+		{"an allow cidr with the port lifts the guard", Flow{TCP, "", ip("127.0.0.1"), 8080}, true, "allow[4]", ""},
+		{"an allow cidr lifts it only for its ports", Flow{TCP, "", ip("127.0.0.1"), 8081}, false, RuleSpecialRange, ""},
+		{"an allow cidr lifts it only for its proto", Flow{UDP, "", ip("127.0.0.1"), 8080}, false, RuleSpecialRange, ""},
+		{"the v4-mapped loopback is the loopback", Flow{TCP, "", ip("::ffff:127.0.0.1"), 8080}, true, "allow[4]", ""},
+		{"IPv6 loopback", Flow{TCP, "", ip("::1"), 80}, false, RuleSpecialRange, "::1 is in ::1/128 (loopback)"},
+		{"NAT64 loopback", Flow{TCP, "", ip("64:ff9b::127.0.0.1"), 80}, false, RuleSpecialRange, "64:ff9b::7f00:1 embeds 127.0.0.1 is in 127.0.0.0/8"},
+		{"6to4 loopback", Flow{TCP, "", ip("2002:7f00:1::"), 80}, false, RuleSpecialRange, "embeds 127.0.0.1"},
+		{"v4-compatible loopback", Flow{TCP, "", ip("::127.0.0.1"), 80}, false, RuleSpecialRange, "embeds 127.0.0.1"},
+		{"Teredo loopback", Flow{TCP, "", ip("2001:0:4136:e378:8000:63bf:80ff:fffe"), 80}, false, RuleSpecialRange, "embeds 127.0.0.1"},
+		{"the unspecified address", Flow{TCP, "", ip("0.0.0.0"), 80}, false, RuleSpecialRange, ""},
+		{"IPv6 unspecified", Flow{TCP, "", ip("::"), 80}, false, RuleSpecialRange, ""},
+		{"private", Flow{TCP, "", ip("10.0.0.1"), 443}, false, RuleSpecialRange, "(private)"},
+		{"private 172.16/12", Flow{TCP, "", ip("172.31.255.255"), 443}, false, RuleSpecialRange, ""},
+		{"CGNAT", Flow{TCP, "", ip("100.64.0.1"), 443}, false, RuleSpecialRange, ""},
+		{"link-local", Flow{TCP, "", ip("169.254.1.1"), 80}, false, RuleSpecialRange, "(link-local)"},
+		{"IPv6 link-local", Flow{TCP, "", ip("fe80::1%eth0"), 80}, false, RuleSpecialRange, ""},
+		{"unique local", Flow{TCP, "", ip("fd12::1"), 80}, false, RuleSpecialRange, ""},
+		{"the fake DNS range", Flow{TCP, "", ip("198.18.0.5"), 80}, false, RuleSpecialRange, ""},
+		{"multicast", Flow{UDP, "", ip("224.0.0.251"), 5353}, false, RuleSpecialRange, ""},
+		{"IPv6 multicast", Flow{UDP, "", ip("ff02::fb"), 5353}, false, RuleSpecialRange, ""},
+		{"broadcast", Flow{UDP, "", ip("255.255.255.255"), 67}, false, RuleSpecialRange, ""},
+		{"reserved", Flow{TCP, "", ip("240.0.0.1"), 80}, false, RuleSpecialRange, ""},
+		{"a broad allow cidr lifts the guard, as SPEC §4 says", Flow{TCP, "", ip("10.0.0.1"), 9999}, true, "allow[8]", ""},
+		{"dns.hosts lifts the guard for its own answer", Flow{TCP, "local.test", ip("10.1.2.3"), 80}, true, "allow[5]", ""},
+		{"dns.hosts does not lift it for another address", Flow{TCP, "local.test", ip("10.9.9.9"), 80}, false, RuleSpecialRange, ""},
+		{"a name without a static entry gets no lift", Flow{TCP, "app.test", ip("127.0.0.1"), 80}, false, RuleSpecialRange, ""},
+		{"documentation ranges are public", Flow{TCP, "", ip("192.0.2.1"), 443}, false, RuleDefault, "no allow rule matches tcp 192.0.2.1:443"},
+
+		// 4. Allow rules.
+		{"an allow cidr", Flow{TCP, "", ip("203.0.113.9"), 443}, true, "allow[2]", "matches allow[2]: cidr 203.0.113.0/24 (tcp 443)"},
+		{"an allow cidr for a v4-mapped address", Flow{TCP, "", ip("::ffff:203.0.113.9"), 443}, true, "allow[2]", ""},
+		{"an allow cidr does not cover a 6to4 wrapping", Flow{TCP, "", ip("2002:cb00:7109::"), 443}, false, RuleDefault, ""},
+		{"an allow IPv6 cidr, any proto", Flow{UDP, "", ip("2001:db8::1"), 53}, true, "allow[6]", "any proto, all ports"},
+		{"an exact host", Flow{TCP, "app.test", netip.Addr{}, 80}, true, "allow[0]", ""},
+		{"an exact host in another case with a dot", Flow{TCP, "APP.Test.", netip.Addr{}, 443}, true, "allow[0]", ""},
+		{"a wildcard covers one label", Flow{TCP, "a.cdn.test", netip.Addr{}, 8000}, true, "allow[1]", ""},
+		{"a wildcard covers several labels", Flow{TCP, "a.b.cdn.test", ip("203.0.113.50"), 8100}, true, "allow[1]", ""},
+		{"a wildcard in another case with a dot", Flow{TCP, "A.CDN.TEST.", netip.Addr{}, 8050}, true, "allow[1]", ""},
+		{"a wildcard never covers its apex", Flow{TCP, "cdn.test", netip.Addr{}, 8000}, false, RuleDefault, "no allow rule matches tcp cdn.test:8000"},
+		{"a wildcard is label-aligned", Flow{TCP, "evilcdn.test", netip.Addr{}, 8000}, false, RuleDefault, ""},
+		{"a wildcard is anchored at the end", Flow{TCP, "cdn.test.evil.test", netip.Addr{}, 8000}, false, RuleDefault, ""},
+		{"a port outside the rule's ports", Flow{TCP, "a.cdn.test", netip.Addr{}, 8101}, false, RuleDefault, "port 8101 not in allow[1] ports"},
+		{"a UDP rule", Flow{UDP, "dns.test", netip.Addr{}, 53}, true, "allow[3]", ""},
+		{"TCP to a UDP rule", Flow{TCP, "dns.test", netip.Addr{}, 53}, false, RuleDefault, "no allow rule matches tcp dns.test:53 (allow[3] is udp only)"},
+		{"UDP to a TCP rule", Flow{UDP, "app.test", netip.Addr{}, 443}, false, RuleDefault, "no allow rule matches udp app.test:443 (allow[0] is tcp only)"},
+		{"dns.hosts alone does not allow", Flow{TCP, "hostsonly.test", ip("203.0.113.20"), 80}, false, RuleDefault, "no allow rule matches tcp hostsonly.test (203.0.113.20):80"},
+		{"a cidr rule applies to a name flow's address", Flow{TCP, "other.test", ip("198.51.100.7"), 80}, true, "allow[9]", ""},
+
+		// 5. Default and odd flows.
+		{"an unknown address", Flow{TCP, "", ip("203.0.113.9"), 81}, false, RuleDefault, "port 81 not in allow[2] ports"},
+		{"an unknown IPv6 address", Flow{TCP, "", ip("2606:4700::1"), 443}, false, RuleDefault, "no allow rule matches tcp [2606:4700::1]:443"},
+		{"an unknown name", Flow{TCP, "evil.test", netip.Addr{}, 443}, false, RuleDefault, "no allow rule matches tcp evil.test:443"},
+		{"an invalid name", Flow{TCP, "a b.test", netip.Addr{}, 443}, false, RuleDefault, "invalid name"},
+		{"an empty flow", Flow{TCP, "", netip.Addr{}, 443}, false, RuleDefault, "neither a name nor an address"},
+		{"an unknown protocol", Flow{Proto(9), "app.test", netip.Addr{}, 443}, false, RuleDefault, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.why, func(t *testing.T) {
+			d := p.Decide(tt.flow)
+			if (d.Verdict == Allow) != tt.allow || d.Rule != tt.rule || !strings.Contains(d.Reason, tt.reason) {
+				t.Errorf("Decide(%+v) = %v\nwant allow=%v rule=%s reason containing %q", tt.flow, d, tt.allow, tt.rule, tt.reason)
+			}
+		})
+	}
+}
+
+func TestNameAllowed(t *testing.T) {
+	p := mustParse(t, decideSrc)
+	tests := []struct {
+		why   string
+		name  string
+		allow bool
+		rule  string
+	}{
+		{"a metadata name never resolves, even when allowed", "metadata.google.internal", false, RuleMetadata},
+		{"metadata names are compared normalized", "METADATA.", false, RuleMetadata},
+		{"a deny rule for every port blocks the name", "x.ads.cdn.test", false, "deny[0]"},
+		{"a deny rule blocks a static name too", "blocked.test", false, "deny[3]"},
+		{"a deny rule for one port leaves the name resolvable", "app.test", true, RuleHosts},
+		{"a static name resolves", "hostsonly.test", true, RuleHosts},
+		{"an allow wildcard", "a.b.cdn.test", true, "allow[1]"},
+		{"an allow wildcard in another case", "A.CDN.test.", true, "allow[1]"},
+		{"not the apex of a wildcard", "cdn.test", false, RuleDefault},
+		{"a UDP-only rule still lets the name resolve", "dns.test", true, "allow[3]"},
+		{"an unknown name", "evil.test", false, RuleDefault},
+		{"an invalid name", "a_b.test", false, RuleDefault},
+		{"an IDN name is compared in punycode", "bücher.test", false, RuleDefault},
+	}
+	for _, tt := range tests {
+		t.Run(tt.why, func(t *testing.T) {
+			d := p.NameAllowed(tt.name)
+			if (d.Verdict == Allow) != tt.allow || d.Rule != tt.rule || d.Reason == "" {
+				t.Errorf("NameAllowed(%q) = %v, want allow=%v rule=%s", tt.name, d, tt.allow, tt.rule)
+			}
+		})
+	}
+	q := mustParse(t, "version: 1\nallow:\n  - host: Bücher.test\n    ports: [443]\n")
+	if d := q.NameAllowed("xn--bcher-kva.test"); d.Verdict != Allow {
+		t.Errorf("IDN rule does not cover its punycode: %v", d)
+	}
+}
+
+func TestExplain(t *testing.T) {
+	p := mustParse(t, decideSrc)
+	tests := []struct {
+		why    string
+		proto  Proto
+		dest   string
+		port   uint16
+		allow  bool
+		rule   string
+		reason string
+	}{
+		{"an IPv4 literal", TCP, "203.0.113.9", 443, true, "allow[2]", ""},
+		{"a bracketed IPv6 literal", UDP, "[2001:db8::1]", 53, true, "allow[6]", ""},
+		{"a bare IPv6 literal", UDP, "2001:db8::1", 53, true, "allow[6]", ""},
+		{"a metadata literal", TCP, "169.254.169.254", 80, false, RuleMetadata, ""},
+		{"a metadata name", TCP, "metadata", 80, false, RuleMetadata, ""},
+		{"a name with a static answer", TCP, "app.test", 443, true, "allow[0]", "(dns.hosts 203.0.113.10)"},
+		{"a name whose static answer is private", TCP, "local.test", 80, true, "allow[5]", "(dns.hosts 10.1.2.3)"},
+		{"a name denied by a deny rule", TCP, "x.ads.cdn.test", 8000, false, "deny[0]", ""},
+		{"a name denied on one port", TCP, "app.test", 22, false, "deny[2]", ""},
+		{"a static name without an allow rule", TCP, "hostsonly.test", 80, false, RuleDefault, ""},
+		{"a wildcard name without static answers", TCP, "a.cdn.test", 8000, true, "allow[1]", ""},
+		{"an unknown name", TCP, "evil.test", 443, false, RuleDefault, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.why, func(t *testing.T) {
+			d, err := p.Explain(tt.proto, tt.dest, tt.port)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if (d.Verdict == Allow) != tt.allow || d.Rule != tt.rule || !strings.Contains(d.Reason, tt.reason) {
+				t.Errorf("Explain(%v, %q, %d) = %v, want allow=%v rule=%s reason containing %q", tt.proto, tt.dest, tt.port, d, tt.allow, tt.rule, tt.reason)
+			}
+		})
+	}
+	for _, bad := range []struct {
+		why   string
+		proto Proto
+		dest  string
+	}{
+		{"an empty destination", TCP, ""},
+		{"a name with a space", TCP, "a b"},
+		{"brackets around a name", TCP, "[app.test]"},
+		{"a number that is not an address", TCP, "127.1"},
+		{"an unknown protocol", Proto(0), "app.test"},
+	} {
+		if d, err := p.Explain(bad.proto, bad.dest, 80); err == nil {
+			t.Errorf("%s: Explain(%q) = %v, want an error", bad.why, bad.dest, d)
+		}
+	}
+}
+
+func TestWithLocal(t *testing.T) {
+	p := mustParse(t, decideSrc)
+	q := p.WithLocal(netip.MustParsePrefix("198.51.100.0/24"), netip.MustParsePrefix("3fff:1::1/32"), netip.MustParsePrefix("2001:db8:1::/48"), netip.MustParsePrefix("::ffff:192.0.2.0/120"), netip.Prefix{})
+	tests := []struct {
+		why    string
+		pol    *Policy
+		flow   Flow
+		allow  bool
+		rule   string
+		reason string
+	}{
+		{"the original policy is unchanged", p, Flow{TCP, "", ip("198.51.100.7"), 81}, false, RuleDefault, ""},
+		{"a local subnet is guarded", q, Flow{TCP, "", ip("198.51.100.7"), 81}, false, RuleSpecialRange, "198.51.100.7 is in 198.51.100.0/24 (the gateway's own subnet)"},
+		{"an allow cidr lifts the local guard", q, Flow{TCP, "", ip("198.51.100.7"), 80}, true, "allow[9]", ""},
+		{"a local IPv6 subnet, masked", q, Flow{UDP, "", ip("3fff:1::9"), 53}, false, RuleSpecialRange, "3fff:1::9 is in 3fff:1::/32 (the gateway's own subnet)"},
+		{"an allow IPv6 cidr lifts the local guard", q, Flow{UDP, "", ip("2001:db8:1::9"), 53}, true, "allow[6]", ""},
+		{"a v4-mapped local prefix means IPv4", q, Flow{TCP, "", ip("192.0.2.9"), 443}, false, RuleSpecialRange, "192.0.2.0/24"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.why, func(t *testing.T) {
+			d := tt.pol.Decide(tt.flow)
+			if (d.Verdict == Allow) != tt.allow || d.Rule != tt.rule || !strings.Contains(d.Reason, tt.reason) {
+				t.Errorf("Decide(%+v) = %v, want allow=%v rule=%s reason containing %q", tt.flow, d, tt.allow, tt.rule, tt.reason)
+			}
+		})
+	}
+	if p.SHA256() != q.SHA256() {
+		t.Error("WithLocal changed the hash")
+	}
+}
+
+// TestDecideNoAlloc pins the allocation contract documented on Decide.
+func TestDecideNoAlloc(t *testing.T) {
+	p := mustParse(t, decideSrc)
+	for _, tt := range []struct {
+		why  string
+		flow Flow
+	}{
+		{"allow by host", Flow{TCP, "a.b.cdn.test", ip("203.0.113.50"), 8000}},
+		{"allow by cidr", Flow{TCP, "", ip("203.0.113.9"), 443}},
+		{"allow by lifted guard", Flow{TCP, "", ip("127.0.0.1"), 8080}},
+		{"deny by rule", Flow{TCP, "x.ads.cdn.test", netip.Addr{}, 8000}},
+		{"deny by metadata", Flow{TCP, "", ip("169.254.169.254"), 80}},
+		{"deny by metadata name", Flow{TCP, "metadata", netip.Addr{}, 80}},
+	} {
+		if n := testing.AllocsPerRun(100, func() { p.Decide(tt.flow) }); n != 0 {
+			t.Errorf("%s: %v allocs per Decide, want 0", tt.why, n)
+		}
+	}
+}

@@ -1,0 +1,668 @@
+package policy
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Parse reads a policy file (SPEC §3). filename is used only in messages.
+// On bad input it returns a nil *Policy and a *Errors holding every problem
+// found, each located at the offending YAML node. The format is strict:
+// unknown keys, duplicate keys, wrong types, anchors and aliases, and more
+// than one YAML document are errors.
+func Parse(filename string, data []byte) (*Policy, error) {
+	ps := &parser{file: filename}
+	p := &Policy{
+		sha:        hashOf(data),
+		verifySNI:  true,
+		verifyHost: true,
+	}
+	ps.document(data, p)
+	if len(ps.errs) > 0 {
+		slices.SortStableFunc(ps.errs, func(a, b Error) int {
+			if a.Line != b.Line {
+				return a.Line - b.Line
+			}
+			return a.Col - b.Col
+		})
+		errs := ps.errs
+		return nil, &errs
+	}
+	p.warnings = ps.warns
+	return p, nil
+}
+
+type parser struct {
+	file  string
+	errs  Errors
+	warns []string
+}
+
+func (ps *parser) errAt(line, col int, format string, args ...any) {
+	ps.errs = append(ps.errs, Error{File: ps.file, Line: line, Col: col, Msg: fmt.Sprintf(format, args...)})
+}
+
+func (ps *parser) errf(n *yaml.Node, format string, args ...any) {
+	ps.errAt(n.Line, n.Column, format, args...)
+}
+
+func (ps *parser) warnf(n *yaml.Node, format string, args ...any) {
+	ps.warns = append(ps.warns, Error{File: ps.file, Line: n.Line, Col: n.Column, Msg: fmt.Sprintf(format, args...)}.Error())
+}
+
+var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
+
+// syntaxError turns an error from the YAML library into an Error.
+func (ps *parser) syntaxError(err error) {
+	msg := err.Error()
+	line := 1
+	if m := yamlLine.FindStringSubmatch(msg); m != nil {
+		if n, aerr := strconv.Atoi(m[1]); aerr == nil {
+			line = n
+		}
+		msg = m[2]
+	} else {
+		msg = strings.TrimPrefix(msg, "yaml: ")
+	}
+	ps.errAt(line, 1, "yaml: %s", msg)
+}
+
+func (ps *parser) document(data []byte, p *Policy) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc yaml.Node
+	if err := dec.Decode(&doc); err != nil {
+		if errors.Is(err, io.EOF) {
+			ps.errAt(1, 1, "empty policy; a policy starts with version: 1")
+			return
+		}
+		ps.syntaxError(err)
+		return
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); err == nil {
+		ps.errf(&extra, "more than one YAML document; a policy is one document")
+	} else if !errors.Is(err, io.EOF) {
+		ps.syntaxError(err)
+	}
+	root := &doc
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			ps.errAt(1, 1, "empty policy; a policy starts with version: 1")
+			return
+		}
+		root = root.Content[0]
+	}
+	if !ps.noAliases(root) {
+		return
+	}
+	if isNull(root) {
+		ps.errf(root, "empty policy; a policy starts with version: 1")
+		return
+	}
+	var allow, deny []rule
+	sawVersion := false
+	ps.mapping(root, "policy", map[string]func(k, v *yaml.Node){
+		"version": func(k, v *yaml.Node) {
+			sawVersion = true
+			n, ok := ps.integer(v, "version")
+			if ok && n != 1 {
+				ps.errf(v, "version: unsupported version %d; this nsgate reads version 1", n)
+			}
+		},
+		"allow": func(k, v *yaml.Node) { allow = ps.rules(v, "allow") },
+		"deny":  func(k, v *yaml.Node) { deny = ps.rules(v, "deny") },
+		"dns":   func(k, v *yaml.Node) { ps.dns(v, p) },
+		"tls": func(k, v *yaml.Node) {
+			ps.mapping(v, "tls", map[string]func(k, v *yaml.Node){
+				"verify_sni": func(k, v *yaml.Node) {
+					if b, ok := ps.boolean(v, "tls.verify_sni"); ok {
+						p.verifySNI = b
+						if !b {
+							ps.warnf(v, "tls.verify_sni is false: a TLS flow opened by name may carry any SNI")
+						}
+					}
+				},
+			})
+		},
+		"http": func(k, v *yaml.Node) {
+			ps.mapping(v, "http", map[string]func(k, v *yaml.Node){
+				"verify_host": func(k, v *yaml.Node) {
+					if b, ok := ps.boolean(v, "http.verify_host"); ok {
+						p.verifyHost = b
+						if !b {
+							ps.warnf(v, "http.verify_host is false: a plain HTTP flow opened by name may carry any Host")
+						}
+					}
+				},
+			})
+		},
+		"exec": func(k, v *yaml.Node) {
+			ps.mapping(v, "exec", map[string]func(k, v *yaml.Node){
+				"allow": func(k, v *yaml.Node) { p.execAllow = ps.execPaths(v) },
+			})
+		},
+	})
+	if root.Kind == yaml.MappingNode && !sawVersion {
+		ps.errf(root, "version: missing; a policy starts with version: 1")
+	}
+	p.allow = newRuleSet(allow)
+	p.deny = newRuleSet(deny)
+}
+
+// noAliases reports whether the tree is free of aliases, flagging each one.
+func (ps *parser) noAliases(n *yaml.Node) bool {
+	ok := true
+	if n.Kind == yaml.AliasNode {
+		ps.errf(n, "aliases (*%s) are not supported; write the value out", n.Value)
+		return false
+	}
+	for _, c := range n.Content {
+		if !ps.noAliases(c) {
+			ok = false
+		}
+	}
+	return ok
+}
+
+func isNull(n *yaml.Node) bool {
+	return n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null"
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "a mapping"
+	case yaml.SequenceNode:
+		return "a list"
+	case yaml.ScalarNode:
+		switch n.ShortTag() {
+		case "!!str":
+			return "a string"
+		case "!!int":
+			return "an integer"
+		case "!!bool":
+			return "a boolean"
+		case "!!float":
+			return "a number"
+		case "!!null":
+			return "empty"
+		}
+		return "a " + n.ShortTag() + " value"
+	}
+	return "an unexpected node"
+}
+
+// mapping walks a mapping node, calling fields[key] for each key and
+// flagging non-string, unknown and duplicate keys. A null node counts as an
+// empty mapping.
+func (ps *parser) mapping(n *yaml.Node, what string, fields map[string]func(k, v *yaml.Node)) {
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		ps.errf(n, "%s: expected a mapping, found %s", what, kindName(n))
+		return
+	}
+	seen := make(map[string]int)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode || k.ShortTag() != "!!str" {
+			ps.errf(k, "%s: keys must be plain names, found %s", what, kindName(k))
+			continue
+		}
+		if line, dup := seen[k.Value]; dup {
+			ps.errf(k, "%s: duplicate key %q (first at line %d)", what, k.Value, line)
+			continue
+		}
+		seen[k.Value] = k.Line
+		f, ok := fields[k.Value]
+		if !ok {
+			ps.errf(k, "%s: unknown key %q; expected %s", what, k.Value, keyList(fields))
+			continue
+		}
+		f(k, v)
+	}
+}
+
+func keyList(fields map[string]func(k, v *yaml.Node)) string {
+	keys := make([]string, 0, len(fields))
+	for k := range fields {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	if len(keys) == 1 {
+		return keys[0]
+	}
+	return strings.Join(keys[:len(keys)-1], ", ") + " or " + keys[len(keys)-1]
+}
+
+// sequence returns the items of a list node; a null node is an empty list.
+func (ps *parser) sequence(n *yaml.Node, what string) ([]*yaml.Node, bool) {
+	if isNull(n) {
+		return nil, true
+	}
+	if n.Kind != yaml.SequenceNode {
+		ps.errf(n, "%s: expected a list, found %s", what, kindName(n))
+		return nil, false
+	}
+	return n.Content, true
+}
+
+func (ps *parser) str(n *yaml.Node, what string) (string, bool) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!str" {
+		ps.errf(n, "%s: expected a string, found %s", what, kindName(n))
+		return "", false
+	}
+	if n.Value == "" {
+		ps.errf(n, "%s: empty string", what)
+		return "", false
+	}
+	return n.Value, true
+}
+
+func (ps *parser) integer(n *yaml.Node, what string) (int64, bool) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!int" {
+		ps.errf(n, "%s: expected an integer, found %s", what, kindName(n))
+		return 0, false
+	}
+	var v int64
+	if err := n.Decode(&v); err != nil {
+		ps.errf(n, "%s: %s is out of range", what, n.Value)
+		return 0, false
+	}
+	return v, true
+}
+
+func (ps *parser) boolean(n *yaml.Node, what string) (bool, bool) {
+	if n.Kind != yaml.ScalarNode || n.ShortTag() != "!!bool" {
+		ps.errf(n, "%s: expected true or false, found %s", what, kindName(n))
+		return false, false
+	}
+	var v bool
+	if err := n.Decode(&v); err != nil {
+		ps.errf(n, "%s: expected true or false", what)
+		return false, false
+	}
+	return v, true
+}
+
+// rules parses the allow or deny list.
+func (ps *parser) rules(n *yaml.Node, section string) []rule {
+	items, ok := ps.sequence(n, section)
+	if !ok {
+		return nil
+	}
+	out := make([]rule, 0, len(items))
+	for i, item := range items {
+		id := section + "[" + strconv.Itoa(i) + "]"
+		if r, ok := ps.rule(item, section, id); ok {
+			out = append(out, r)
+		} else {
+			// Keep indexes equal to file positions; the policy is
+			// rejected anyway.
+			out = append(out, rule{id: id})
+		}
+	}
+	return out
+}
+
+func (ps *parser) rule(n *yaml.Node, section, id string) (rule, bool) {
+	r := rule{id: id, protos: maskTCP}
+	if section == "deny" {
+		r.protos = maskAny
+	}
+	if isNull(n) || n.Kind != yaml.MappingNode {
+		ps.errf(n, "%s: expected a rule (a mapping with host or cidr), found %s", id, kindName(n))
+		return r, false
+	}
+	nerr := len(ps.errs)
+	var dest *yaml.Node // the host or cidr key seen first
+	sawPorts := false
+	ps.mapping(n, id, map[string]func(k, v *yaml.Node){
+		"host": func(k, v *yaml.Node) {
+			if dest != nil {
+				ps.errf(k, "%s: has both host and cidr; use one rule for each", id)
+				return
+			}
+			dest = k
+			s, ok := ps.str(v, id+".host")
+			if !ok {
+				return
+			}
+			name, wild, err := parseHostPattern(s)
+			if err != nil {
+				ps.errf(v, "%s.host: %v", id, err)
+				return
+			}
+			r.host, r.wild = name, wild
+			if !wild && metadataNameReason(name) != "" && section == "allow" {
+				ps.warnf(v, "%s.host: %s is a cloud metadata name; it stays denied", id, name)
+			}
+		},
+		"cidr": func(k, v *yaml.Node) {
+			if dest != nil {
+				ps.errf(k, "%s: has both host and cidr; use one rule for each", id)
+				return
+			}
+			dest = k
+			s, ok := ps.str(v, id+".cidr")
+			if !ok {
+				return
+			}
+			pr, err := parseCIDR(s)
+			if err != nil {
+				ps.errf(v, "%s.cidr: %v", id, err)
+				return
+			}
+			r.prefix = pr
+			if section == "allow" {
+				ps.warnSpecialCIDR(v, id, pr)
+			}
+		},
+		"ports": func(k, v *yaml.Node) {
+			sawPorts = true
+			r.ports = ps.ports(v, id+".ports")
+		},
+		"proto": func(k, v *yaml.Node) {
+			s, ok := ps.str(v, id+".proto")
+			if !ok {
+				return
+			}
+			switch s {
+			case "tcp":
+				r.protos = maskTCP
+			case "udp":
+				r.protos = maskUDP
+			case "any":
+				r.protos = maskAny
+			default:
+				ps.errf(v, "%s.proto: %q is not a protocol; use tcp, udp or any", id, s)
+			}
+		},
+	})
+	if dest == nil {
+		ps.errf(n, "%s: empty rule; give a host or a cidr", id)
+	}
+	if len(ps.errs) > nerr {
+		return r, false
+	}
+	if !sawPorts && section == "allow" {
+		ps.warnf(n, "%s: ports omitted: all ports allowed", id)
+	}
+	r.reason = "matches " + id + ": " + r.describe()
+	return r, true
+}
+
+// warnSpecialCIDR warns when an allow cidr overlaps the built-in sets: the
+// special-range guard is lifted for the overlap, and metadata stays denied.
+func (ps *parser) warnSpecialCIDR(v *yaml.Node, id string, pr netip.Prefix) {
+	var hits []string
+	for _, sr := range specialRanges {
+		if sr.prefix.Overlaps(pr) {
+			hits = append(hits, sr.prefix.String())
+		}
+	}
+	if len(hits) > 0 {
+		ps.warnf(v, "%s.cidr: %s overlaps special ranges (%s); flows there are allowed by this rule", id, pr, strings.Join(hits, ", "))
+	}
+	for _, m := range metadataAddrs {
+		if pr.Contains(m.addr) {
+			ps.warnf(v, "%s.cidr: %s contains cloud metadata addresses; they stay denied", id, pr)
+			break
+		}
+	}
+}
+
+// parseCIDR parses a canonical prefix; IPv4-mapped prefixes become IPv4.
+func parseCIDR(s string) (netip.Prefix, error) {
+	pr, err := netip.ParsePrefix(s)
+	if err != nil {
+		if a, aerr := netip.ParseAddr(s); aerr == nil {
+			a = a.WithZone("").Unmap()
+			return netip.Prefix{}, fmt.Errorf("%s has no prefix length; write %s", s, netip.PrefixFrom(a, a.BitLen()))
+		}
+		return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix such as 203.0.113.0/24", s)
+	}
+	if m := pr.Masked(); m != pr {
+		return netip.Prefix{}, fmt.Errorf("%s is not canonical (host bits set); use %s", s, m)
+	}
+	return unmapPrefix(pr), nil
+}
+
+// ports parses a ports list into sorted, merged ranges.
+func (ps *parser) ports(n *yaml.Node, what string) []portRange {
+	if isNull(n) {
+		ps.errf(n, "%s: empty; omit the key to allow all ports", what)
+		return nil
+	}
+	items, ok := ps.sequence(n, what)
+	if !ok {
+		return nil
+	}
+	if len(items) == 0 {
+		ps.errf(n, "%s: empty list; omit the key to allow all ports", what)
+		return nil
+	}
+	var out []portRange
+	for i, it := range items {
+		itemWhat := what + "[" + strconv.Itoa(i) + "]"
+		if it.Kind == yaml.ScalarNode && it.ShortTag() == "!!int" {
+			v, ok := ps.integer(it, itemWhat)
+			if !ok {
+				continue
+			}
+			if v < 1 || v > 65535 {
+				ps.errf(it, "%s: port %d out of range 1-65535", itemWhat, v)
+				continue
+			}
+			out = append(out, portRange{uint16(v), uint16(v)})
+			continue
+		}
+		s, ok := ps.str(it, itemWhat)
+		if !ok {
+			continue
+		}
+		pr, err := parsePortRange(s)
+		if err != nil {
+			ps.errf(it, "%s: %v", itemWhat, err)
+			continue
+		}
+		out = append(out, pr)
+	}
+	slices.SortFunc(out, func(a, b portRange) int { return int(a.lo) - int(b.lo) })
+	merged := out[:0]
+	for _, pr := range out {
+		if k := len(merged); k > 0 && uint32(pr.lo) <= uint32(merged[k-1].hi)+1 {
+			merged[k-1].hi = max(merged[k-1].hi, pr.hi)
+			continue
+		}
+		merged = append(merged, pr)
+	}
+	if len(merged) == 0 {
+		return nil
+	}
+	return slices.Clip(merged)
+}
+
+// parsePortRange parses "443" or "8000-8100".
+func parsePortRange(s string) (portRange, error) {
+	lo, hi, isRange := strings.Cut(s, "-")
+	a, err := parsePort(strings.TrimSpace(lo))
+	if err != nil {
+		return portRange{}, err
+	}
+	if !isRange {
+		return portRange{a, a}, nil
+	}
+	b, err := parsePort(strings.TrimSpace(hi))
+	if err != nil {
+		return portRange{}, err
+	}
+	if b < a {
+		return portRange{}, fmt.Errorf("range %d-%d is reversed; write %d-%d", a, b, b, a)
+	}
+	return portRange{a, b}, nil
+}
+
+func parsePort(s string) (uint16, error) {
+	if s == "" || len(s) > 5 {
+		return 0, fmt.Errorf("%q is not a port (1-65535) or range such as 8000-8100", s)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return 0, fmt.Errorf("%q is not a port (1-65535) or range such as 8000-8100", s)
+		}
+	}
+	v, _ := strconv.Atoi(s)
+	if v < 1 || v > 65535 {
+		return 0, fmt.Errorf("port %d out of range 1-65535", v)
+	}
+	return uint16(v), nil
+}
+
+func (ps *parser) dns(n *yaml.Node, p *Policy) {
+	ps.mapping(n, "dns", map[string]func(k, v *yaml.Node){
+		"upstream": func(k, v *yaml.Node) {
+			items, ok := ps.sequence(v, "dns.upstream")
+			if !ok {
+				return
+			}
+			if len(items) == 0 {
+				ps.errf(v, "dns.upstream: empty list; omit the key to use the host's resolv.conf")
+				return
+			}
+			for i, it := range items {
+				what := "dns.upstream[" + strconv.Itoa(i) + "]"
+				s, ok := ps.str(it, what)
+				if !ok {
+					continue
+				}
+				ap, err := parseUpstream(s)
+				if err != nil {
+					ps.errf(it, "%s: %v", what, err)
+					continue
+				}
+				if !slices.Contains(p.upstreams, ap) {
+					p.upstreams = append(p.upstreams, ap)
+				}
+			}
+		},
+		"hosts": func(k, v *yaml.Node) { ps.hosts(v, p) },
+	})
+}
+
+// parseUpstream accepts "ip", "ip:port", "[v6]" and "[v6]:port".
+func parseUpstream(s string) (string, error) {
+	var ap netip.AddrPort
+	if x, err := netip.ParseAddrPort(s); err == nil {
+		ap = x
+	} else if a, err := netip.ParseAddr(strings.TrimSuffix(strings.TrimPrefix(s, "["), "]")); err == nil {
+		ap = netip.AddrPortFrom(a, 53)
+	} else {
+		return "", fmt.Errorf("%q is not an IP address with an optional port, such as 127.0.0.53:53", s)
+	}
+	if ap.Port() == 0 {
+		return "", fmt.Errorf("%s: port 0 is not a port", s)
+	}
+	return netip.AddrPortFrom(ap.Addr().Unmap(), ap.Port()).String(), nil
+}
+
+func (ps *parser) hosts(n *yaml.Node, p *Policy) {
+	if isNull(n) {
+		return
+	}
+	if n.Kind != yaml.MappingNode {
+		ps.errf(n, "dns.hosts: expected a mapping of name to addresses, found %s", kindName(n))
+		return
+	}
+	p.hosts = make(map[string][]netip.Addr)
+	seenAt := make(map[string]int)
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		key, ok := ps.str(k, "dns.hosts")
+		if !ok {
+			continue
+		}
+		what := "dns.hosts." + key
+		name, err := NormalizeName(key)
+		if err != nil {
+			ps.errf(k, "dns.hosts: %v", err)
+			continue
+		}
+		if line, dup := seenAt[name]; dup {
+			ps.errf(k, "dns.hosts: duplicate name %s (first at line %d)", name, line)
+			continue
+		}
+		seenAt[name] = k.Line
+		if metadataNameReason(name) != "" {
+			ps.warnf(k, "%s: %s is a cloud metadata name; it stays denied", what, name)
+		}
+		items, ok := ps.sequence(v, what)
+		if !ok {
+			continue
+		}
+		if len(items) == 0 {
+			ps.errf(v, "%s: no addresses", what)
+			continue
+		}
+		var addrs []netip.Addr
+		for j, it := range items {
+			iw := what + "[" + strconv.Itoa(j) + "]"
+			s, ok := ps.str(it, iw)
+			if !ok {
+				continue
+			}
+			a, err := netip.ParseAddr(s)
+			if err != nil || a.Zone() != "" {
+				ps.errf(it, "%s: %q is not an IP address", iw, s)
+				continue
+			}
+			a = a.Unmap()
+			if IsMetadataAddr(a) {
+				ps.warnf(it, "%s: %s is a cloud metadata address; flows to it stay denied", iw, a)
+			}
+			if !slices.Contains(addrs, a) {
+				addrs = append(addrs, a)
+			}
+		}
+		if len(addrs) > 0 {
+			p.hosts[name] = addrs
+		}
+	}
+}
+
+func (ps *parser) execPaths(n *yaml.Node) []string {
+	items, ok := ps.sequence(n, "exec.allow")
+	if !ok {
+		return nil
+	}
+	var out []string
+	for i, it := range items {
+		what := "exec.allow[" + strconv.Itoa(i) + "]"
+		s, ok := ps.str(it, what)
+		if !ok {
+			continue
+		}
+		if !strings.HasPrefix(s, "/") {
+			ps.errf(it, "%s: %q is not an absolute path", what, s)
+			continue
+		}
+		if strings.IndexByte(s, 0) >= 0 {
+			ps.errf(it, "%s: path contains a NUL byte", what)
+			continue
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}

@@ -1,0 +1,555 @@
+package policy
+
+import (
+	"errors"
+	"net/netip"
+	"os"
+	"slices"
+	"strings"
+	"testing"
+)
+
+func mustParse(t testing.TB, src string) *Policy {
+	t.Helper()
+	p, err := Parse("test.yaml", []byte(src))
+	if err != nil {
+		t.Fatalf("parse:\n%v\nsource:\n%s", err, src)
+	}
+	return p
+}
+
+// TestParseErrors checks that each kind of bad input is reported at the node
+// that caused it, as FILE:LINE:COL.
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		why  string
+		src  string
+		want []string // "LINE:COL: substring", one per expected error
+	}{
+		{
+			why:  "an empty file is not a policy",
+			src:  "",
+			want: []string{"1:1: empty policy"},
+		},
+		{
+			why:  "a comment-only file is not a policy",
+			src:  "# nothing\n",
+			want: []string{"1:1: empty policy"},
+		},
+		{
+			why:  "the version key is required",
+			src:  "allow: []\n",
+			want: []string{"1:1: version: missing"},
+		},
+		{
+			why:  "only version 1 exists",
+			src:  "version: 2\n",
+			want: []string{"1:10: version: unsupported version 2"},
+		},
+		{
+			why:  "version is an integer, not a string",
+			src:  "version: \"1\"\n",
+			want: []string{"1:10: version: expected an integer, found a string"},
+		},
+		{
+			why:  "the top level is a mapping",
+			src:  "- version: 1\n",
+			want: []string{"1:1: policy: expected a mapping, found a list"},
+		},
+		{
+			why:  "unknown top-level keys are errors",
+			src:  "version: 1\nallw: []\n",
+			want: []string{`2:1: policy: unknown key "allw"`},
+		},
+		{
+			why:  "duplicate top-level keys are errors",
+			src:  "version: 1\nallow: []\nallow: []\n",
+			want: []string{`3:1: policy: duplicate key "allow" (first at line 2)`},
+		},
+		{
+			why:  "a rule needs host or cidr",
+			src:  "version: 1\nallow:\n  - {}\n",
+			want: []string{"3:5: allow[0]: empty rule; give a host or a cidr"},
+		},
+		{
+			why:  "a rule with only ports is empty",
+			src:  "version: 1\ndeny:\n  - ports: [22]\n",
+			want: []string{"3:5: deny[0]: empty rule"},
+		},
+		{
+			why:  "host and cidr in one rule are two rules",
+			src:  "version: 1\nallow:\n  - host: a.test\n    cidr: 10.0.0.0/8\n",
+			want: []string{"4:5: allow[0]: has both host and cidr"},
+		},
+		{
+			why:  "a rule is a mapping, not a bare name",
+			src:  "version: 1\nallow:\n  - app.test\n",
+			want: []string{"3:5: allow[0]: expected a rule"},
+		},
+		{
+			why:  "unknown rule keys are errors",
+			src:  "version: 1\nallow:\n  - host: a.test\n    port: 80\n",
+			want: []string{`4:5: allow[0]: unknown key "port"; expected cidr, host, ports or proto`},
+		},
+		{
+			why:  "duplicate rule keys are errors",
+			src:  "version: 1\nallow:\n  - host: a.test\n    host: b.test\n",
+			want: []string{`4:5: allow[0]: duplicate key "host" (first at line 3)`},
+		},
+		{
+			why:  "names with spaces are invalid",
+			src:  "version: 1\nallow:\n  - host: exa mple.test\n",
+			want: []string{"3:11: allow[0].host: invalid name"},
+		},
+		{
+			why:  "names with empty labels are invalid",
+			src:  "version: 1\nallow:\n  - host: a..test\n",
+			want: []string{"3:11: allow[0].host: invalid name \"a..test\": empty label"},
+		},
+		{
+			why:  "a label longer than 63 bytes is invalid",
+			src:  "version: 1\nallow:\n  - host: " + strings.Repeat("a", 64) + ".test\n",
+			want: []string{"3:11: allow[0].host: invalid name"},
+		},
+		{
+			why:  "an IP literal is not a host; say which cidr to write",
+			src:  "version: 1\nallow:\n  - host: 10.0.0.1\n",
+			want: []string{"3:11: allow[0].host: \"10.0.0.1\" is an IP address; use a cidr rule such as cidr: 10.0.0.1/32"},
+		},
+		{
+			why:  "a name a URL parser reads as an address is not a host",
+			src:  "version: 1\nallow:\n  - host: \"0x7f000001\"\n",
+			want: []string{"3:11: allow[0].host: invalid name \"0x7f000001\": looks like an IP address"},
+		},
+		{
+			why:  "the wildcard is only the whole first label",
+			src:  "version: 1\nallow:\n  - host: \"a.*.test\"\n",
+			want: []string{"3:11: allow[0].host: \"*\" is allowed only as the whole first label"},
+		},
+		{
+			why:  "a partial-label wildcard is rejected",
+			src:  "version: 1\nallow:\n  - host: \"*cdn.test\"\n",
+			want: []string{"3:11: allow[0].host: \"*\" is allowed only"},
+		},
+		{
+			why:  "a bare wildcard is rejected",
+			src:  "version: 1\nallow:\n  - host: \"*\"\n",
+			want: []string{"3:11: allow[0].host: \"*\" is allowed only"},
+		},
+		{
+			why:  "host must be a string",
+			src:  "version: 1\nallow:\n  - host: [a.test]\n",
+			want: []string{"3:11: allow[0].host: expected a string, found a list"},
+		},
+		{
+			why:  "non-canonical CIDRs are errors that give the canonical form",
+			src:  "version: 1\nallow:\n  - cidr: 10.0.0.1/8\n",
+			want: []string{"3:11: allow[0].cidr: 10.0.0.1/8 is not canonical (host bits set); use 10.0.0.0/8"},
+		},
+		{
+			why:  "non-canonical IPv6 CIDRs too",
+			src:  "version: 1\ndeny:\n  - cidr: 2001:db8::1/32\n",
+			want: []string{"3:11: deny[0].cidr: 2001:db8::1/32 is not canonical (host bits set); use 2001:db8::/32"},
+		},
+		{
+			why:  "prefix length beyond the address size",
+			src:  "version: 1\nallow:\n  - cidr: 10.0.0.0/33\n",
+			want: []string{"3:11: allow[0].cidr: \"10.0.0.0/33\" is not a CIDR prefix"},
+		},
+		{
+			why:  "an address without length is not a CIDR; say which to write",
+			src:  "version: 1\ndeny:\n  - cidr: 203.0.113.66\n",
+			want: []string{"3:11: deny[0].cidr: 203.0.113.66 has no prefix length; write 203.0.113.66/32"},
+		},
+		{
+			why:  "port 0 is an error",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [80, 0]\n",
+			want: []string{"4:17: allow[0].ports[1]: port 0 out of range 1-65535"},
+		},
+		{
+			why:  "port 65536 is an error",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [65536]\n",
+			want: []string{"4:13: allow[0].ports[0]: port 65536 out of range 1-65535"},
+		},
+		{
+			why:  "a port string out of range is an error",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [\"0-80\"]\n",
+			want: []string{"4:13: allow[0].ports[0]: port 0 out of range 1-65535"},
+		},
+		{
+			why:  "reversed ranges are errors that give the right order",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [\"9-3\"]\n",
+			want: []string{"4:13: allow[0].ports[0]: range 9-3 is reversed; write 3-9"},
+		},
+		{
+			why:  "a port must be a number or a range",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [https]\n",
+			want: []string{"4:13: allow[0].ports[0]: \"https\" is not a port"},
+		},
+		{
+			why:  "a float is not a port",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [80.5]\n",
+			want: []string{"4:13: allow[0].ports[0]: expected a string, found a number"},
+		},
+		{
+			why:  "ports must be a list",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: 443\n",
+			want: []string{"4:12: allow[0].ports: expected a list, found an integer"},
+		},
+		{
+			why:  "an empty ports list would match nothing",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: []\n",
+			want: []string{"4:12: allow[0].ports: empty list; omit the key to allow all ports"},
+		},
+		{
+			why:  "bad protocols are errors",
+			src:  "version: 1\nallow:\n  - host: a.test\n    proto: icmp\n",
+			want: []string{"4:12: allow[0].proto: \"icmp\" is not a protocol; use tcp, udp or any"},
+		},
+		{
+			why: "every error is reported, not just the first",
+			src: "version: 1\nallow:\n  - host: a..test\n  - cidr: 10.0.0.1/8\n    ports: [0]\ndeny:\n  - {}\n",
+			want: []string{
+				"3:11: allow[0].host: invalid name",
+				"4:11: allow[1].cidr: 10.0.0.1/8 is not canonical",
+				"5:13: allow[1].ports[0]: port 0 out of range",
+				"7:5: deny[0]: empty rule",
+			},
+		},
+		{
+			why:  "allow must be a list",
+			src:  "version: 1\nallow:\n  host: a.test\n",
+			want: []string{"3:3: allow: expected a list, found a mapping"},
+		},
+		{
+			why:  "upstreams are IP addresses",
+			src:  "version: 1\ndns:\n  upstream: [dns.test]\n",
+			want: []string{"3:14: dns.upstream[0]: \"dns.test\" is not an IP address"},
+		},
+		{
+			why:  "an empty upstream list is a mistake",
+			src:  "version: 1\ndns:\n  upstream: []\n",
+			want: []string{"3:13: dns.upstream: empty list"},
+		},
+		{
+			why:  "static answers are IP addresses",
+			src:  "version: 1\ndns:\n  hosts:\n    app.test: [localhost]\n",
+			want: []string{"4:16: dns.hosts.app.test[0]: \"localhost\" is not an IP address"},
+		},
+		{
+			why:  "static names are exact names",
+			src:  "version: 1\ndns:\n  hosts:\n    \"*.app.test\": [127.0.0.1]\n",
+			want: []string{"4:5: dns.hosts: invalid name"},
+		},
+		{
+			why:  "static names that normalize to the same name are duplicates",
+			src:  "version: 1\ndns:\n  hosts:\n    app.test: [127.0.0.1]\n    App.Test.: [127.0.0.2]\n",
+			want: []string{"5:5: dns.hosts: duplicate name app.test (first at line 4)"},
+		},
+		{
+			why:  "unknown dns keys are errors",
+			src:  "version: 1\ndns:\n  upstreams: [127.0.0.53]\n",
+			want: []string{`3:3: dns: unknown key "upstreams"; expected hosts or upstream`},
+		},
+		{
+			why:  "booleans are true or false, not yes",
+			src:  "version: 1\ntls: {verify_sni: yes}\n",
+			want: []string{"2:19: tls.verify_sni: expected true or false, found a string"},
+		},
+		{
+			why:  "unknown tls keys are errors",
+			src:  "version: 1\ntls: {verify: true}\n",
+			want: []string{`2:7: tls: unknown key "verify"; expected verify_sni`},
+		},
+		{
+			why:  "exec paths are absolute",
+			src:  "version: 1\nexec: {allow: [usr/bin/]}\n",
+			want: []string{"2:16: exec.allow[0]: \"usr/bin/\" is not an absolute path"},
+		},
+		{
+			why:  "YAML syntax errors carry the line",
+			src:  "version: 1\nallow:\n  - host: a.test\n   ports: [80\n",
+			want: []string{":1: yaml: "},
+		},
+		{
+			why:  "one document per file",
+			src:  "version: 1\n---\nversion: 1\n",
+			want: []string{"2:1: more than one YAML document"},
+		},
+		{
+			why:  "aliases are not supported",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: &web [80]\n  - host: b.test\n    ports: *web\n",
+			want: []string{"6:12: aliases (*web) are not supported"},
+		},
+		{
+			why:  "a complex key is not a plain name",
+			src:  "version: 1\n? [a]\n: 1\n",
+			want: []string{"2:3: policy: keys must be plain names, found a list"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.why, func(t *testing.T) {
+			p, err := Parse("test.yaml", []byte(tt.src))
+			if err == nil {
+				t.Fatalf("parsed, want errors %q; summary:\n%s", tt.want, p.Summary())
+			}
+			if p != nil {
+				t.Errorf("got a policy with an error")
+			}
+			var errs *Errors
+			if !errors.As(err, &errs) {
+				t.Fatalf("error %T is not *Errors: %v", err, err)
+			}
+			if len(*errs) != len(tt.want) {
+				t.Fatalf("got %d errors, want %d:\n%v", len(*errs), len(tt.want), err)
+			}
+			for i, w := range tt.want {
+				got := (*errs)[i].Error()
+				if !strings.HasPrefix(got, "test.yaml:") || !strings.Contains(got, w) {
+					t.Errorf("error %d = %q, want it to contain %q", i, got, w)
+				}
+			}
+		})
+	}
+}
+
+func TestErrorsAs(t *testing.T) {
+	_, err := Parse("f.yaml", []byte("version: 1\nallow:\n  - {}\n  - host: a..b\n"))
+	if err == nil {
+		t.Fatal("no error")
+	}
+	var ptr *Errors
+	var val Errors
+	var one Error
+	if !errors.As(err, &ptr) || len(*ptr) != 2 {
+		t.Errorf("errors.As(*Errors) failed: %v", err)
+	}
+	if !errors.As(err, &val) || len(val) != 2 {
+		t.Errorf("errors.As(Errors) failed: %v", err)
+	}
+	if !errors.As(err, &one) || one.Line != 3 || one.Col != 5 || one.File != "f.yaml" {
+		t.Errorf("errors.As(Error) = %+v", one)
+	}
+	lines := strings.Split(err.Error(), "\n")
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], "f.yaml:3:5: ") || !strings.HasPrefix(lines[1], "f.yaml:4:11: ") {
+		t.Errorf("Error() = %q", err.Error())
+	}
+}
+
+// TestParseExample parses SPEC §3's example, kept in testdata.
+func TestParseExample(t *testing.T) {
+	data, err := os.ReadFile("testdata/example.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := Parse("example.yaml", data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := p.Upstreams(); !slices.Equal(got, []string{"127.0.0.53:53"}) {
+		t.Errorf("Upstreams = %q", got)
+	}
+	if got, ok := p.StaticHosts("app.test"); !ok || !slices.Equal(got, []netip.Addr{netip.MustParseAddr("127.0.0.1")}) {
+		t.Errorf("StaticHosts(app.test) = %v, %v", got, ok)
+	}
+	if got := p.ExecAllow(); !slices.Equal(got, []string{"/usr/lib/chromium/"}) {
+		t.Errorf("ExecAllow = %q", got)
+	}
+	if !p.VerifySNI() || !p.VerifyHost() {
+		t.Error("verify defaults off")
+	}
+	if w := p.Warnings(); len(w) != 0 {
+		t.Errorf("Warnings = %q", w)
+	}
+	if len(p.SHA256()) != 64 || p.SHA256() != hashOf(data) {
+		t.Errorf("SHA256 = %q", p.SHA256())
+	}
+}
+
+func TestParseValues(t *testing.T) {
+	p := mustParse(t, `
+version: 1
+allow:
+  - host: Bücher.Test.
+    ports: ["443", 80, "8000 - 8100", 8050, 8101, 81]
+  - host: all.test
+  - host: udp.test
+    proto: udp
+deny:
+  - host: "*.ads.test"
+dns:
+  upstream: ["10.0.0.1", "[2001:db8::53]", "127.0.0.53:5353", "::1", "10.0.0.1:53"]
+  hosts:
+    Local.Test.: ["::ffff:127.0.0.1", "::1", "127.0.0.1"]
+tls: {verify_sni: false}
+http: {verify_host: false}
+exec:
+  allow: [/bin/sh, /usr/lib/chromium/, /bin/sh]
+`)
+	r := p.allow.rules[0]
+	if r.host != "xn--bcher-kva.test" || r.wild || r.protos != maskTCP {
+		t.Errorf("rule 0 = %+v", r)
+	}
+	if got := r.portsString(); got != "80-81,443,8000-8101" {
+		t.Errorf("ports = %q", got)
+	}
+	if p.allow.rules[1].ports != nil {
+		t.Error("omitted ports should be all ports")
+	}
+	if p.allow.rules[2].protos != maskUDP {
+		t.Error("proto udp not read")
+	}
+	if p.deny.rules[0].protos != maskAny || p.deny.rules[0].ports != nil {
+		t.Errorf("deny rule defaults = %+v, want any proto and all ports", p.deny.rules[0])
+	}
+	wantUp := []string{"10.0.0.1:53", "[2001:db8::53]:53", "127.0.0.53:5353", "[::1]:53"}
+	if got := p.Upstreams(); !slices.Equal(got, wantUp) {
+		t.Errorf("Upstreams = %q, want %q", got, wantUp)
+	}
+	got, ok := p.StaticHosts("LOCAL.test.")
+	want := []netip.Addr{netip.MustParseAddr("127.0.0.1"), netip.MustParseAddr("::1")}
+	if !ok || !slices.Equal(got, want) {
+		t.Errorf("StaticHosts = %v, %v; want %v", got, ok, want)
+	}
+	got[0] = netip.Addr{}
+	if again, _ := p.StaticHosts("local.test"); again[0] != want[0] {
+		t.Error("StaticHosts returned the policy's own slice")
+	}
+	if _, ok := p.StaticHosts("other.test"); ok {
+		t.Error("StaticHosts(other.test) found an entry")
+	}
+	if p.VerifySNI() || p.VerifyHost() {
+		t.Error("verify_sni/verify_host false not read")
+	}
+	if got := p.ExecAllow(); !slices.Equal(got, []string{"/bin/sh", "/usr/lib/chromium/"}) {
+		t.Errorf("ExecAllow = %q", got)
+	}
+	if got := DenyAll().Upstreams(); got != nil {
+		t.Errorf("DenyAll upstreams = %q, want nil", got)
+	}
+}
+
+func TestParseWarnings(t *testing.T) {
+	tests := []struct {
+		why  string
+		src  string
+		want []string
+	}{
+		{
+			why:  "omitted ports on an allow rule allow every port",
+			src:  "version: 1\nallow:\n  - host: a.test\n",
+			want: []string{"test.yaml:3:5: allow[0]: ports omitted: all ports allowed"},
+		},
+		{
+			why: "omitted ports on a deny rule are the natural reading",
+			src: "version: 1\ndeny:\n  - host: a.test\n",
+		},
+		{
+			why: "a broad allow cidr lifts the special-range guard",
+			src: "version: 1\nallow:\n  - cidr: 0.0.0.0/0\n    ports: [443]\n",
+			want: []string{
+				"test.yaml:3:11: allow[0].cidr: 0.0.0.0/0 overlaps special ranges (0.0.0.0/8, 10.0.0.0/8",
+				"test.yaml:3:11: allow[0].cidr: 0.0.0.0/0 contains cloud metadata addresses; they stay denied",
+			},
+		},
+		{
+			why:  "a static answer that is a metadata address stays denied",
+			src:  "version: 1\ndns:\n  hosts:\n    meta.test: [\"::ffff:169.254.169.254\"]\n",
+			want: []string{"test.yaml:4:17: dns.hosts.meta.test[0]: 169.254.169.254 is a cloud metadata address"},
+		},
+		{
+			why:  "turning verification off is worth a word",
+			src:  "version: 1\ntls: {verify_sni: false}\n",
+			want: []string{"test.yaml:2:19: tls.verify_sni is false"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.why, func(t *testing.T) {
+			got := mustParse(t, tt.src).Warnings()
+			if len(got) != len(tt.want) {
+				t.Fatalf("warnings = %q, want %d", got, len(tt.want))
+			}
+			for i, w := range tt.want {
+				if !strings.HasPrefix(got[i], w) {
+					t.Errorf("warning %d = %q, want prefix %q", i, got[i], w)
+				}
+			}
+		})
+	}
+}
+
+// TestSummary checks that the summary is normalized: equivalent files give
+// the same summary, and a summary parses back to itself.
+func TestSummary(t *testing.T) {
+	a := mustParse(t, `
+version: 1
+allow:
+  - host: APP.test.
+    ports: [443, 80, 80]
+  - cidr: "::ffff:203.0.113.0/120"
+    ports: ["1000-2000", "1500-2500"]
+deny:
+  - host: "*.Ads.test"
+    proto: any
+dns:
+  upstream: [127.0.0.53]
+  hosts: {b.test: [127.0.0.2], a.test: [127.0.0.1]}
+`)
+	b := mustParse(t, `
+version: 1
+allow:
+  - {host: app.test, ports: [80, "443"], proto: tcp}
+  - {cidr: 203.0.113.0/24, ports: ["1000-2500"]}
+deny:
+  - {host: "*.ads.test"}
+dns:
+  upstream: ["127.0.0.53:53"]
+  hosts:
+    a.test: [127.0.0.1]
+    b.test: [127.0.0.2]
+tls: {verify_sni: true}
+`)
+	if a.Summary() != b.Summary() {
+		t.Errorf("equivalent policies differ:\n%s\n---\n%s", a.Summary(), b.Summary())
+	}
+	for _, p := range []*Policy{a, DenyAll(), DenyAll().WithLocal(netip.MustParsePrefix("10.0.2.0/24"))} {
+		s := p.Summary()
+		q, err := Parse("summary.yaml", []byte(s))
+		if err != nil {
+			t.Fatalf("summary does not parse: %v\n%s", err, s)
+		}
+		if p.local == nil && q.Summary() != s {
+			t.Errorf("summary changed on reparse:\n%s\n---\n%s", s, q.Summary())
+		}
+	}
+	for _, want := range []string{
+		`- {host: "app.test", proto: tcp, ports: [80, 443]}  # allow[0]`,
+		`- {cidr: "203.0.113.0/24", proto: tcp, ports: ["1000-2500"]}  # allow[1]`,
+		`- {host: "*.ads.test", proto: any}  # deny[0], all ports`,
+	} {
+		if !strings.Contains(a.Summary(), want) {
+			t.Errorf("summary lacks %q:\n%s", want, a.Summary())
+		}
+	}
+}
+
+func TestDenyAll(t *testing.T) {
+	p := DenyAll()
+	if p.SHA256() != "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" {
+		t.Errorf("SHA256 = %s", p.SHA256())
+	}
+	if !p.VerifySNI() || !p.VerifyHost() || p.ExecAllow() != nil || p.Warnings() != nil {
+		t.Error("DenyAll defaults wrong")
+	}
+	for _, f := range []Flow{
+		{Proto: TCP, Addr: netip.MustParseAddr("203.0.113.1"), Port: 443},
+		{Proto: UDP, Host: "app.test", Port: 53},
+	} {
+		if d := p.Decide(f); d.Verdict != Deny || d.Rule != RuleDefault {
+			t.Errorf("Decide(%v) = %v", f, d)
+		}
+	}
+	if d := p.NameAllowed("app.test"); d.Verdict != Deny {
+		t.Errorf("NameAllowed = %v", d)
+	}
+}
