@@ -1,0 +1,285 @@
+package audit
+
+import (
+	"bytes"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestFloodIsAggregated(t *testing.T) {
+	const events = 100_000
+	path := tempLog(t)
+	clock := newFakeClock()
+	l := mustOpen(t, path, Options{Now: clock.Now})
+	step := 5 * time.Second / events
+	immediate := 0
+	for i := range events {
+		if l.Log(denyFlow(1024+i%60000)) != 0 {
+			immediate++
+		}
+		clock.Advance(step)
+	}
+	mustClose(t, l)
+
+	lines := readLines(t, path)
+	if len(lines) > 12 {
+		t.Fatalf("%d records for a 5 s flood of one denial; want about 2 per second", len(lines))
+	}
+	if immediate < 5 || immediate > 6 {
+		t.Errorf("%d denials logged at once, want one per window (5 or 6)", immediate)
+	}
+	var total float64
+	for _, line := range lines {
+		m := decode(t, line)
+		if c, ok := m["count"].(float64); ok {
+			total += c
+		} else {
+			total++
+		}
+	}
+	if total != events {
+		t.Errorf("records account for %v denials, want %d", total, events)
+	}
+	if n, _, err := VerifyFile(path, nil); err != nil || n != len(lines) {
+		t.Errorf("VerifyFile = %d, %v", n, err)
+	}
+}
+
+func TestAggregationWindow(t *testing.T) {
+	var buf bytes.Buffer
+	clock := newFakeClock()
+	l := startMem(Options{Now: clock.Now}, &buf)
+	if s := l.Log(denyFlow(1)); s != 1 {
+		t.Fatalf("first denial seq %d, want 1", s)
+	}
+	for i := range 9 {
+		if s := l.Log(denyFlow(2 + i)); s != 0 {
+			t.Fatalf("repeat %d logged with seq %d, want folded (0)", i, s)
+		}
+	}
+	clock.Advance(500 * time.Millisecond)
+	l.sweep(false) // window not over: nothing to write
+	if s := l.Log(denyFlow(20)); s != 0 {
+		t.Fatalf("repeat within the window logged with seq %d", s)
+	}
+	clock.Advance(600 * time.Millisecond)
+	l.sweep(false) // window over: the aggregate gets seq 2
+	if s := l.Log(denyFlow(21)); s != 3 {
+		t.Fatalf("first denial of the next window seq %d, want 3", s)
+	}
+	mustClose(t, l)
+
+	lines := splitLines(buf.Bytes())
+	if len(lines) != 3 {
+		t.Fatalf("%d records, want 3:\n%s", len(lines), buf.String())
+	}
+	first, agg, next := decode(t, lines[0]), decode(t, lines[1]), decode(t, lines[2])
+	if _, ok := first["count"]; ok {
+		t.Errorf("first record has a count: %s", lines[0])
+	}
+	if agg["count"] != float64(10) || agg["src"] != "10.0.2.100:2" || agg["seq"] != float64(2) {
+		t.Errorf("aggregate %s; want seq 2, count 10, the first folded event's src", lines[1])
+	}
+	if agg["time"] != clock.t.Format(time.RFC3339Nano) {
+		t.Errorf("aggregate time %v, want the window's end %v", agg["time"], clock.t.Format(time.RFC3339Nano))
+	}
+	if _, ok := next["count"]; ok || next["src"] != "10.0.2.100:21" {
+		t.Errorf("next window's first record %s", lines[2])
+	}
+}
+
+func TestAggregationKeys(t *testing.T) {
+	base := denyFlow(1000)
+	with := func(f func(*Flow)) Flow { c := base; f(&c); return c }
+	dns := DNS{Action: "deny", QName: "evil.test", QType: "A", Rule: "default"}
+	pkt := Packet{Action: "deny", Proto: "icmp", Src: "10.0.2.100", Dst: "203.0.113.1", Reason: "icmp type 8"}
+	cases := []struct {
+		name   string
+		why    string
+		a, b   Event
+		folded bool
+	}{
+		{"source port", "a flood from many source ports is one denial", base, with(func(f *Flow) { f.Src = "10.0.2.100:2000" }), true},
+		{"source ip", "a different source is a different story", base, with(func(f *Flow) { f.Src = "10.0.2.101:1000" }), false},
+		{"ipv6 source port", "ports are stripped from bracketed addresses too",
+			with(func(f *Flow) { f.Src = "[fd00::100]:1" }), with(func(f *Flow) { f.Src = "[fd00::100]:2" }), true},
+		{"destination", "each refused destination is reported", base, with(func(f *Flow) { f.Dst = "169.254.169.254:81" }), false},
+		{"rule", "a different rule is a different reason", base, with(func(f *Flow) { f.Rule = "default" }), false},
+		{"host", "each refused name is reported", base, with(func(f *Flow) { f.Host = "evil.test" }), false},
+		{"proto", "udp and tcp are reported apart", base, with(func(f *Flow) { f.Proto = "udp" }), false},
+		{"allowed flows", "allowed flows are never folded: each has a flow_end",
+			with(func(f *Flow) { f.Action = "allow" }), with(func(f *Flow) { f.Action = "allow" }), false},
+		{"dns same", "repeated NXDOMAINs fold", dns, dns, true},
+		{"dns qtype", "A and AAAA are reported apart", dns, DNS{Action: "deny", QName: "evil.test", QType: "AAAA", Rule: "default"}, false},
+		{"dns qname", "each refused name is reported", dns, DNS{Action: "deny", QName: "evil2.test", QType: "A", Rule: "default"}, false},
+		{"dns allow", "allowed answers are never folded", DNS{Action: "allow", QName: "a.test", QType: "A"}, DNS{Action: "allow", QName: "a.test", QType: "A"}, false},
+		{"packet same", "an ICMP flood folds", pkt, pkt, true},
+		{"packet reason", "packets have no rule; the reason tells them apart", pkt, Packet{Action: "deny", Proto: "icmp", Src: "10.0.2.100", Dst: "203.0.113.1", Reason: "icmp type 13"}, false},
+		{"flow then packet", "event types are keyed apart", Packet{Action: "deny", Proto: "tcp", Src: base.Src, Dst: base.Dst}, Flow{Action: "deny", Proto: "tcp", Src: base.Src, Dst: base.Dst}, false},
+		{"l7", "l7 denials are one per flow and never folded", L7{Action: "deny", FlowSeq: 1, Host: "a.test", SNI: "b.test"}, L7{Action: "deny", FlowSeq: 1, Host: "a.test", SNI: "b.test"}, false},
+		{"exec", "each exec attempt is recorded", Exec{Action: "deny", Path: "/bin/sh"}, Exec{Action: "deny", Path: "/bin/sh"}, false},
+		{"pointer", "a pointer to an event is the same event", &dns, dns, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLogger(Options{Now: newFakeClock().Now})
+			if s := l.Log(tc.a); s != 1 {
+				t.Fatalf("first event seq %d, want 1", s)
+			}
+			s := l.Log(tc.b)
+			if folded := s == 0; folded != tc.folded {
+				t.Errorf("second event seq %d: folded = %v, want %v (%s)", s, folded, tc.folded, tc.why)
+			}
+		})
+	}
+}
+
+func TestAggregationTableIsBounded(t *testing.T) {
+	var buf bytes.Buffer
+	clock := newFakeClock()
+	l := startMem(Options{Now: clock.Now, AggKeys: 4}, &buf)
+	seqs := 0
+	for i := range 10 {
+		if l.Log(Flow{Action: "deny", Proto: "tcp", Src: "10.0.2.100:1", Dst: fmt.Sprintf("203.0.113.%d:80", i), Rule: "default"}) != 0 {
+			seqs++
+		}
+	}
+	l.mu.Lock()
+	size := len(l.agg)
+	l.mu.Unlock()
+	if size > 5 {
+		t.Errorf("table holds %d keys with AggKeys 4 (+1 overflow)", size)
+	}
+	mustClose(t, l)
+	// 4 keys logged at once, the 5th opens the overflow entry and is
+	// logged, the other 5 fold into it.
+	if seqs != 5 {
+		t.Errorf("%d denials logged at once, want 5", seqs)
+	}
+	lines := splitLines(buf.Bytes())
+	if len(lines) != 6 {
+		t.Fatalf("%d records, want 6:\n%s", len(lines), buf.String())
+	}
+	m := decode(t, lines[5])
+	if m["count"] != float64(5) || m["dst"] != "" || !strings.Contains(m["reason"].(string), "bound") {
+		t.Errorf("overflow record %s; want count 5, no dst, a reason naming the bound", lines[5])
+	}
+}
+
+func TestFullQueueFoldsDenials(t *testing.T) {
+	clock := newFakeClock()
+	l := newLogger(Options{Now: clock.Now, QueueLen: 4})
+	var buf bytes.Buffer
+	l.setOutput(&buf, nil, zeroHash, 0)
+	for i := range 4 {
+		if s := l.Log(FlowEnd{FlowSeq: uint64(i)}); s != uint64(i+1) {
+			t.Fatalf("seq %d, want %d", s, i+1)
+		}
+	}
+	// The writer is not running: the queue is full. Denials must not wait.
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 100 {
+			if s := l.Log(denyFlow(i)); s != 0 {
+				t.Errorf("denial on a full queue got seq %d, want folded", s)
+			}
+		}
+		l.Log(DNS{Action: "deny", QName: "x.test", QType: "A", Rule: "default"})
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Log of a denial blocked on a full queue")
+	}
+	if len(l.pending) != 4 {
+		t.Errorf("queue grew to %d past its bound 4", len(l.pending))
+	}
+	go l.run()
+	mustClose(t, l)
+	lines := splitLines(buf.Bytes())
+	if len(lines) != 6 {
+		t.Fatalf("%d records, want 4 + 2 aggregates:\n%s", len(lines), buf.String())
+	}
+	counts := map[string]float64{}
+	for _, line := range lines[4:] {
+		m := decode(t, line)
+		counts[m["event"].(string)] = m["count"].(float64)
+	}
+	if counts["flow"] != 100 || counts["dns"] != 1 {
+		t.Errorf("aggregate counts %v, want flow 100 and dns 1 (every folded denial counted)", counts)
+	}
+	if n, _, err := Verify(bytes.NewReader(buf.Bytes()), nil); err != nil || n != 6 {
+		t.Errorf("Verify = %d, %v", n, err)
+	}
+}
+
+func TestWaitingEventIsReleasedByClose(t *testing.T) {
+	l := newLogger(Options{QueueLen: 1})
+	l.Log(Exit{})
+	got := make(chan uint64)
+	go func() { got <- l.Log(Exit{}) }() // waits for room
+	time.Sleep(10 * time.Millisecond)
+	go l.run()
+	select {
+	case s := <-got:
+		if s != 2 {
+			t.Errorf("waiting event got seq %d, want 2", s)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("event waiting for room was never let in")
+	}
+	mustClose(t, l)
+}
+
+func TestHumanLines(t *testing.T) {
+	var human bytes.Buffer
+	clock := newFakeClock()
+	l := mustOpen(t, "", Options{Human: &human, Now: clock.Now})
+	l.Log(Start{Version: "x"})
+	l.Log(denyFlow(1))
+	l.Log(denyFlow(2))
+	l.Log(denyFlow(3))
+	l.Log(Flow{Action: "allow", Proto: "tcp", Src: "10.0.2.100:5", Dst: "198.18.0.1:443", Rule: "allow[0]"})
+	l.Log(L7{Action: "deny", FlowSeq: 9, Host: "app.test", SNI: "evil.test", Reason: "sni does not match"})
+	l.Log(L7{Action: "deny", FlowSeq: 9, Host: "app.test", SNI: "evil.test", Reason: "sni does not match"})
+	l.Log(Exec{Action: "deny", Path: "/bin/sh", PID: 7})
+	l.Log(Exec{Action: "allow", Path: "/usr/bin/curl", PID: 7})
+	l.Log(Inbound{Action: "deny", Listen: "127.0.0.1:8080", Dst: "10.0.2.100:80", Src: "127.0.0.1:5000"})
+	l.Log(DNS{Action: "deny", QName: "evil.test", QType: "A", Rule: "default"})
+	l.Log(Packet{Action: "deny", Proto: "icmp", Src: "10.0.2.100", Dst: "203.0.113.9"})
+	clock.Advance(2 * time.Second)
+	l.sweep(false)
+	l.Log(Exit{})
+	mustClose(t, l)
+	want := []string{
+		"nsgate: deny tcp 10.0.2.100:1 -> 169.254.169.254:80 rule=builtin:metadata: 169.254.169.254 is a cloud metadata address",
+		"nsgate: deny l7 flow=9 host=app.test sni=evil.test: sni does not match",
+		"nsgate: deny l7 flow=9 host=app.test sni=evil.test: sni does not match",
+		"nsgate: deny exec /bin/sh pid=7",
+		"nsgate: deny inbound 127.0.0.1:5000 -> 127.0.0.1:8080 -> 10.0.2.100:80",
+		"nsgate: deny dns evil.test A rule=default",
+		"nsgate: deny icmp 10.0.2.100 -> 203.0.113.9",
+		"nsgate: deny tcp 10.0.2.100:2 -> 169.254.169.254:80 rule=builtin:metadata: 169.254.169.254 is a cloud metadata address (2 more like this in the last second)",
+	}
+	if got := strings.Split(strings.TrimSuffix(human.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("human lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestHumanOverflowLine(t *testing.T) {
+	var human bytes.Buffer
+	l := mustOpen(t, "", Options{Human: &human, AggKeys: 1, Now: newFakeClock().Now})
+	for i := range 4 {
+		l.Log(DNS{Action: "deny", QName: fmt.Sprintf("n%d.test", i), QType: "A", Rule: "default"})
+	}
+	mustClose(t, l)
+	want := "nsgate: deny dns n0.test A rule=default\n" +
+		"nsgate: deny dns n1.test A rule=default\n" +
+		"nsgate: deny dns: 2 more of differing kinds in the last second (too many distinct denials to list)\n"
+	if human.String() != want {
+		t.Errorf("human:\n%s\nwant:\n%s", human.String(), want)
+	}
+}

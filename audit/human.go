@@ -1,0 +1,179 @@
+package audit
+
+import (
+	"strconv"
+	"strings"
+	"unicode"
+)
+
+// FormatHuman renders ev as one line for a person, without a newline:
+//
+//	nsgate: deny tcp 10.0.2.100:41234 -> 169.254.169.254:80 rule=builtin:metadata: 169.254.169.254 is a cloud metadata address
+//
+// A non-zero Count is rendered as " (N more like this)". Strings that come
+// from the worker (names, paths, addresses) are quoted when they hold
+// control characters, spaces or anything not printable, so a hostile name
+// cannot forge a second line or restyle the terminal.
+func FormatHuman(ev Event) string {
+	ev = normalize(ev)
+	if ev == nil {
+		return "nsgate: <nil event>"
+	}
+	s := "nsgate: " + humanBody(ev)
+	if n := countOf(ev); n > 0 {
+		s += " (" + strconv.FormatUint(n, 10) + " more like this)"
+	}
+	return s
+}
+
+// humanBody is FormatHuman without the "nsgate: " prefix and the count.
+func humanBody(ev Event) string {
+	var b strings.Builder
+	switch e := ev.(type) {
+	case Flow:
+		b.WriteString(word(e.Action) + " " + word(e.Proto) + " " + word(e.Src) + " -> " + word(e.Dst))
+		field(&b, "host", e.Host)
+		field(&b, "upstream", e.Upstream)
+		field(&b, "rule", e.Rule)
+		if len(e.Refused) > 0 {
+			rawField(&b, "refused", list(e.Refused))
+		}
+		reason(&b, e.Reason)
+	case Packet:
+		b.WriteString(word(e.Action) + " " + word(e.Proto) + " " + word(e.Src) + " -> " + word(e.Dst))
+		reason(&b, e.Reason)
+	case DNS:
+		b.WriteString(word(e.Action) + " dns " + word(e.QName) + " " + word(e.QType))
+		if len(e.Answer) > 0 {
+			rawField(&b, "answer", list(e.Answer))
+		}
+		field(&b, "rule", e.Rule)
+	case L7:
+		b.WriteString(word(e.Action) + " l7 flow=" + strconv.FormatUint(e.FlowSeq, 10))
+		field(&b, "host", e.Host)
+		field(&b, "sni", e.SNI)
+		field(&b, "http_host", e.HTTPHost)
+		reason(&b, e.Reason)
+	case Exec:
+		b.WriteString(word(e.Action) + " exec " + word(e.Path) + " pid=" + strconv.Itoa(e.PID))
+		reason(&b, e.Reason)
+	case Inbound:
+		b.WriteString(word(e.Action) + " inbound " + word(e.Src) + " -> " + word(e.Listen) + " -> " + word(e.Dst))
+	case Start:
+		b.WriteString("start version=" + word(e.Version) + " pid=" + strconv.Itoa(e.PID))
+		field(&b, "policy_sha256", e.PolicySHA256)
+		if len(e.Degraded) > 0 {
+			rawField(&b, "degraded", list(e.Degraded))
+		}
+	case FlowEnd:
+		b.WriteString("flow_end flow=" + strconv.FormatUint(e.FlowSeq, 10) +
+			" bytes_out=" + strconv.FormatInt(e.BytesOut, 10) +
+			" bytes_in=" + strconv.FormatInt(e.BytesIn, 10) +
+			" duration_ms=" + strconv.FormatInt(e.DurationMS, 10))
+		field(&b, "error", e.Error)
+	case Policy:
+		b.WriteString("policy " + word(e.Action))
+		field(&b, "policy_sha256", e.PolicySHA256)
+		reason(&b, e.Error)
+	case Exit:
+		b.WriteString("exit code=" + strconv.Itoa(e.Code))
+	default:
+		b.WriteString(word(ev.EventName()))
+	}
+	return b.String()
+}
+
+// isDeny reports whether ev is a denial that gets a human line.
+func isDeny(ev Event) bool {
+	switch ev.(type) {
+	case Flow, Packet, DNS, L7, Exec, Inbound:
+		return actionOf(ev) == "deny"
+	}
+	return false
+}
+
+// actionOf returns ev's Action, or "" for events without one.
+func actionOf(ev Event) string {
+	switch e := ev.(type) {
+	case Flow:
+		return e.Action
+	case Packet:
+		return e.Action
+	case DNS:
+		return e.Action
+	case L7:
+		return e.Action
+	case Exec:
+		return e.Action
+	case Inbound:
+		return e.Action
+	case Policy:
+		return e.Action
+	}
+	return ""
+}
+
+// countOf returns ev's Count, or 0 for events without one.
+func countOf(ev Event) uint64 {
+	switch e := ev.(type) {
+	case Flow:
+		return e.Count
+	case Packet:
+		return e.Count
+	case DNS:
+		return e.Count
+	}
+	return 0
+}
+
+// field appends " name=value" when value is not empty.
+func field(b *strings.Builder, name, value string) {
+	if value == "" {
+		return
+	}
+	b.WriteString(" " + name + "=" + word(value))
+}
+
+// rawField appends " name=value" for a value that is already cleaned.
+func rawField(b *strings.Builder, name, value string) {
+	b.WriteString(" " + name + "=" + value)
+}
+
+// reason appends ": text" when text is not empty. The reason is ours, not
+// the worker's, but it may quote worker input, so it is cleaned too.
+func reason(b *strings.Builder, text string) {
+	if text == "" {
+		return
+	}
+	b.WriteString(": " + clean(text, false))
+}
+
+// list renders values comma-separated, each cleaned.
+func list(vs []string) string {
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = word(v)
+	}
+	return strings.Join(out, ",")
+}
+
+// word renders one field value: quoted if empty or if it holds spaces or
+// anything not printable.
+func word(s string) string {
+	if s == "" {
+		return `""`
+	}
+	return clean(s, true)
+}
+
+// clean returns s, or s quoted with Go escapes when it holds a control
+// character, invalid UTF-8, a non-printable rune, a quote, or (when
+// noSpace) a space.
+func clean(s string, noSpace bool) string {
+	for _, r := range s {
+		if r == unicode.ReplacementChar || r == '"' || !unicode.IsPrint(r) || (noSpace && unicode.IsSpace(r)) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}

@@ -1,0 +1,23 @@
+package audit
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// lockFile takes an exclusive advisory lock on f, so that two nsgate
+// processes never append to one log (their chains would interleave). The
+// lock lasts until f is closed.
+func lockFile(f *os.File) error {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+	if errors.Is(err, unix.EWOULDBLOCK) {
+		return errors.New("in use by another process (two writers would break the chain); use a different --audit file")
+	}
+	if err != nil {
+		return fmt.Errorf("lock: %w", err)
+	}
+	return nil
+}
