@@ -1,0 +1,218 @@
+package netstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strings"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/policy"
+	"github.com/nsgate/nsgate/relay"
+)
+
+// plan is the decision on one flow and what to dial for it.
+type plan struct {
+	proto policy.Proto
+	src   netip.AddrPort // the worker's end
+	dst   netip.AddrPort // what the worker connected to (a fake address for name flows)
+	host  string         // the name, for a flow to a fake address
+	// d is the decision to record: for an allowed flow the decision on
+	// the address dialed, for a denied one the refusing decision.
+	d policy.Decision
+	// reason, when set, replaces d.Reason in the record: the flow was
+	// allowed but failed later (resolution, dial, limit).
+	reason string
+	// targets are the addresses the policy allowed, in the order to try.
+	targets []netip.AddrPort
+	// refused lists resolved answers the policy refused.
+	refused []string
+}
+
+func (p *plan) allowed() bool { return p.d.Verdict == policy.Allow && p.reason == "" }
+
+// fail turns an allowed plan into a refusal with reason.
+func (p *plan) fail(format string, args ...any) {
+	p.reason = fmt.Sprintf(format, args...)
+}
+
+// endpointAddrs returns the worker's and the destination's address and
+// port of a transport endpoint ID from the stack's point of view.
+func endpointAddrs(id stack.TransportEndpointID) (src, dst netip.AddrPort) {
+	return netip.AddrPortFrom(addrOf(id.RemoteAddress), id.RemotePort),
+		netip.AddrPortFrom(addrOf(id.LocalAddress), id.LocalPort)
+}
+
+func addrOf(a tcpip.Address) netip.Addr {
+	ip, _ := netip.AddrFromSlice(a.AsSlice())
+	return ip
+}
+
+// decideOne asks the current policy about f; no policy denies.
+func (g *Gateway) decideOne(f policy.Flow) policy.Decision {
+	p := g.policy()
+	if p == nil {
+		return policy.Decision{Verdict: policy.Deny, Rule: "default", Reason: "no policy loaded"}
+	}
+	return p.Decide(f)
+}
+
+// classify takes the pure first step of a decision. For an IP flow it is
+// complete. For a flow to a fake address it checks the name alone and
+// reports needResolve when the name may be allowed: then resolve must run
+// before anything is dialed.
+func (g *Gateway) classify(proto policy.Proto, src, dst netip.AddrPort) (p plan, needResolve bool) {
+	p = plan{proto: proto, src: src, dst: dst}
+	if g.names != nil {
+		if name, ok := g.names.NameOf(dst.Addr()); ok {
+			p.host = name
+			p.d = g.decideOne(policy.Flow{Proto: proto, Host: name, Port: dst.Port()})
+			return p, p.d.Verdict == policy.Allow
+		}
+	}
+	p.d = g.decideOne(policy.Flow{Proto: proto, Addr: dst.Addr(), Port: dst.Port()})
+	if p.d.Verdict == policy.Allow {
+		p.targets = []netip.AddrPort{dst}
+	}
+	return p, false
+}
+
+// resolve completes a name flow's plan: it resolves the name on the host
+// side, puts every answer through the policy and keeps those allowed as
+// targets. With none allowed the plan is a denial listing the refused
+// answers. It blocks on Names.Resolve until ctx is done.
+func (g *Gateway) resolve(ctx context.Context, p *plan) {
+	addrs, err := g.names.Resolve(ctx, p.host)
+	if err != nil {
+		p.fail("resolve: %v", err)
+		return
+	}
+	if len(addrs) == 0 {
+		p.fail("resolve: no addresses")
+		return
+	}
+	var first policy.Decision
+	var allowed *policy.Decision
+	for _, a := range addrs {
+		d := g.decideOne(policy.Flow{Proto: p.proto, Host: p.host, Addr: a, Port: p.dst.Port()})
+		if d.Verdict == policy.Allow {
+			p.targets = append(p.targets, netip.AddrPortFrom(a, p.dst.Port()))
+			if allowed == nil {
+				allowed = &d
+			}
+			continue
+		}
+		if len(p.refused) == 0 {
+			first = d
+		}
+		p.refused = append(p.refused, a.String())
+	}
+	if allowed != nil {
+		p.d = *allowed
+		return
+	}
+	p.d = first
+	p.d.Reason = fmt.Sprintf("all %d resolved addresses refused: %s", len(addrs), first.Reason)
+}
+
+// dialAny dials the plan's targets in order until one connects, within
+// ctx. Every target was checked by the policy; nothing else is dialed.
+func (g *Gateway) dialAny(ctx context.Context, network string, p *plan) (net.Conn, netip.AddrPort, error) {
+	var errs []error
+	for _, t := range p.targets {
+		c, err := g.dial(ctx, network, t.String())
+		if err == nil {
+			return c, t, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if len(errs) == 0 {
+		return nil, netip.AddrPort{}, errors.New("no address to dial")
+	}
+	return nil, netip.AddrPort{}, errors.Join(errs...)
+}
+
+// record writes the plan's flow record and returns its seq. upstream is
+// the address dialed (valid only for an allowed flow).
+func (g *Gateway) record(p *plan, upstream netip.AddrPort) uint64 {
+	ev := audit.Flow{
+		Action:  "deny",
+		Proto:   p.proto.String(),
+		Src:     p.src.String(),
+		Dst:     p.dst.String(),
+		Host:    p.host,
+		Rule:    p.d.Rule,
+		Reason:  p.d.Reason,
+		Refused: p.refused,
+	}
+	if p.allowed() {
+		ev.Action = "allow"
+		ev.Upstream = upstream.String()
+	}
+	if p.reason != "" {
+		ev.Reason = p.reason
+	}
+	return g.audit.Log(ev)
+}
+
+// countDecision updates the allow/deny counters of p's protocol.
+func (g *Gateway) countDecision(p *plan) {
+	switch {
+	case p.proto == policy.TCP && p.allowed():
+		g.stats.tcpAllowed.Add(1)
+	case p.proto == policy.TCP:
+		g.stats.tcpDenied.Add(1)
+	case p.allowed():
+		g.stats.udpAllowed.Add(1)
+	default:
+		g.stats.udpDenied.Add(1)
+	}
+}
+
+// endRecord writes the flow_end record of a relayed flow.
+func (g *Gateway) endRecord(seq uint64, res relay.Result, ms int64) {
+	g.stats.bytesOut.Add(uint64(res.AToB))
+	g.stats.bytesIn.Add(uint64(res.BToA))
+	g.audit.Log(audit.FlowEnd{
+		FlowSeq:    seq,
+		BytesOut:   res.AToB,
+		BytesIn:    res.BToA,
+		DurationMS: ms,
+		Error:      endError(res, g.ctx.Err() != nil),
+	})
+}
+
+// endError describes why a relay ended, for flow_end records. The worker
+// is side A of every relay, upstream side B. closing says the gateway is
+// shutting down, which aborts the stack's endpoints too.
+func endError(res relay.Result, closing bool) string {
+	switch {
+	case res.Err == nil:
+		return ""
+	case errors.Is(res.Err, relay.ErrIdle):
+		return "idle timeout"
+	case closing || errors.Is(res.Err, context.Canceled):
+		return "gateway shut down"
+	}
+	msg := res.Err.Error()
+	switch res.Failed {
+	case relay.SideA:
+		return "worker: " + msg
+	case relay.SideB:
+		return "upstream: " + msg
+	}
+	return msg
+}
+
+// limitReason formats the reason for a flow refused by a limit.
+func limitReason(what string, max int) string {
+	return "limit: " + strings.TrimSpace(fmt.Sprintf("%d %s", max, what))
+}

@@ -1,0 +1,92 @@
+package netstack
+
+import (
+	"context"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/policy"
+	"github.com/nsgate/nsgate/relay"
+)
+
+// handleTCP serves one connection request from the worker (the forwarder
+// calls it on its own goroutine for each new SYN). It decides, dials
+// upstream, and only then completes the worker's handshake; any failure
+// on the way resets the connection, and nothing is dialed for a denied
+// flow.
+func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
+	if !g.enter() {
+		r.Complete(true)
+		return
+	}
+	defer g.wg.Done()
+
+	src, dst := endpointAddrs(r.ID())
+	p, needResolve := g.classify(policy.TCP, src, dst)
+	if p.d.Verdict != policy.Allow {
+		g.refuseTCP(r, &p)
+		return
+	}
+	if !tryAcquire(&g.tcpFlows, g.lim.MaxFlows) {
+		p.fail("%s", limitReason("concurrent tcp flows", g.lim.MaxFlows))
+		g.stats.limitRefused.Add(1)
+		g.refuseTCP(r, &p)
+		return
+	}
+	defer g.tcpFlows.Add(-1)
+	if !tryAcquire(&g.pendingDials, g.lim.MaxPendingDials) {
+		p.fail("%s", limitReason("pending dials", g.lim.MaxPendingDials))
+		g.stats.limitRefused.Add(1)
+		g.refuseTCP(r, &p)
+		return
+	}
+	ctx, cancel := context.WithTimeout(g.ctx, g.lim.DialTimeout)
+	if needResolve {
+		g.resolve(ctx, &p)
+	}
+	if !p.allowed() {
+		cancel()
+		g.pendingDials.Add(-1)
+		if p.reason != "" {
+			g.stats.dialFailed.Add(1)
+		}
+		g.refuseTCP(r, &p)
+		return
+	}
+	up, target, err := g.dialAny(ctx, "tcp", &p)
+	cancel()
+	g.pendingDials.Add(-1)
+	if err != nil {
+		p.fail("dial: %v", err)
+		g.stats.dialFailed.Add(1)
+		g.refuseTCP(r, &p)
+		return
+	}
+
+	g.countDecision(&p)
+	seq := g.record(&p, target)
+	start := time.Now()
+	var wq waiter.Queue
+	ep, terr := r.CreateEndpoint(&wq)
+	if terr != nil {
+		r.Complete(true)
+		up.Close()
+		g.audit.Log(audit.FlowEnd{FlowSeq: seq, Error: "worker handshake: " + tcpipError(terr).Error()})
+		return
+	}
+	r.Complete(false)
+	worker := gonet.NewTCPConn(&wq, ep)
+	res := relay.Copy(g.ctx, worker, up, g.lim.TCPIdle)
+	g.endRecord(seq, res, time.Since(start).Milliseconds())
+}
+
+// refuseTCP resets the worker's connection attempt and records why.
+func (g *Gateway) refuseTCP(r *tcp.ForwarderRequest, p *plan) {
+	r.Complete(true)
+	g.countDecision(p)
+	g.record(p, p.dst)
+}

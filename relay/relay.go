@@ -1,0 +1,323 @@
+// Package relay copies bytes between two connections in both directions:
+// the worker's side of a flow and the upstream nsgate dialed for it.
+//
+// Copy is for streams (TCP): it propagates half-close with CloseWrite, ends
+// the relay after a period with no traffic in either direction, counts the
+// bytes of each direction and records which side failed first. Packets is
+// the same for datagram connections (connected UDP): one Read is one
+// datagram, there is no half-close, and transient ICMP-induced errors are
+// not fatal.
+//
+// Both use pooled buffers, so a relay allocates nothing per read.
+package relay
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// ErrIdle is the Result.Err of a relay that ended because no byte moved in
+// either direction for the idle duration.
+var ErrIdle = errors.New("idle timeout")
+
+// StreamBufferSize is the size of each direction's buffer in Copy.
+const StreamBufferSize = 32 << 10
+
+// PacketBufferSize is the size of each direction's buffer in Packets: large
+// enough for any UDP datagram, so none is truncated.
+const PacketBufferSize = 64 << 10
+
+// Buffer pools. Pools hold *[]byte so that Put does not allocate.
+var (
+	streamBufs = sync.Pool{New: func() any { b := make([]byte, StreamBufferSize); return &b }}
+	packetBufs = sync.Pool{New: func() any { b := make([]byte, PacketBufferSize); return &b }}
+)
+
+// GetPacketBuffer returns a pooled buffer of PacketBufferSize bytes. Give it
+// back with PutPacketBuffer once nothing refers to it.
+func GetPacketBuffer() *[]byte { return packetBufs.Get().(*[]byte) }
+
+// PutPacketBuffer returns a buffer from GetPacketBuffer to the pool.
+func PutPacketBuffer(b *[]byte) {
+	if b != nil && len(*b) == PacketBufferSize {
+		packetBufs.Put(b)
+	}
+}
+
+// Side names one of the two connections given to Copy or Packets.
+type Side uint8
+
+const (
+	// SideNone: no connection failed (clean end, idle, or cancelled).
+	SideNone Side = iota
+	// SideA is the first connection argument.
+	SideA
+	// SideB is the second connection argument.
+	SideB
+)
+
+// String returns "a", "b" or "none".
+func (s Side) String() string {
+	switch s {
+	case SideA:
+		return "a"
+	case SideB:
+		return "b"
+	}
+	return "none"
+}
+
+// Result is what a relay observed.
+type Result struct {
+	// AToB counts bytes read from a and written to b; BToA the reverse.
+	AToB, BToA int64
+	// Err is the first error that ended the relay: nil when both
+	// directions reached EOF (streams), ErrIdle after the idle timeout,
+	// the context's error when ctx was cancelled, otherwise the failing
+	// Read or Write error of the side named in Failed.
+	Err error
+	// Failed is the side whose Read or Write returned Err first.
+	Failed Side
+}
+
+// Copy relays between a and b until both directions are finished, one side
+// fails, nothing moves for idle (0: no idle timeout), or ctx is done. It
+// takes ownership of a and b and closes both before it returns; it blocks
+// until both copying goroutines have ended.
+//
+// When one direction reads EOF, Copy half-closes the other connection's
+// write side if it has a CloseWrite method (*net.TCPConn, gonet.TCPConn and
+// *net.UnixConn do) and keeps the opposite direction running; a connection
+// without CloseWrite is closed instead, which ends the relay.
+func Copy(ctx context.Context, a, b net.Conn, idle time.Duration) Result {
+	return run(ctx, a, b, idle, false)
+}
+
+// Packets relays datagrams between two connected datagram connections (for
+// example a gonet.UDPConn and a connected *net.UDPConn) until one side
+// fails, nothing moves for idle (0: none), or ctx is done. Each Read is
+// written as one datagram. ECONNREFUSED and similar errors that a connected
+// UDP socket reports after an ICMP error are skipped, not fatal. It takes
+// ownership of a and b and closes both before it returns.
+func Packets(ctx context.Context, a, b net.Conn, idle time.Duration) Result {
+	return run(ctx, a, b, idle, true)
+}
+
+// relay is the state shared by the two directions of one run.
+type relay struct {
+	a, b    net.Conn
+	idle    time.Duration
+	packets bool
+	start   time.Time
+	// last is the time of the latest successful read or write in either
+	// direction, in nanoseconds since start.
+	last atomic.Int64
+
+	// mu guards the first-failure record and the closed flag.
+	mu     sync.Mutex
+	err    error
+	failed Side
+	closed bool
+}
+
+func run(ctx context.Context, a, b net.Conn, idle time.Duration, packets bool) Result {
+	r := &relay{a: a, b: b, idle: idle, packets: packets, start: time.Now()}
+	stop := context.AfterFunc(ctx, func() { r.fail(ctx.Err(), SideNone) })
+	var aToB, bToA int64
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); aToB = r.pump(a, b, SideA, SideB) }()
+	go func() { defer wg.Done(); bToA = r.pump(b, a, SideB, SideA) }()
+	wg.Wait()
+	stop()
+	r.closeBoth()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return Result{AToB: aToB, BToA: bToA, Err: r.err, Failed: r.failed}
+}
+
+// fail records err (the first one wins) and closes both connections so the
+// other direction stops too.
+func (r *relay) fail(err error, side Side) {
+	r.mu.Lock()
+	if r.err == nil && !r.closed {
+		r.err, r.failed = err, side
+	}
+	r.mu.Unlock()
+	r.closeBoth()
+}
+
+func (r *relay) closeBoth() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	r.mu.Unlock()
+	r.a.Close()
+	r.b.Close()
+}
+
+func (r *relay) isClosed() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.closed
+}
+
+func (r *relay) touch() {
+	if r.idle > 0 {
+		r.last.Store(int64(time.Since(r.start)))
+	}
+}
+
+// expiry returns when the relay goes idle unless something moves first.
+func (r *relay) expiry() time.Time {
+	return r.start.Add(time.Duration(r.last.Load()) + r.idle)
+}
+
+// deadline keeps one deadline of one connection at the relay's expiry. It
+// is moved only when the expiry has advanced by an eighth of the idle
+// period, so a busy relay does not reset a timer on every read.
+type deadline struct {
+	set func(time.Time) error
+	at  time.Time
+}
+
+func (d *deadline) refresh(r *relay) {
+	if r.idle <= 0 {
+		return
+	}
+	if t := r.expiry(); t.Sub(d.at) > r.idle/8 {
+		d.to(t)
+	}
+}
+
+func (d *deadline) to(t time.Time) {
+	d.at = t
+	d.set(t)
+}
+
+// pump copies src to dst and returns the bytes written. srcSide and dstSide
+// name the connections for the failure record.
+func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side) int64 {
+	pool := &streamBufs
+	if r.packets {
+		pool = &packetBufs
+	}
+	bp := pool.Get().(*[]byte)
+	defer pool.Put(bp)
+	buf := *bp
+
+	rd := deadline{set: src.SetReadDeadline}
+	wd := deadline{set: dst.SetWriteDeadline}
+	var total int64
+	for {
+		rd.refresh(r)
+		n, rerr := src.Read(buf)
+		if n > 0 {
+			r.touch()
+			w, werr := r.write(dst, &wd, buf[:n])
+			total += int64(w)
+			if werr != nil {
+				switch {
+				case werr == ErrIdle:
+					r.fail(ErrIdle, SideNone)
+				case !r.isClosed():
+					r.fail(werr, dstSide)
+				}
+				return total
+			}
+		}
+		if rerr == nil {
+			continue
+		}
+		switch {
+		case errors.Is(rerr, io.EOF) && !r.packets:
+			r.eof(dst)
+			return total
+		case isTimeout(rerr):
+			if r.isClosed() {
+				return total
+			}
+			if exp := r.expiry(); time.Now().Before(exp) {
+				// The other direction moved meanwhile: wait until
+				// the flow as a whole has been quiet for idle.
+				rd.to(exp)
+				continue
+			}
+			r.fail(ErrIdle, SideNone)
+			return total
+		case r.packets && transient(rerr):
+			continue
+		default:
+			if !r.isClosed() {
+				r.fail(rerr, srcSide)
+			}
+			return total
+		}
+	}
+}
+
+// write writes all of p to dst. A write that times out while the relay as
+// a whole is still active (dst is slow, not dead) is resumed.
+func (r *relay) write(dst net.Conn, wd *deadline, p []byte) (int, error) {
+	done := 0
+	for {
+		wd.refresh(r)
+		n, err := dst.Write(p[done:])
+		done += n
+		if n > 0 {
+			r.touch()
+		}
+		if err == nil {
+			return done, nil
+		}
+		if isTimeout(err) && !r.isClosed() {
+			if exp := r.expiry(); time.Now().Before(exp) {
+				wd.to(exp)
+				continue
+			}
+			return done, ErrIdle
+		}
+		if r.packets && transient(err) {
+			return done, nil
+		}
+		return done, err
+	}
+}
+
+// eof half-closes dst after its source reached EOF; without CloseWrite
+// support the relay ends.
+func (r *relay) eof(dst net.Conn) {
+	if cw, ok := dst.(interface{ CloseWrite() error }); ok {
+		if err := cw.CloseWrite(); err == nil {
+			return
+		}
+	}
+	r.closeBoth()
+}
+
+func isTimeout(err error) bool {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return true
+	}
+	var ne net.Error
+	return errors.As(err, &ne) && ne.Timeout()
+}
+
+// transient reports errors a connected datagram socket returns after an
+// ICMP error for an earlier datagram; the socket keeps working.
+func transient(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) ||
+		errors.Is(err, syscall.EHOSTUNREACH) ||
+		errors.Is(err, syscall.ENETUNREACH) ||
+		errors.Is(err, syscall.EMSGSIZE)
+}

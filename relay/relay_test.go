@@ -1,0 +1,341 @@
+package relay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// tcpPair returns the two ends of a loopback TCP connection.
+func tcpPair(t testing.TB) (client, server *net.TCPConn) {
+	t.Helper()
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	ch := make(chan *net.TCPConn, 1)
+	go func() {
+		c, err := ln.AcceptTCP()
+		if err != nil {
+			ch <- nil
+			return
+		}
+		ch <- c
+	}()
+	c, err := net.DialTCP("tcp", nil, ln.Addr().(*net.TCPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := <-ch
+	if s == nil {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { c.Close(); s.Close() })
+	return c, s
+}
+
+// relayed sets up worker <-> [a relay b] <-> upstream over loopback TCP and
+// runs Copy in the background.
+func relayed(t *testing.T, ctx context.Context, idle time.Duration) (worker, upstream *net.TCPConn, done <-chan Result) {
+	t.Helper()
+	worker, a := tcpPair(t)
+	b, upstream := tcpPair(t)
+	ch := make(chan Result, 1)
+	go func() { ch <- Copy(ctx, a, b, idle) }()
+	return worker, upstream, ch
+}
+
+func wait(t *testing.T, ch <-chan Result) Result {
+	t.Helper()
+	select {
+	case r := <-ch:
+		return r
+	case <-time.After(5 * time.Second):
+		t.Fatal("relay did not end")
+		return Result{}
+	}
+}
+
+func TestCopyHalfClose(t *testing.T) {
+	worker, upstream, done := relayed(t, context.Background(), time.Minute)
+	if _, err := worker.Write([]byte("hello")); err != nil {
+		t.Fatal(err)
+	}
+	worker.CloseWrite()
+	got, err := io.ReadAll(upstream)
+	if err != nil || string(got) != "hello" {
+		t.Fatalf("upstream read %q, %v; want hello and EOF (half-close must reach upstream)", got, err)
+	}
+	// The other direction still works after the half-close.
+	if _, err := upstream.Write([]byte("world!")); err != nil {
+		t.Fatal(err)
+	}
+	upstream.CloseWrite()
+	got, err = io.ReadAll(worker)
+	if err != nil || string(got) != "world!" {
+		t.Fatalf("worker read %q, %v; want world! and EOF", got, err)
+	}
+	r := wait(t, done)
+	if r.Err != nil || r.Failed != SideNone || r.AToB != 5 || r.BToA != 6 {
+		t.Fatalf("result %+v; want clean end with 5/6 bytes", r)
+	}
+}
+
+func TestCopyEnds(t *testing.T) {
+	cases := []struct {
+		name string
+		why  string
+		idle time.Duration
+		act  func(t *testing.T, cancel func(), worker, upstream *net.TCPConn)
+		err  error
+		side Side
+	}{
+		{
+			name: "idle",
+			why:  "a flow with no traffic either way ends after the idle period",
+			idle: 100 * time.Millisecond,
+			act:  func(*testing.T, func(), *net.TCPConn, *net.TCPConn) {},
+			err:  ErrIdle,
+		},
+		{
+			name: "idle-after-half-close",
+			why:  "a half-closed flow is still reaped when the open direction goes quiet",
+			idle: 100 * time.Millisecond,
+			act: func(t *testing.T, _ func(), worker, _ *net.TCPConn) {
+				worker.CloseWrite()
+			},
+			err: ErrIdle,
+		},
+		{
+			name: "cancel",
+			why:  "cancelling the context (gateway shutdown) ends the relay",
+			idle: time.Minute,
+			act:  func(_ *testing.T, cancel func(), _, _ *net.TCPConn) { cancel() },
+			err:  context.Canceled,
+		},
+		{
+			name: "upstream-reset",
+			why:  "a reset from upstream is recorded as side b failing first",
+			idle: time.Minute,
+			act: func(t *testing.T, _ func(), _, upstream *net.TCPConn) {
+				upstream.SetLinger(0)
+				upstream.Close()
+			},
+			side: SideB,
+		},
+		{
+			name: "worker-reset",
+			why:  "a reset from the worker is recorded as side a failing first",
+			idle: time.Minute,
+			act: func(t *testing.T, _ func(), worker, _ *net.TCPConn) {
+				worker.SetLinger(0)
+				worker.Close()
+			},
+			side: SideA,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			worker, upstream, done := relayed(t, ctx, tc.idle)
+			tc.act(t, cancel, worker, upstream)
+			r := wait(t, done)
+			if tc.err != nil && !errors.Is(r.Err, tc.err) {
+				t.Fatalf("%s: err %v, want %v", tc.why, r.Err, tc.err)
+			}
+			if tc.err == nil && r.Err == nil {
+				t.Fatalf("%s: no error recorded", tc.why)
+			}
+			if r.Failed != tc.side {
+				t.Fatalf("%s: failed side %v, want %v (err %v)", tc.why, r.Failed, tc.side, r.Err)
+			}
+		})
+	}
+}
+
+func TestCopyIdleCountsBothDirections(t *testing.T) {
+	// Traffic in one direction only keeps the whole flow alive: a
+	// download with a silent client must not be cut.
+	idle := 150 * time.Millisecond
+	_, upstream, done := relayed(t, context.Background(), idle)
+	for i := 0; i < 8; i++ {
+		if _, err := upstream.Write([]byte("x")); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case r := <-done:
+			t.Fatalf("relay ended while upstream was sending: %+v", r)
+		case <-time.After(idle / 3):
+		}
+	}
+	r := wait(t, done)
+	if !errors.Is(r.Err, ErrIdle) || r.BToA != 8 {
+		t.Fatalf("result %+v; want idle end after 8 bytes", r)
+	}
+}
+
+func TestCopyWithoutCloseWrite(t *testing.T) {
+	// net.Pipe has no CloseWrite: EOF on one side ends the relay cleanly.
+	wk, a := net.Pipe()
+	b, up := net.Pipe()
+	done := make(chan Result, 1)
+	go func() { done <- Copy(context.Background(), a, b, time.Minute) }()
+	go func() { io.Copy(io.Discard, up) }()
+	wk.Write([]byte("abc"))
+	wk.Close()
+	r := wait(t, done)
+	if r.Err != nil || r.AToB != 3 {
+		t.Fatalf("result %+v; want clean end with 3 bytes", r)
+	}
+}
+
+func TestCopyLarge(t *testing.T) {
+	worker, upstream, done := relayed(t, context.Background(), time.Minute)
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 1<<16) // 1 MiB
+	go func() {
+		worker.Write(payload)
+		worker.CloseWrite()
+	}()
+	got, err := io.ReadAll(upstream)
+	if err != nil || !bytes.Equal(got, payload) {
+		t.Fatalf("read %d bytes, %v; want %d", len(got), err, len(payload))
+	}
+	upstream.CloseWrite()
+	io.ReadAll(worker)
+	r := wait(t, done)
+	if r.Err != nil || r.AToB != int64(len(payload)) {
+		t.Fatalf("result %+v", r)
+	}
+}
+
+func udpPair(t *testing.T) (x, y *net.UDPConn) {
+	t.Helper()
+	x, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	y, err = net.DialUDP("udp", nil, x.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close(); y.Close() })
+	return x, y
+}
+
+func TestPacketsEcho(t *testing.T) {
+	srv, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	go func() {
+		buf := make([]byte, 70000)
+		for {
+			n, from, err := srv.ReadFromUDP(buf)
+			if err != nil {
+				return
+			}
+			srv.WriteToUDP(buf[:n], from)
+		}
+	}()
+	// The worker's side: two connected sockets facing each other.
+	wl, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wl.Close()
+	al, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	al.Close()
+	worker, err := net.DialUDP("udp", wl.LocalAddr().(*net.UDPAddr), al.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer worker.Close()
+	a, err := net.DialUDP("udp", al.LocalAddr().(*net.UDPAddr), wl.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := net.DialUDP("udp", nil, srv.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan Result, 1)
+	go func() { done <- Packets(context.Background(), a, b, 200*time.Millisecond) }()
+
+	sizes := []int{1, 1400, 60000}
+	buf := make([]byte, 70000)
+	for _, n := range sizes {
+		msg := bytes.Repeat([]byte{byte(n)}, n)
+		if _, err := worker.Write(msg); err != nil {
+			t.Fatal(err)
+		}
+		worker.SetReadDeadline(time.Now().Add(2 * time.Second))
+		got, err := worker.Read(buf)
+		if err != nil || got != n {
+			t.Fatalf("datagram of %d: got %d, %v (datagrams must not be split or truncated)", n, got, err)
+		}
+	}
+	r := wait(t, done)
+	if !errors.Is(r.Err, ErrIdle) {
+		t.Fatalf("result %+v; want idle end", r)
+	}
+	want := int64(1 + 1400 + 60000)
+	if r.AToB != want || r.BToA != want {
+		t.Fatalf("counts %d/%d, want %d each way", r.AToB, r.BToA, want)
+	}
+}
+
+func TestPacketsRefusedIsTransient(t *testing.T) {
+	// b points at a closed port: the host reports ECONNREFUSED on the
+	// next operation, which must not end the relay.
+	closed, err := net.ListenUDP("udp", &net.UDPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed.Close()
+	b, err := net.DialUDP("udp", nil, closed.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	x, worker := udpPair(t)
+	x.Close()
+	a, err := net.DialUDP("udp", x.LocalAddr().(*net.UDPAddr), worker.LocalAddr().(*net.UDPAddr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan Result, 1)
+	go func() { done <- Packets(context.Background(), a, b, 200*time.Millisecond) }()
+	for i := 0; i < 3; i++ {
+		worker.Write([]byte("ping"))
+		time.Sleep(20 * time.Millisecond)
+	}
+	r := wait(t, done)
+	if !errors.Is(r.Err, ErrIdle) || r.AToB != 12 {
+		t.Fatalf("result %+v; want idle end after 12 bytes relayed", r)
+	}
+}
+
+func BenchmarkCopy(b *testing.B) {
+	worker, a := tcpPair(b)
+	c, upstream := tcpPair(b)
+	go Copy(context.Background(), a, c, time.Minute)
+	go io.Copy(io.Discard, upstream)
+	buf := make([]byte, 64<<10)
+	b.SetBytes(int64(len(buf)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if _, err := worker.Write(buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
