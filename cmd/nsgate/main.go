@@ -1,0 +1,93 @@
+// Command nsgate runs an untrusted program behind a policy-enforcing egress
+// gateway. See README.md and docs/ for the tour; SPEC.md for the contract.
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/nsgate/nsgate/sandbox"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == sandbox.InitArg {
+		os.Exit(sandbox.InitMain(applyGuard))
+	}
+	// Invoked through a link named slirp4netns: act as the Podman drop-in.
+	if filepath.Base(os.Args[0]) == "slirp4netns" {
+		os.Exit(Main(append([]string{"slirp4netns"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+}
+
+// Exit statuses of nsgate's own failures.
+const (
+	exitUsage   = 2   // check, explain, audit verify: bad input
+	exitFailure = 125 // run: nsgate itself failed
+)
+
+// env carries a command's standard streams, so Main is testable.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+func (e env) errorf(format string, args ...any) {
+	fmt.Fprintf(e.stderr, "nsgate: "+format+"\n", args...)
+}
+
+// Main runs one nsgate command line (without the program name) and returns
+// its exit status.
+func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := env{stdin, stdout, stderr}
+	if len(args) == 0 {
+		usage(stderr)
+		return exitUsage
+	}
+	switch args[0] {
+	case "run":
+		return cmdRun(e, args[1:])
+	case "check":
+		return cmdCheck(e, args[1:])
+	case "explain":
+		return cmdExplain(e, args[1:])
+	case "audit":
+		return cmdAudit(e, args[1:])
+	case "version", "--version", "-v":
+		fmt.Fprintln(stdout, versionLine())
+		return 0
+	case "help", "--help", "-h":
+		usage(stdout)
+		return 0
+	}
+	if f, ok := extraCommands[args[0]]; ok {
+		return f(e, args[1:])
+	}
+	e.errorf("unknown command %q (try: nsgate help)", args[0])
+	return exitUsage
+}
+
+// extraCommands are registered by the files that implement them, so this
+// file lists only the core ones.
+var extraCommands = map[string]func(env, []string) int{}
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `nsgate: run an untrusted program behind an egress gateway
+
+Usage:
+  nsgate run [flags] -- COMMAND [ARG...]   run COMMAND as the worker
+  nsgate check FILE                        validate a policy file
+  nsgate explain --policy FILE [--proto tcp|udp] DEST:PORT
+                                           the decision for one destination
+  nsgate audit verify [--key FILE] FILE    verify an audit log's hash chain
+  nsgate guard [flags] -- COMMAND          only the exec/syscall guard
+  nsgate lab [--evidence DIR] [--browser PATH]
+                                           the built-in security lab
+  nsgate slirp4netns ...                   drop-in for Podman's slirp4netns
+  nsgate version
+
+Run 'nsgate run --help' for run's flags.
+`)
+}

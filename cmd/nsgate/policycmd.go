@@ -1,0 +1,145 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+
+	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/policy"
+)
+
+// printPolicyError prints a policy load error: each FILE:LINE:COL problem
+// on its own line.
+func printPolicyError(e env, err error) {
+	var errs policy.Errors
+	if errors.As(err, &errs) {
+		for _, pe := range errs {
+			fmt.Fprintln(e.stderr, pe.Error())
+		}
+		return
+	}
+	e.errorf("%v", err)
+}
+
+// cmdCheck: nsgate check FILE.
+func cmdCheck(e env, args []string) int {
+	if len(args) != 1 || args[0] == "" || args[0][0] == '-' {
+		e.errorf("usage: nsgate check FILE")
+		return exitUsage
+	}
+	p, err := loadPolicy(args[0])
+	if err != nil {
+		printPolicyError(e, err)
+		return exitUsage
+	}
+	for _, w := range p.Warnings() {
+		fmt.Fprintln(e.stderr, "warning: "+w)
+	}
+	fmt.Fprint(e.stdout, p.Summary())
+	return 0
+}
+
+// cmdExplain: nsgate explain --policy FILE [--proto tcp|udp] DEST:PORT.
+func cmdExplain(e env, args []string) int {
+	fs := flag.NewFlagSet("nsgate explain", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	file := fs.String("policy", os.Getenv("NSGATE_POLICY"), "policy `FILE`")
+	proto := fs.String("proto", "tcp", "`tcp` or udp")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		e.errorf("usage: nsgate explain --policy FILE [--proto tcp|udp] DEST:PORT")
+		return exitUsage
+	}
+	var pr policy.Proto
+	switch *proto {
+	case "tcp":
+		pr = policy.TCP
+	case "udp":
+		pr = policy.UDP
+	default:
+		e.errorf("explain: --proto %q: want tcp or udp", *proto)
+		return exitUsage
+	}
+	host, portStr, err := net.SplitHostPort(fs.Arg(0))
+	if err != nil {
+		e.errorf("explain: %q: want DEST:PORT (an IPv6 address in brackets: [2001:db8::1]:443)", fs.Arg(0))
+		return exitUsage
+	}
+	port, err := strconv.ParseUint(portStr, 10, 16)
+	if err != nil || port == 0 {
+		e.errorf("explain: port %q: want 1 to 65535", portStr)
+		return exitUsage
+	}
+	p, err := loadPolicy(*file)
+	if err != nil {
+		printPolicyError(e, err)
+		return exitUsage
+	}
+	d, err := p.WithLocal(guestV4.Masked(), guestV6.Masked()).Explain(pr, host, uint16(port))
+	if err != nil {
+		e.errorf("explain: %v", err)
+		return exitUsage
+	}
+	fmt.Fprintln(e.stdout, d.String())
+	if d.Verdict == policy.Allow {
+		return 0
+	}
+	return 1
+}
+
+// cmdAudit: nsgate audit verify [--key FILE] [--head HASH] FILE.
+func cmdAudit(e env, args []string) int {
+	if len(args) == 0 || args[0] != "verify" {
+		e.errorf("usage: nsgate audit verify [--key FILE] FILE")
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("nsgate audit verify", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	keyFile := fs.String("key", "", "HMAC key `FILE` the log was written with")
+	anchor := fs.String("head", "", "expected head `HASH` (as printed at exit), so that a changed or dropped last record is caught too")
+	if err := fs.Parse(args[1:]); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		e.errorf("usage: nsgate audit verify [--key FILE] FILE")
+		return exitUsage
+	}
+	var key []byte
+	if *keyFile != "" {
+		k, err := audit.LoadKey(*keyFile)
+		if err != nil {
+			e.errorf("audit verify: %v", err)
+			return exitUsage
+		}
+		key = k
+	}
+	name := fs.Arg(0)
+	n, head, err := audit.VerifyFile(name, key)
+	var ve *audit.VerifyError
+	switch {
+	case errors.As(err, &ve):
+		fmt.Fprintln(e.stderr, ve)
+		return 1
+	case err != nil:
+		e.errorf("audit verify: %v", err)
+		return exitUsage
+	}
+	if *anchor != "" && *anchor != head {
+		fmt.Fprintf(e.stderr, "%s:%d: head %s does not match the anchored head %s (the log was truncated or its last record changed)\n", name, n, head, *anchor)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "ok: %d records, head %s\n", n, head)
+	return 0
+}

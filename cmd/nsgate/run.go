@@ -1,0 +1,302 @@
+package main
+
+import (
+	"bufio"
+	"errors"
+	"flag"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+
+	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/dns"
+	"github.com/nsgate/nsgate/netstack"
+	"github.com/nsgate/nsgate/policy"
+	"github.com/nsgate/nsgate/sandbox"
+	"github.com/nsgate/nsgate/tun"
+)
+
+// listFlag is a repeatable string flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return strings.Join(*l, ",") }
+func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
+
+// runFlags are the flags of `nsgate run`.
+type runFlags struct {
+	policy, audit, auditKey, pcap string
+	publish, execAllow            listFlag
+	allowUserns, allowUnix, root  bool
+	mtu                           uint
+	ipv6, quiet                   bool
+	execGuard                     string
+}
+
+func (f *runFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.policy, "policy", os.Getenv("NSGATE_POLICY"), "policy `FILE` (YAML); default $NSGATE_POLICY, else deny-all")
+	fs.StringVar(&f.audit, "audit", "", "append the JSON-lines audit log to `FILE` (- for stderr)")
+	fs.StringVar(&f.auditKey, "audit-key", "", "HMAC-SHA256 key `FILE`: every audit record gets a mac")
+	fs.StringVar(&f.pcap, "pcap", "", "write a pcap of every packet on the worker's TUN to `FILE`")
+	fs.Var(&f.publish, "publish", "inbound forward `[HOSTIP:]HOSTPORT:PORT[/tcp|/udp]` from the host to the worker (repeatable)")
+	fs.Var(&f.execAllow, "exec-allow", "`PATH` (file or directory) the worker may execute (repeatable)")
+	fs.BoolVar(&f.allowUserns, "allow-userns", false, "let the worker create namespaces (Chromium's own sandbox)")
+	fs.BoolVar(&f.allowUnix, "allow-unix", false, "let the worker create AF_UNIX sockets")
+	fs.BoolVar(&f.root, "root", false, "map the caller to uid 0 inside the sandbox")
+	fs.UintVar(&f.mtu, "mtu", tun.DefaultMTU, "MTU of the worker's TUN device")
+	fs.BoolVar(&f.ipv6, "ipv6", true, "give the worker IPv6 (--ipv6=false: IPv4 only)")
+	fs.BoolVar(&f.quiet, "quiet", false, "no human-readable denial lines on stderr")
+	fs.StringVar(&f.execGuard, "exec-guard", "strict", "`strict`, or best-effort: start even if Landlock or seccomp is missing (audited)")
+}
+
+// Worker network: slirp4netns's addresses.
+var (
+	guestV4 = netip.MustParsePrefix("10.0.2.100/24")
+	guestV6 = netip.MustParsePrefix("fd00::100/64")
+	gwV4    = netip.MustParseAddr("10.0.2.2")
+	gwV6    = netip.MustParseAddr("fd00::2")
+)
+
+func cmdRun(e env, args []string) int {
+	fs := flag.NewFlagSet("nsgate run", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	fs.Usage = func() {
+		fmt.Fprintln(e.stderr, "Usage: nsgate run [flags] -- COMMAND [ARG...]\n\nFlags:")
+		fs.PrintDefaults()
+	}
+	var f runFlags
+	f.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return exitFailure
+	}
+	argv := fs.Args()
+	if len(argv) == 0 {
+		e.errorf("run: no command given (usage: nsgate run [flags] -- COMMAND [ARG...])")
+		return exitFailure
+	}
+	if err := f.validate(); err != nil {
+		e.errorf("run: %v", err)
+		return exitFailure
+	}
+	r, err := newRunner(e, &f, argv)
+	if err != nil {
+		e.errorf("%v", err)
+		return exitFailure
+	}
+	return r.run()
+}
+
+func (f *runFlags) validate() error {
+	if f.mtu < 1280 || f.mtu > 65521 {
+		return fmt.Errorf("--mtu %d out of range (1280 to 65521)", f.mtu)
+	}
+	switch f.execGuard {
+	case "strict", "best-effort":
+	default:
+		return fmt.Errorf("--exec-guard %q: want strict or best-effort", f.execGuard)
+	}
+	return nil
+}
+
+// loadPolicy reads and parses a policy file; "" gives deny-all. The error
+// lists every problem, one FILE:LINE:COL line each.
+func loadPolicy(path string) (*policy.Policy, error) {
+	if path == "" {
+		return policy.DenyAll(), nil
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	return policy.Parse(path, data)
+}
+
+// runner holds one `nsgate run` while it lives.
+type runner struct {
+	e       env
+	f       *runFlags
+	argv    []string
+	pol     atomic.Pointer[policy.Policy]
+	log     *audit.Logger
+	tmpDir  string
+	cleanup []func()
+}
+
+func newRunner(e env, f *runFlags, argv []string) (*runner, error) {
+	r := &runner{e: e, f: f, argv: argv}
+	p, err := loadPolicy(f.policy)
+	if err != nil {
+		return nil, err
+	}
+	r.pol.Store(p.WithLocal(guestV4.Masked(), guestV6.Masked()))
+	return r, nil
+}
+
+func (r *runner) fail(err error) int {
+	r.e.errorf("%v", err)
+	r.finish(exitFailure)
+	return exitFailure
+}
+
+func (r *runner) run() int {
+	var key []byte
+	if r.f.auditKey != "" {
+		k, err := audit.LoadKey(r.f.auditKey)
+		if err != nil {
+			r.e.errorf("read audit key: %v", err)
+			return exitFailure
+		}
+		key = k
+	}
+	opts := audit.Options{Key: key}
+	if r.f.audit == "" && !r.f.quiet {
+		opts.Human = r.e.stderr
+	}
+	log, err := audit.Open(r.f.audit, opts)
+	if err != nil {
+		r.e.errorf("audit log: %v", err)
+		return exitFailure
+	}
+	r.log = log
+	r.log.Log(audit.Start{
+		Version:      versionString(),
+		PolicySHA256: r.pol.Load().SHA256(),
+		Argv:         r.argv,
+		PID:          os.Getpid(),
+	})
+
+	dir, err := os.MkdirTemp("", "nsgate-")
+	if err != nil {
+		return r.fail(fmt.Errorf("temporary directory: %w", err))
+	}
+	r.tmpDir = dir
+	resolv := filepath.Join(dir, "resolv.conf")
+	conf := "nameserver 10.0.2.3\n"
+	if r.f.ipv6 {
+		conf += "nameserver fd00::3\n"
+	}
+	if err := os.WriteFile(resolv, []byte(conf), 0o644); err != nil {
+		return r.fail(fmt.Errorf("write resolv.conf: %w", err))
+	}
+
+	ifc := tun.Iface{Name: "tun0", MTU: uint32(r.f.mtu), Addrs: []netip.Prefix{guestV4}, Gateways: []netip.Addr{gwV4}}
+	if r.f.ipv6 {
+		ifc.Addrs = append(ifc.Addrs, guestV6)
+		ifc.Gateways = append(ifc.Gateways, gwV6)
+	}
+	spec := sandbox.Spec{
+		Argv:       r.argv,
+		Root:       r.f.root,
+		Iface:      ifc,
+		ResolvConf: resolv,
+		Hostname:   "nsgate",
+	}
+	child, err := sandbox.Start(spec, sandbox.Stdio{Stdin: r.e.stdin, Stdout: r.e.stdout, Stderr: r.e.stderr})
+	if err != nil {
+		return r.fail(err)
+	}
+	r.cleanup = append(r.cleanup, func() { syscall.Close(child.TunFD) })
+
+	link, err := tun.NewEndpoint(child.TunFD, uint32(r.f.mtu), false, nil)
+	if err != nil {
+		child.Kill()
+		return r.fail(err)
+	}
+	names, err := dns.New(dns.Config{Policy: r.pol.Load, Audit: r.log, IPv6: r.f.ipv6})
+	if err != nil {
+		child.Kill()
+		return r.fail(fmt.Errorf("dns: %w", err))
+	}
+	cfg := netstack.Config{
+		Link:   link,
+		MTU:    uint32(r.f.mtu),
+		Policy: r.pol.Load,
+		Audit:  r.log,
+		Names:  names,
+		IPv6:   r.f.ipv6,
+	}
+	if r.f.pcap != "" {
+		pf, err := os.OpenFile(r.f.pcap, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			child.Kill()
+			return r.fail(fmt.Errorf("pcap: %w", err))
+		}
+		bw := bufio.NewWriterSize(pf, 1<<20)
+		// Runs after the gateway has stopped writing (cleanup is last).
+		r.cleanup = append(r.cleanup, func() { bw.Flush(); pf.Close() })
+		cfg.Pcap = bw
+	}
+	gw, err := netstack.New(cfg)
+	if err != nil {
+		child.Kill()
+		return r.fail(fmt.Errorf("gateway: %w", err))
+	}
+
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	go func() {
+		for s := range sigs {
+			if s == syscall.SIGHUP {
+				r.reload()
+				continue
+			}
+			child.Signal(s)
+		}
+	}()
+
+	if _, err := child.Release(); err != nil {
+		child.Kill()
+		gw.Close()
+		return r.fail(err)
+	}
+	code := child.Wait()
+	gw.Close()
+	r.finish(code)
+	return code
+}
+
+// reload re-reads the policy file (SIGHUP). A bad policy is refused and the
+// old one kept; both outcomes are audited.
+func (r *runner) reload() {
+	if r.f.policy == "" {
+		return
+	}
+	p, err := loadPolicy(r.f.policy)
+	if err != nil {
+		r.e.errorf("reload refused, keeping the previous policy: %v", err)
+		r.log.Log(audit.Policy{Action: "deny", Error: err.Error()})
+		return
+	}
+	r.pol.Store(p.WithLocal(guestV4.Masked(), guestV6.Masked()))
+	r.log.Log(audit.Policy{Action: "allow", PolicySHA256: p.SHA256()})
+}
+
+// finish writes the exit record, closes the log and prints its head.
+func (r *runner) finish(code int) {
+	for i := len(r.cleanup) - 1; i >= 0; i-- {
+		r.cleanup[i]()
+	}
+	if r.tmpDir != "" {
+		os.RemoveAll(r.tmpDir)
+	}
+	if r.log == nil {
+		return
+	}
+	r.log.Log(audit.Exit{Code: code})
+	head, err := r.log.Close()
+	if err != nil {
+		r.e.errorf("audit log: %v", err)
+		return
+	}
+	if r.f.audit != "" {
+		fmt.Fprintf(r.e.stderr, "nsgate: audit head %s\n", head)
+	}
+}

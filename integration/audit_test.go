@@ -1,0 +1,175 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var headLine = regexp.MustCompile(`nsgate: audit head ([0-9a-f]{64})`)
+
+// TestAuditVerifyCatchesTampering: the log of a real run verifies; one
+// changed byte in any record, a deleted record or two swapped records make
+// `nsgate audit verify` exit 1 and name the line.
+func TestAuditVerifyCatchesTampering(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		log := filepath.Join(dir, "audit.jsonl")
+		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", "sh", "-c",
+			"curl -s http://203.0.113.10:8080/ ; curl -s http://169.254.169.254/ ; curl -s http://198.51.100.20:8080/ ; true")
+		mm := headLine.FindStringSubmatch(r.stderr)
+		if mm == nil {
+			t.Fatalf("no audit head line on stderr: %q", r.stderr)
+		}
+		head := mm[1]
+		v := runNsgate(t, m, "audit", "verify", log)
+		if v.code != 0 || !strings.Contains(v.stdout, "head "+head) {
+			t.Fatalf("verify of an intact log: exit %d %q; want ok with head %s", v.code, v.stdout, head)
+		}
+		orig, err := os.ReadFile(log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := bytes.SplitAfter(bytes.TrimSuffix(orig, []byte("\n")), []byte("\n"))
+		if len(lines) < 5 {
+			t.Fatalf("only %d records", len(lines))
+		}
+		check := func(why string, data []byte, wantLine int, extra ...string) {
+			t.Helper()
+			bad := filepath.Join(dir, "tampered.jsonl")
+			if err := os.WriteFile(bad, data, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			args := append([]string{"audit", "verify"}, extra...)
+			v := runNsgate(t, m, append(args, bad)...)
+			want := fmt.Sprintf("%s:%d:", bad, wantLine)
+			if v.code != 1 || !strings.Contains(v.stderr, want) {
+				t.Errorf("%s: verify exit %d stderr %q; want 1 and %q", why, v.code, v.stderr, want)
+			}
+		}
+		for i := range lines {
+			// Change one byte inside the record (a digit of its seq keeps
+			// the JSON valid, so only the chain can tell).
+			mod := bytes.Clone(orig)
+			off := bytes.Index(mod, lines[i]) + len(`{"seq":`)
+			mod[off] ^= 0x01
+			if i == len(lines)-1 {
+				// The last record has no successor: the head printed at
+				// exit is its anchor.
+				check(fmt.Sprintf("byte changed in last line %d", i+1), mod, i+1, "--head", head)
+			} else {
+				check(fmt.Sprintf("byte changed in line %d", i+1), mod, i+1)
+			}
+			del := joinWithout(lines, i)
+			if i == len(lines)-1 {
+				check("last line deleted", del, i, "--head", head)
+			} else {
+				check(fmt.Sprintf("line %d deleted", i+1), del, i+1)
+			}
+			if i+1 < len(lines) {
+				sw := swapped(lines, i)
+				check(fmt.Sprintf("lines %d and %d swapped", i+1, i+2), sw, i+1)
+			}
+		}
+	})
+}
+
+func joinWithout(lines [][]byte, skip int) []byte {
+	var b bytes.Buffer
+	for i, l := range lines {
+		if i != skip {
+			b.Write(bytes.TrimSuffix(l, []byte("\n")))
+			b.WriteByte('\n')
+		}
+	}
+	return b.Bytes()
+}
+
+func swapped(lines [][]byte, i int) []byte {
+	cp := make([][]byte, len(lines))
+	copy(cp, lines)
+	cp[i], cp[i+1] = cp[i+1], cp[i]
+	return joinWithout(cp, -1)
+}
+
+// TestUDPFloodIsAggregated: five seconds of denied UDP leave a small audit
+// log and bounded gateway memory.
+func TestUDPFloodIsAggregated(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		log := filepath.Join(dir, "flood.jsonl")
+		target := targetAt("198.51.100.20:9999/udp")
+		before := target.count()
+		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "udp-flood", "198.51.100.20:9999", "5")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var hwm, rss int64
+		status := "/proc/" + strconv.Itoa(cmd.Process.Pid) + "/status"
+	poll:
+		for {
+			select {
+			case <-done:
+				break poll
+			case <-time.After(100 * time.Millisecond):
+				if b, err := os.ReadFile(status); err == nil {
+					hwm = max(hwm, kib(b, "VmHWM:"))
+					rss = kib(b, "VmRSS:")
+				}
+			case <-time.After(30 * time.Second):
+				cmd.Process.Kill()
+				t.Fatal("flood run hung")
+			}
+		}
+		recs := readAudit(t, log)
+		var folded int64
+		for _, r := range recs {
+			if c, ok := r["count"].(float64); ok {
+				folded += int64(c)
+			}
+		}
+		st, _ := os.Stat(log)
+		t.Logf("flood: %s; audit %d records (%d bytes) covering %d folded denials; nsgate VmHWM %d KiB, last VmRSS %d KiB",
+			strings.TrimSpace(out.String()), len(recs), st.Size(), folded, hwm, rss)
+		if !strings.Contains(out.String(), "sent=") {
+			t.Fatalf("flood did not run: %q %q", out.String(), errb.String())
+		}
+		if len(recs) > 200 {
+			t.Errorf("audit log has %d records for one flooded destination; want aggregation", len(recs))
+		}
+		if hwm > 200*1024 {
+			t.Errorf("nsgate peak RSS %d KiB during the flood; want bounded (< 200 MiB)", hwm)
+		}
+		if target.count() != before {
+			t.Errorf("denied UDP reached the target")
+		}
+	})
+}
+
+// kib reads a "Key:   N kB" line from /proc/PID/status.
+func kib(status []byte, key string) int64 {
+	for _, l := range strings.Split(string(status), "\n") {
+		if strings.HasPrefix(l, key) {
+			f := strings.Fields(l)
+			if len(f) >= 2 {
+				n, _ := strconv.ParseInt(f[1], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}

@@ -1,0 +1,337 @@
+//go:build integration
+
+// Package integration holds nsgate's end-to-end tests. Every test runs in
+// a sealed network namespace that TestMain creates by re-executing the
+// test binary: it holds only lo, with the fake internet's addresses on it,
+// so no packet can leave the machine (../shared/TESTING.md).
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+)
+
+var (
+	nsgateBin string // the binary under test, built by TestMain
+	sealErr   error  // why the sealed namespace could not be made, if so
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("NSGATE_SEALED") != "1" {
+		os.Exit(enterSealed(m))
+	}
+	nsgateBin = os.Getenv("NSGATE_BIN")
+	if err := checkSealed(); err != nil {
+		fmt.Fprintf(os.Stderr, "integration: refusing to run: %v\n", err)
+		os.Exit(3)
+	}
+	if err := setupFakeInternet(); err != nil {
+		sealErr = err
+	}
+	os.Exit(m.Run())
+}
+
+// enterSealed builds nsgate and re-runs the test binary in a new network
+// namespace (and, without root, a user namespace that maps us to root).
+func enterSealed(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "nsgate-bin-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	os.Chmod(dir, 0o755)
+	bin := filepath.Join(dir, "nsgate")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/nsgate")
+	build.Dir = ".."
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "integration: build nsgate: %v\n", err)
+		return 1
+	}
+	cmd := exec.Command(os.Args[0], os.Args[1:]...)
+	cmd.Env = append(os.Environ(), "NSGATE_SEALED=1", "NSGATE_BIN="+bin)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
+	if os.Geteuid() != 0 {
+		attr.Cloneflags |= syscall.CLONE_NEWUSER
+		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
+		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
+		cmd.Env = append(cmd.Env, "NSGATE_SEALED_USERNS=1")
+	}
+	cmd.SysProcAttr = attr
+	if err := cmd.Start(); err != nil {
+		// No namespaces here: run the tests unsealed so each one skips (or,
+		// under NSGATE_REQUIRE_ALL=1, fails) with this reason.
+		sealErr = fmt.Errorf("cannot create a sealed network namespace: %w", err)
+		return m.Run()
+	}
+	if err := cmd.Wait(); err != nil {
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			return ee.ExitCode()
+		}
+		return 1
+	}
+	return 0
+}
+
+// checkSealed refuses to go on unless this process is in a network
+// namespace of its own holding nothing but lo.
+func checkSealed() error {
+	self, err := os.Readlink("/proc/self/ns/net")
+	if err != nil {
+		return err
+	}
+	if initNS, err := os.Readlink("/proc/1/ns/net"); err == nil && initNS == self {
+		return errors.New("still in the initial network namespace")
+	}
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return err
+	}
+	for _, i := range ifs {
+		if i.Name != "lo" {
+			return fmt.Errorf("unexpected interface %s in the sealed namespace", i.Name)
+		}
+	}
+	return nil
+}
+
+// The fake internet's addresses, all on lo of the sealed namespace.
+const (
+	appV4      = "203.0.113.10"
+	appV6      = "2001:db8::10"
+	otherV4    = "198.51.100.20"
+	metadataV4 = "169.254.169.254"
+)
+
+func setupFakeInternet() error {
+	lo, err := netlink.LinkByName("lo")
+	if err != nil {
+		return err
+	}
+	if err := netlink.LinkSetUp(lo); err != nil {
+		return fmt.Errorf("lo up: %w", err)
+	}
+	for _, a := range []string{appV4 + "/32", otherV4 + "/32", metadataV4 + "/32", appV6 + "/128"} {
+		addr, err := netlink.ParseAddr(a)
+		if err != nil {
+			return err
+		}
+		if strings.Contains(a, ":") {
+			addr.Flags = syscall.IFA_F_NODAD
+		}
+		if err := netlink.AddrAdd(lo, addr); err != nil {
+			return fmt.Errorf("add %s to lo: %w", a, err)
+		}
+	}
+	return startServers()
+}
+
+// requireAll reports whether skips must fail (CI).
+func requireAll() bool { return os.Getenv("NSGATE_REQUIRE_ALL") == "1" }
+
+// need skips the test (or fails it under NSGATE_REQUIRE_ALL=1) when err
+// says a prerequisite is missing.
+func need(t *testing.T, what string, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if requireAll() {
+		t.Fatalf("%s is required (NSGATE_REQUIRE_ALL=1): %v", what, err)
+	}
+	t.Skipf("needs %s: %v", what, err)
+}
+
+func sealed(t *testing.T) {
+	t.Helper()
+	need(t, "a sealed network namespace", sealErr)
+}
+
+// mode is how nsgate is run: as root, or as an unprivileged user.
+type mode struct {
+	name     string
+	uid, gid int // -1: as we are
+}
+
+// testUserName is the unprivileged account CI creates (.ci/run).
+func testUserName() string {
+	if u := os.Getenv("NSGATE_TEST_USER"); u != "" {
+		return u
+	}
+	return "nsgate-test"
+}
+
+// modes returns the ways to run nsgate here. Both run when we are real
+// root and the test user exists; a developer without root gets one mode
+// (their own uid, mapped to root of the sealed user namespace).
+func modes() []string {
+	if os.Getenv("NSGATE_SEALED_USERNS") == "1" {
+		return []string{"self"}
+	}
+	return []string{"root", "user"}
+}
+
+// forEachMode runs f as a subtest once per mode.
+func forEachMode(t *testing.T, f func(t *testing.T, m mode)) {
+	sealed(t)
+	for _, name := range modes() {
+		t.Run(name, func(t *testing.T) {
+			m := mode{name: name, uid: -1, gid: -1}
+			if name == "user" {
+				u, err := user.Lookup(testUserName())
+				need(t, "the unprivileged test user "+testUserName()+" (.ci/run creates it)", err)
+				m.uid, _ = strconv.Atoi(u.Uid)
+				m.gid, _ = strconv.Atoi(u.Gid)
+				need(t, "a world-usable /dev/net/tun (chmod 0666)", tunUsable())
+			}
+			f(t, m)
+		})
+	}
+}
+
+func tunUsable() error {
+	st, err := os.Stat("/dev/net/tun")
+	if err != nil {
+		return err
+	}
+	if st.Mode().Perm()&0o006 != 0o006 {
+		return fmt.Errorf("/dev/net/tun has mode %v", st.Mode().Perm())
+	}
+	return nil
+}
+
+// workDir makes a directory the test's mode can write, removed at the end.
+func workDir(t *testing.T, m mode) string {
+	t.Helper()
+	d, err := os.MkdirTemp("", "nsgate-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if m.uid >= 0 {
+		if err := os.Chown(d, m.uid, m.gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	os.Chmod(d, 0o755)
+	return d
+}
+
+// writeFile writes content into dir/name, readable by the mode's user.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// nsgateCmd builds an exec.Cmd running nsgate with args in mode m.
+func nsgateCmd(m mode, args ...string) *exec.Cmd {
+	var cmd *exec.Cmd
+	if m.uid >= 0 {
+		cmd = exec.Command(nsgateBin, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(m.uid), Gid: uint32(m.gid)}}
+	} else {
+		cmd = exec.Command(nsgateBin, args...)
+	}
+	cmd.Env = append(os.Environ(), "HOME=/tmp")
+	return cmd
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+	elapsed        time.Duration
+}
+
+// runNsgate runs nsgate to completion (bounded by a generous timeout).
+func runNsgate(t *testing.T, m mode, args ...string) result {
+	t.Helper()
+	cmd := nsgateCmd(m, args...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start nsgate: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(60 * time.Second):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("nsgate %v hung; stderr:\n%s", args, errb.String())
+	}
+	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("nsgate: %v", err)
+	}
+	t.Logf("nsgate %s -> %d (%s)\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.elapsed.Round(time.Millisecond), r.stdout, r.stderr)
+	return r
+}
+
+// record is one audit record.
+type record map[string]any
+
+func (r record) str(k string) string { s, _ := r[k].(string); return s }
+
+func (r record) seq() uint64 { f, _ := r["seq"].(float64); return uint64(f) }
+
+// readAudit parses a JSON-lines audit log.
+func readAudit(t *testing.T, path string) []record {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatalf("audit log: %v", err)
+	}
+	defer f.Close()
+	var recs []record
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r record
+		if err := json.Unmarshal(sc.Bytes(), &r); err != nil {
+			t.Fatalf("audit line %d: %v", len(recs)+1, err)
+		}
+		recs = append(recs, r)
+	}
+	return recs
+}
+
+// findFlow returns the first flow record with this action whose dst is dst.
+func findFlow(recs []record, action, dst string) (record, bool) {
+	for _, r := range recs {
+		if r.str("event") == "flow" && r.str("action") == action && r.str("dst") == dst {
+			return r, true
+		}
+	}
+	return nil, false
+}

@@ -1,0 +1,250 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+const ipPolicy = `version: 1
+allow:
+  - cidr: 203.0.113.10/32
+    ports: [8080]
+  - cidr: 2001:db8::10/128
+    ports: [8080]
+  - cidr: 203.0.113.10/32
+    ports: [5353]
+    proto: udp
+`
+
+var curlTime = regexp.MustCompile(`time=([0-9.]+)`)
+
+// curl runs curl as the worker and returns nsgate's result and curl's
+// total time.
+func curl(t *testing.T, m mode, pol, auditLog, url string) (result, float64) {
+	t.Helper()
+	r := runNsgate(t, m, "run", "--policy", pol, "--audit", auditLog, "--",
+		"curl", "-sS", "-g", "--max-time", "5", "-w", "\ntime=%{time_total}\n", url)
+	var secs float64 = -1
+	if mm := curlTime.FindStringSubmatch(r.stdout); mm != nil {
+		secs, _ = strconv.ParseFloat(mm[1], 64)
+	}
+	return r, secs
+}
+
+func TestRunAllowsApprovedIP(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		for _, tc := range []struct{ url, want, target string }{
+			{"http://203.0.113.10:8080/", "hello from app", "203.0.113.10:8080/tcp"},
+			{"http://[2001:db8::10]:8080/", "hello from app v6", "[2001:db8::10]:8080/tcp"},
+		} {
+			log := filepath.Join(dir, "audit-"+strconv.Itoa(len(tc.url))+".jsonl")
+			before := targetAt(tc.target).count()
+			r, _ := curl(t, m, pol, log, tc.url)
+			if r.code != 0 || !strings.Contains(r.stdout, tc.want) {
+				t.Fatalf("%s: exit %d, stdout %q; want the page %q", tc.url, r.code, r.stdout, tc.want)
+			}
+			if got := targetAt(tc.target).count() - before; got != 1 {
+				t.Errorf("%s: server saw %d connections, want 1", tc.url, got)
+			}
+			recs := readAudit(t, log)
+			var allowed, ended bool
+			for _, rec := range recs {
+				if rec.str("event") == "flow" && rec.str("action") == "allow" && strings.HasPrefix(rec.str("rule"), "allow[") {
+					allowed = true
+				}
+				if rec.str("event") == "flow_end" {
+					ended = true
+				}
+			}
+			if !allowed || !ended {
+				t.Errorf("%s: audit log lacks an allow flow (%v) or its flow_end (%v): %v", tc.url, allowed, ended, recs)
+			}
+			if recs[0].str("event") != "start" || recs[len(recs)-1].str("event") != "exit" {
+				t.Errorf("audit log should start with start and end with exit: %v", recs)
+			}
+		}
+	})
+}
+
+func TestRunRefusesBypasses(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		guarded := []string{"169.254.169.254:80/tcp", "203.0.113.10:9090/tcp", "127.0.0.1:8080/tcp", "[::1]:8080/tcp", "198.51.100.20:8080/tcp"}
+		before := map[string]int64{}
+		for _, g := range guarded {
+			before[g] = targetAt(g).count()
+		}
+		for i, tc := range []struct {
+			why, url, dst, rule string
+		}{
+			{"metadata address", "http://169.254.169.254/latest/meta-data/", "169.254.169.254:80", "builtin:metadata"},
+			{"port not in the policy", "http://203.0.113.10:9090/", "203.0.113.10:9090", "default"},
+			{"IPv4-mapped metadata", "http://[::ffff:169.254.169.254]/", "169.254.169.254:80", "builtin:metadata"},
+			{"decimal metadata", "http://2852039166/", "169.254.169.254:80", "builtin:metadata"},
+			{"hex metadata", "http://0xA9FEA9FE/", "169.254.169.254:80", "builtin:metadata"},
+			{"the gateway (host loopback path)", "http://10.0.2.2:8080/", "10.0.2.2:8080", "builtin:special-range"},
+			{"the DNS address on another port", "http://10.0.2.3:8080/", "10.0.2.3:8080", "builtin:special-range"},
+			{"the IPv6 gateway", "http://[fd00::2]:8080/", "[fd00::2]:8080", "builtin:special-range"},
+			{"unapproved public address", "http://198.51.100.20:8080/", "198.51.100.20:8080", "default"},
+		} {
+			t.Run(tc.why, func(t *testing.T) {
+				log := filepath.Join(dir, fmt.Sprintf("audit-%d.jsonl", i))
+				r, secs := curl(t, m, pol, log, tc.url)
+				if r.code != 7 {
+					t.Errorf("curl exit %d, want 7 (connection refused)", r.code)
+				}
+				if secs < 0 || secs >= 1.0 {
+					t.Errorf("refusal took %.3fs, want under a second", secs)
+				}
+				rec, ok := findFlow(readAudit(t, log), "deny", tc.dst)
+				if !ok {
+					t.Fatalf("no deny flow record for %s", tc.dst)
+				}
+				if rec.str("rule") != tc.rule {
+					t.Errorf("deny rule %q, want %q (reason %q)", rec.str("rule"), tc.rule, rec.str("reason"))
+				}
+			})
+		}
+		// The worker's own loopback is its own: host loopback services stay
+		// unreachable.
+		for _, url := range []string{"http://127.0.0.1:8080/", "http://[::1]:8080/", "http://0.0.0.0:8080/"} {
+			r, _ := curl(t, m, pol, filepath.Join(dir, "lo.jsonl"), url)
+			if r.code == 0 {
+				t.Errorf("%s reached something: %q", url, r.stdout)
+			}
+		}
+		for _, g := range guarded {
+			if got := targetAt(g).count() - before[g]; got != 0 {
+				t.Errorf("fake target %s saw %d connections, want 0", g, got)
+			}
+		}
+	})
+}
+
+func TestRunUDP(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		log := filepath.Join(dir, "udp.jsonl")
+		ok := targetAt("203.0.113.10:5353/udp")
+		denied := targetAt("198.51.100.20:9999/udp")
+		okBefore, deniedBefore := ok.count(), denied.count()
+		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "udp", "203.0.113.10:5353")
+		if r.code != 0 || !strings.HasPrefix(r.stdout, "ok ") {
+			t.Errorf("allowed UDP: exit %d %q", r.code, r.stdout)
+		}
+		if ok.count() == okBefore {
+			t.Errorf("allowed UDP never reached its server")
+		}
+		r = runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "udp", "198.51.100.20:9999")
+		if r.code == 0 || !strings.Contains(r.stdout, "refused") {
+			t.Errorf("denied UDP: exit %d %q, want refused (ICMP administratively prohibited)", r.code, r.stdout)
+		}
+		if denied.count() != deniedBefore {
+			t.Errorf("denied UDP reached its server")
+		}
+		if _, ok := findFlow(readAudit(t, log), "deny", "198.51.100.20:9999"); !ok {
+			t.Errorf("no deny record for the UDP flow")
+		}
+	})
+}
+
+func TestRunExitStatus(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		if r := runNsgate(t, m, "run", "--", "sh", "-c", "exit 7"); r.code != 7 {
+			t.Errorf("worker exit 7: nsgate exited %d", r.code)
+		}
+		if r := runNsgate(t, m, "run", "--", "sh", "-c", "kill -TERM $$"); r.code != 128+15 {
+			t.Errorf("worker killed by SIGTERM: nsgate exited %d, want 143", r.code)
+		}
+		bad := writeFile(t, dir, "bad.yaml", "version: 1\nallow:\n  - cidr: 10.0.0.1/33\n    ports: [80]\n")
+		r := runNsgate(t, m, "run", "--policy", bad, "--", "true")
+		if r.code != 125 || !strings.Contains(r.stderr, bad+":3:") {
+			t.Errorf("bad policy: run exit %d stderr %q; want 125 and %s:3:COL", r.code, r.stderr, bad)
+		}
+		r = runNsgate(t, m, "check", bad)
+		if r.code != 2 || !regexp.MustCompile(regexp.QuoteMeta(bad)+`:3:\d+: `).MatchString(r.stderr) {
+			t.Errorf("bad policy: check exit %d stderr %q; want 2 and FILE:LINE:COL", r.code, r.stderr)
+		}
+		if r := runNsgate(t, m, "run", "--bogus", "--", "true"); r.code != 125 {
+			t.Errorf("bad flag: exit %d, want 125", r.code)
+		}
+		if r := runNsgate(t, m, "run", "--", "/nonexistent/program"); r.code != 125 || !strings.Contains(r.stderr, "/nonexistent/program") {
+			t.Errorf("missing command: exit %d stderr %q, want 125 naming it", r.code, r.stderr)
+		}
+	})
+}
+
+// TestRunKilledLeavesNothing: after SIGKILL of nsgate, no worker process
+// remains.
+func TestRunKilledLeavesNothing(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		marker := fmt.Sprintf("%d.%03d", 900+time.Now().Nanosecond()%99, time.Now().Nanosecond()%1000)
+		cmd := nsgateCmd(m, "run", "--", "sh", "-c", "sleep "+marker+" & sleep "+marker)
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for len(procsWith(marker)) < 2 {
+			if time.Now().After(deadline) {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("worker never started; stderr %s", errb.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		cmd.Process.Signal(syscall.SIGKILL)
+		cmd.Wait()
+		deadline = time.Now().Add(5 * time.Second)
+		for {
+			left := procsWith(marker)
+			if len(left) == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				for _, p := range left {
+					syscall.Kill(p, syscall.SIGKILL)
+				}
+				t.Fatalf("worker processes %v outlived nsgate", left)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+}
+
+// procsWith lists the pids whose command line contains s.
+func procsWith(s string) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
+		if err != nil {
+			continue
+		}
+		args := strings.Split(string(b), "\x00")
+		if len(args) >= 2 && args[0] == "sleep" && args[1] == s {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
