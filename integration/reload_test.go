@@ -1,0 +1,107 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestReloadOnSIGHUP: a bad policy sent by SIGHUP is refused and the old
+// one kept; a good one takes effect for new flows; both are audited.
+func TestReloadOnSIGHUP(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", "version: 1\nallow:\n  - cidr: 203.0.113.10/32\n    ports: [9999]\n")
+		log := filepath.Join(dir, "audit.jsonl")
+		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--", "sh", "-c",
+			"for i in $(seq 100); do curl -s --max-time 1 http://203.0.113.10:8080/ && exit 0; sleep 0.1; done; exit 1")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		waitFor := func(what string, ok func([]record) bool) {
+			t.Helper()
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) {
+				if b, err := os.ReadFile(log); err == nil && len(b) > 0 && bytes.HasSuffix(b, []byte("\n")) {
+					if ok(readAudit(t, log)) {
+						return
+					}
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			cmd.Process.Kill()
+			t.Fatalf("timed out waiting for %s; stderr %s", what, errb.String())
+		}
+		hasEvent := func(event, action string) func([]record) bool {
+			return func(recs []record) bool {
+				for _, r := range recs {
+					if r.str("event") == event && r.str("action") == action {
+						return true
+					}
+				}
+				return false
+			}
+		}
+		waitFor("a denied flow", func(recs []record) bool { _, ok := findFlow(recs, "deny", "203.0.113.10:8080"); return ok })
+
+		os.WriteFile(pol, []byte("version: 1\nallow:\n  - cidr: 203.0.113.10/32\n    ports: [8080]\n    bogus: true\n"), 0o644)
+		cmd.Process.Signal(syscall.SIGHUP)
+		waitFor("the refused reload", hasEvent("policy", "deny"))
+
+		os.WriteFile(pol, []byte("version: 1\nallow:\n  - cidr: 203.0.113.10/32\n    ports: [8080]\n"), 0o644)
+		cmd.Process.Signal(syscall.SIGHUP)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("worker never got through after the reload: %v; stderr %s", err, errb.String())
+			}
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Fatal("worker still running after the reload")
+		}
+		if !strings.Contains(errb.String(), "reload refused") {
+			t.Errorf("no reload-refused line on stderr: %q", errb.String())
+		}
+		recs := readAudit(t, log)
+		if !hasEvent("policy", "allow")(recs) {
+			t.Errorf("no accepted-reload record")
+		}
+		if _, ok := findFlow(recs, "allow", "203.0.113.10:8080"); !ok {
+			t.Errorf("no allowed flow after the reload")
+		}
+	})
+}
+
+// TestPcap: --pcap writes a capture that tcpdump reads, holding the
+// worker's connection.
+func TestPcap(t *testing.T) {
+	tcpdump, err := exec.LookPath("tcpdump")
+	forEachMode(t, func(t *testing.T, m mode) {
+		need(t, "tcpdump (apt-get install tcpdump)", err)
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		pcap := filepath.Join(dir, "worker.pcap")
+		r := runNsgate(t, m, "run", "--policy", pol, "--pcap", pcap, "--", "curl", "-s", "http://203.0.113.10:8080/")
+		if r.code != 0 {
+			t.Fatalf("curl through nsgate: exit %d", r.code)
+		}
+		out, err := exec.Command(tcpdump, "-n", "-r", pcap).CombinedOutput()
+		if err != nil {
+			t.Fatalf("tcpdump cannot read the capture: %v\n%s", err, out)
+		}
+		if !strings.Contains(string(out), "10.0.2.100") || !strings.Contains(string(out), "203.0.113.10.8080") {
+			t.Errorf("capture lacks the worker's flow:\n%s", out)
+		}
+	})
+}
