@@ -1,0 +1,169 @@
+// Package guard is nsgate's execution guard (SPEC §6): the Landlock and
+// seccomp restrictions put on the worker just before it is executed.
+//
+// Use it in the process that will start the worker:
+//
+//	plan, err := guard.Resolve(cfg)   // read-only: paths, ELF headers, #! lines
+//	runtime.LockOSThread()            // the caller's job, never unlocked
+//	w := plan.Writable()              // after dropping capabilities: make these read-only
+//	degraded, err := plan.Apply(cfg)  // irreversible, restricts every thread
+//	... execve(plan.Path, cfg.Command, env), directly or by fork+exec
+//
+// Landlock handles the execute right: the worker can execute exactly the
+// files and directory trees in Plan.Allow (EACCES elsewhere) while its
+// reads and writes stay as they were. The seccomp filter is a deny list
+// (EPERM) of calls that reach into other processes, the mount table, the
+// kernel's attack surface, new namespaces, unix sockets and foreign
+// syscall ABIs; see buildFilter.
+//
+// The guard limits which files can be passed to execve. It does not limit
+// what code an allowed program runs: an allowed interpreter (a shell,
+// Python, a JIT) runs whatever it is given. The network, namespace and
+// seccomp layers are the containment; the exec allowlist narrows the tools
+// at hand. Known limits, each shown by a test:
+//
+//   - The ELF interpreter (ld.so) must be executable for the kernel to
+//     start any dynamically linked program, so the worker can also run it
+//     directly ("ld.so /bin/sh"), which runs any readable ELF file.
+//     Landlock cannot tell the two apart and seccomp cannot read the path;
+//     Plan.Interpreters lists these files for the exec audit.
+//   - Landlock lets files of internal mounts through, so a memfd filled
+//     with any program can be executed (execve("/proc/self/fd/N")).
+//   - Before Landlock ABI 9, a socketpair datagram socket can still send to
+//     unconnected pathname unix datagram sockets (e.g. /dev/log).
+//   - Landlock trusts the allowlist's contents: entries the worker can
+//     write to let it plant programs there (see Plan.Writable).
+package guard
+
+import (
+	"errors"
+	"path/filepath"
+	"strings"
+)
+
+// Config is what the user asked for. It holds plain data (it is serialised
+// from nsgate's parent to the sandbox init).
+type Config struct {
+	// Command is the worker's argv. Command[0] is resolved through PATH
+	// (PathEnv) unless it contains a slash; argv[0] itself is passed to the
+	// worker unchanged.
+	Command []string
+	// ExecAllow are extra files or directories the worker may execute
+	// (--exec-allow and the policy's exec.allow). A directory allows its
+	// whole tree. Each must exist when Resolve runs. For a file, its
+	// interpreters are added as for Command; a directory is not scanned, so
+	// a dynamically linked program in it also needs its ELF interpreter in
+	// the list (it is there already when Command is dynamically linked
+	// against the same libc).
+	ExecAllow []string
+	// AllowUserns lets the worker create namespaces (clone and unshare with
+	// CLONE_NEW* flags), e.g. for Chromium's own sandbox. Joining one with
+	// setns(2) stays denied.
+	AllowUserns bool
+	// AllowUnix allows socket(AF_UNIX, ...). socketpair(AF_UNIX) is always
+	// allowed.
+	AllowUnix bool
+	// BestEffort (--exec-guard=best-effort): a layer the kernel lacks is
+	// reported by Apply instead of being an error.
+	BestEffort bool
+	// PathEnv is the PATH used to resolve Command[0] and the program of a
+	// "#!/usr/bin/env NAME" script; empty means this process's $PATH.
+	// Relative entries (including empty ones) are ignored: the worker's
+	// working directory is not trusted.
+	PathEnv string
+}
+
+// Plan is the resolved allowlist. Resolve returns it; it is a plain value
+// that callers must treat as read-only (Apply does not modify it).
+type Plan struct {
+	// Path is the canonical absolute path of Command[0]. Execute this path
+	// (not Command[0] again) so that what runs is what was resolved.
+	Path string
+	// Allow lists, sorted and without duplicates, the canonical files and
+	// directories the worker may execute: Path, its ELF interpreter or
+	// its #! interpreter chain, and ExecAllow with their interpreters.
+	Allow []string
+	// Interpreters are the ELF interpreters (PT_INTERP, e.g. ld.so) in
+	// Allow. The kernel needs execute permission on them to start any
+	// dynamically linked program, so Landlock cannot refuse running one
+	// directly ("ld.so /bin/sh"), which runs any readable ELF file. The
+	// exec audit must refuse an execve whose target is one of these.
+	Interpreters []string
+	// Dirs are the entries of Allow that are directories (their whole
+	// tree is allowed); the others are regular files.
+	Dirs []string
+	// Why gives, for every entry of Allow, the reason it is there.
+	Why map[string]string
+}
+
+// Allows reports whether the canonical path p lies in the allowlist: it is
+// an allowed file or below an allowed directory. It does not resolve
+// symlinks; give it a canonical path.
+func (p Plan) Allows(path string) bool {
+	path = filepath.Clean(path)
+	if !filepath.IsAbs(path) {
+		return false
+	}
+	for _, a := range p.Allow {
+		if path == a {
+			return true
+		}
+	}
+	for _, d := range p.Dirs {
+		if d == "/" || strings.HasPrefix(path, d+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// Support is what the running kernel offers the guard.
+type Support struct {
+	// LandlockABI is the Landlock ABI version; 0 means no Landlock.
+	LandlockABI int
+	// LandlockWhy says why Landlock is unavailable ("" when it is).
+	LandlockWhy string
+	// Seccomp is true when seccomp filters returning errno are available
+	// and this build has a filter for its architecture.
+	Seccomp bool
+	// SeccompWhy says why seccomp is unavailable ("" when it is).
+	SeccompWhy string
+}
+
+// Environment variables that make Probe pretend a layer is missing, so that
+// the fail-closed and best-effort paths can be tested on a kernel that has
+// both. They only ever weaken what Probe reports: set on a production
+// system, nsgate refuses to start (or, with best effort, says the layer is
+// missing).
+const (
+	EnvTestNoLandlock = "NSGATE_TEST_NO_LANDLOCK"
+	EnvTestNoSeccomp  = "NSGATE_TEST_NO_SECCOMP"
+)
+
+// Layer names used in Apply's degraded list and in MissingLayerError.
+const (
+	LayerLandlock = "landlock"
+	LayerSeccomp  = "seccomp"
+)
+
+// MissingLayerError is returned by Apply when the kernel lacks a layer and
+// Config.BestEffort is false.
+type MissingLayerError struct {
+	Layer string // LayerLandlock or LayerSeccomp
+	Why   string // what the kernel said
+}
+
+func (e *MissingLayerError) Error() string {
+	fix := "enable it in the kernel"
+	switch e.Layer {
+	case LayerLandlock:
+		fix = "enable Landlock (CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= boot list)"
+	case LayerSeccomp:
+		fix = "use a kernel with CONFIG_SECCOMP_FILTER=y on amd64 or arm64"
+	}
+	return "exec guard: " + e.Layer + " unavailable (" + e.Why + "): " + fix +
+		", or pass --exec-guard=best-effort to run without it"
+}
+
+// ErrNoCommand is returned by Resolve for an empty Config.Command.
+var ErrNoCommand = errors.New("exec guard: no command")
