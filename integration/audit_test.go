@@ -24,7 +24,7 @@ func TestAuditVerifyCatchesTampering(t *testing.T) {
 		dir := workDir(t, m)
 		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
 		log := filepath.Join(dir, "audit.jsonl")
-		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", "sh", "-c",
+		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--exec-allow", "/usr/bin/curl", "--", "sh", "-c",
 			"curl -s http://203.0.113.10:8080/ ; curl -s http://169.254.169.254/ ; curl -s http://198.51.100.20:8080/ ; true")
 		mm := headLine.FindStringSubmatch(r.stderr)
 		if mm == nil {

@@ -20,7 +20,7 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		dir := workDir(t, m)
 		pol := writeFile(t, dir, "policy.yaml", "version: 1\nallow:\n  - cidr: 203.0.113.10/32\n    ports: [9999]\n")
 		log := filepath.Join(dir, "audit.jsonl")
-		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--", "sh", "-c",
+		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--exec-allow", "/usr/bin/curl", "--exec-allow", "/usr/bin/seq", "--exec-allow", "/usr/bin/sleep", "--", "sh", "-c",
 			"for i in $(seq 100); do curl -s --max-time 1 http://203.0.113.10:8080/ && exit 0; sleep 0.1; done; exit 1")
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb

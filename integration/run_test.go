@@ -194,7 +194,7 @@ func TestRunExitStatus(t *testing.T) {
 func TestRunKilledLeavesNothing(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		marker := fmt.Sprintf("%d.%03d", 900+time.Now().Nanosecond()%99, time.Now().Nanosecond()%1000)
-		cmd := nsgateCmd(m, "run", "--", "sh", "-c", "sleep "+marker+" & sleep "+marker)
+		cmd := nsgateCmd(m, "run", "--exec-allow", "/usr/bin/sleep", "--", "sh", "-c", "sleep "+marker+" & sleep "+marker)
 		var errb bytes.Buffer
 		cmd.Stderr = &errb
 		if err := cmd.Start(); err != nil {

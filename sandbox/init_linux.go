@@ -18,8 +18,9 @@ import (
 
 // ApplyGuard is called by init with Spec.GuardSpec after capabilities are
 // dropped and just before the worker starts. It must restrict every thread
-// of the process. It returns the layers it could not apply.
-type ApplyGuard func(spec []byte, argv []string) (degraded []string, err error)
+// of the process. It returns the program to execute for argv (resolved
+// through PATH) and the layers it could not apply.
+type ApplyGuard func(spec []byte, argv []string) (path string, degraded []string, err error)
 
 // InitMain is the body of the sandbox init (nsgate re-executed with
 // InitArg). It returns the process exit status: the worker's, or 125 when
@@ -71,16 +72,20 @@ func InitMain(apply ApplyGuard) int {
 		return fail(err)
 	}
 	argv := append([]string(nil), spec.Argv...)
-	path, err := exec.LookPath(argv[0])
-	if err != nil {
-		return fail(fmt.Errorf("worker command: %w", err))
-	}
+	var path string
 	if apply != nil {
-		d, err := apply(spec.GuardSpec, argv)
+		p, d, err := apply(spec.GuardSpec, argv)
 		if err != nil {
 			return fail(err)
 		}
+		path = p
 		degraded = append(degraded, d...)
+	} else {
+		p, err := exec.LookPath(argv[0])
+		if err != nil {
+			return fail(fmt.Errorf("worker command: %w", err))
+		}
+		path = p
 	}
 
 	sigs := make(chan os.Signal, 16)

@@ -11,7 +11,7 @@ import (
 type Child struct{ TunFD int }
 
 // ApplyGuard: see the Linux build.
-type ApplyGuard func(spec []byte, argv []string) ([]string, error)
+type ApplyGuard func(spec []byte, argv []string) (string, []string, error)
 
 // Start reports that sandboxes need Linux.
 func Start(Spec, Stdio) (*Child, error) { return nil, errors.ErrUnsupported }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/dns"
+	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
@@ -165,12 +167,35 @@ func (r *runner) run() int {
 		return exitFailure
 	}
 	r.log = log
+
+	degraded, err := guardPreflight(r.f.execGuard == "best-effort")
+	if err != nil {
+		return r.fail(fmt.Errorf("exec guard cannot be enforced: %w", err))
+	}
 	r.log.Log(audit.Start{
 		Version:      versionString(),
 		PolicySHA256: r.pol.Load().SHA256(),
 		Argv:         r.argv,
 		PID:          os.Getpid(),
+		Degraded:     degraded,
 	})
+	gcfg := guard.Config{
+		Command:     r.argv,
+		ExecAllow:   append(append([]string(nil), r.f.execAllow...), r.pol.Load().ExecAllow()...),
+		AllowUserns: r.f.allowUserns,
+		AllowUnix:   r.f.allowUnix,
+		BestEffort:  r.f.execGuard == "best-effort",
+	}
+	// Resolved here for a clear error before any namespace exists; init
+	// resolves again in the worker's mount namespace and enforces that.
+	plan, err := guard.Resolve(gcfg)
+	if err != nil {
+		return r.fail(err)
+	}
+	gspec, err := json.Marshal(gcfg)
+	if err != nil {
+		return r.fail(err)
+	}
 
 	dir, err := os.MkdirTemp("", "nsgate-")
 	if err != nil {
@@ -197,6 +222,8 @@ func (r *runner) run() int {
 		Iface:      ifc,
 		ResolvConf: resolv,
 		Hostname:   "nsgate",
+		GuardSpec:  gspec,
+		NoExecDirs: noExecDirs(plan.Allow),
 	}
 	child, err := sandbox.Start(spec, sandbox.Stdio{Stdin: r.e.stdin, Stdout: r.e.stdout, Stderr: r.e.stderr})
 	if err != nil {
@@ -252,10 +279,17 @@ func (r *runner) run() int {
 		}
 	}()
 
-	if _, err := child.Release(); err != nil {
+	d, err := child.Release()
+	if err != nil {
 		child.Kill()
 		gw.Close()
 		return r.fail(err)
+	}
+	if len(d) > 0 {
+		r.log.Log(audit.Policy{Action: "degraded", Error: "not in force: " + strings.Join(d, ", ")})
+		if !r.f.quiet {
+			r.e.errorf("running without %s", strings.Join(d, ", "))
+		}
 	}
 	code := child.Wait()
 	gw.Close()
@@ -299,4 +333,35 @@ func (r *runner) finish(code int) {
 	if r.f.audit != "" {
 		fmt.Fprintf(r.e.stderr, "nsgate: audit head %s\n", head)
 	}
+}
+
+// noExecDirs are the writable scratch directories made noexec in the
+// worker's mount namespace, as a second layer under the exec allowlist. A
+// directory holding something the allowlist names is left alone, so an
+// allowed program in /tmp still runs (Landlock still confines it).
+func noExecDirs(allow []string) []string {
+	dirs := []string{"/tmp", "/var/tmp", "/dev/shm", os.TempDir()}
+	if h, err := os.UserHomeDir(); err == nil && h != "/" {
+		dirs = append(dirs, h)
+	}
+	var out []string
+	seen := map[string]bool{}
+	for _, d := range dirs {
+		if st, err := os.Stat(d); err == nil && st.IsDir() && !seen[d] && !holdsAny(d, allow) {
+			seen[d] = true
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// holdsAny reports whether any path in paths is dir or lies below it.
+func holdsAny(dir string, paths []string) bool {
+	dir = strings.TrimSuffix(dir, "/")
+	for _, p := range paths {
+		if p == dir || strings.HasPrefix(p, dir+"/") || dir == "" {
+			return true
+		}
+	}
+	return false
 }
