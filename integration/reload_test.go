@@ -105,3 +105,43 @@ func TestPcap(t *testing.T) {
 		}
 	})
 }
+
+// TestPublish: --publish lets a host-side client reach a server the worker
+// runs, and the connection is audited as inbound.
+func TestPublish(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		log := filepath.Join(dir, "audit.jsonl")
+		cmd := nsgateCmd(m, "run", "--audit", log, "--publish", "127.0.0.1:19222:9222", "--", nsgateBin, "__probe", "serve", "0.0.0.0:9222", "20")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { cmd.Process.Kill(); cmd.Wait() }()
+		var body string
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			b, err := exec.Command("curl", "-s", "--max-time", "2", "http://127.0.0.1:19222/").Output()
+			if err == nil && len(b) > 0 {
+				body = string(b)
+				break
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		if !strings.Contains(body, "hello from the worker") {
+			t.Fatalf("host client never reached the worker's server; got %q; stdout %q stderr %q", body, out.String(), errb.String())
+		}
+		cmd.Process.Signal(syscall.SIGTERM)
+		cmd.Wait()
+		var inbound bool
+		for _, r := range readAudit(t, log) {
+			if r.str("event") == "inbound" && r.str("action") == "allow" && r.str("dst") == "10.0.2.100:9222" {
+				inbound = true
+			}
+		}
+		if !inbound {
+			t.Errorf("no inbound allow record")
+		}
+	})
+}

@@ -15,6 +15,7 @@ import (
 //	nsgate __probe tcp ADDR             connect, send an HTTP/1.0 GET, print the status line
 //	nsgate __probe udp ADDR             send one datagram, wait for a reply
 //	nsgate __probe udp-flood ADDR SECS  send datagrams as fast as possible
+//	nsgate __probe serve ADDR SECS      answer HTTP requests on ADDR for SECS seconds
 //
 // It prints "ok ..." or "refused ..."/"error ..." and exits 0 on success, 1
 // when the attempt failed, 2 on usage errors.
@@ -31,6 +32,12 @@ func cmdProbe(e env, args []string) int {
 		return probeTCP(e, addr)
 	case "udp":
 		return probeUDP(e, addr)
+	case "serve":
+		secs := 10.0
+		if len(args) > 2 {
+			fmt.Sscan(args[2], &secs)
+		}
+		return probeServe(e, addr, time.Duration(secs*float64(time.Second)))
 	case "udp-flood":
 		secs := 5.0
 		if len(args) > 2 {
@@ -112,4 +119,34 @@ func probeUDPFlood(e env, addr string, d time.Duration) int {
 	}
 	fmt.Fprintf(e.stdout, "flood %s sent=%d failed=%d\n", addr, sent, failed)
 	return 0
+}
+
+// probeServe answers every HTTP request on addr with a fixed body until d
+// has passed, then exits 0. It prints "listening ADDR" once ready.
+func probeServe(e env, addr string, d time.Duration) int {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintf(e.stdout, "error listen %s: %v\n", addr, err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "listening %s\n", ln.Addr())
+	time.AfterFunc(d, func() { ln.Close() })
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return 0
+		}
+		go func() {
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(5 * time.Second))
+			br := bufio.NewReader(c)
+			for {
+				l, err := br.ReadString('\n')
+				if err != nil || strings.TrimSpace(l) == "" {
+					break
+				}
+			}
+			fmt.Fprint(c, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhello from the worker\n")
+		}()
+	}
 }

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -20,6 +22,7 @@ import (
 	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
+	"github.com/nsgate/nsgate/slirp"
 	"github.com/nsgate/nsgate/tun"
 )
 
@@ -96,6 +99,11 @@ func cmdRun(e env, args []string) int {
 }
 
 func (f *runFlags) validate() error {
+	for _, p := range f.publish {
+		if _, err := parsePublish(p); err != nil {
+			return err
+		}
+	}
 	if f.mtu < 1280 || f.mtu > 65521 {
 		return fmt.Errorf("--mtu %d out of range (1280 to 65521)", f.mtu)
 	}
@@ -266,6 +274,16 @@ func (r *runner) run() int {
 		return r.fail(fmt.Errorf("gateway: %w", err))
 	}
 
+	fwds, err := r.publish(gw)
+	if err != nil {
+		child.Kill()
+		gw.Close()
+		return r.fail(err)
+	}
+	if fwds != nil {
+		defer fwds.Close()
+	}
+
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
@@ -292,6 +310,9 @@ func (r *runner) run() int {
 		}
 	}
 	code := child.Wait()
+	if fwds != nil {
+		fwds.Close()
+	}
 	gw.Close()
 	r.finish(code)
 	return code
@@ -364,4 +385,37 @@ func holdsAny(dir string, paths []string) bool {
 		}
 	}
 	return false
+}
+
+// publish opens the --publish forwards: listeners on the host that relay
+// to the worker through the gateway. Each connection is audited
+// (inbound). It returns nil when there are none.
+func (r *runner) publish(gw *netstack.Gateway) (*slirp.HostFwds, error) {
+	if len(r.f.publish) == 0 {
+		return nil, nil
+	}
+	fwds := slirp.NewHostFwds(guestV4.Addr(), func(ctx context.Context, proto string, a netip.AddrPort) (net.Conn, error) {
+		return gw.DialGuest(ctx, proto, a)
+	})
+	fwds.OnInbound = func(in slirp.Inbound) {
+		ev := audit.Inbound{
+			Action: "allow",
+			Listen: netip.AddrPortFrom(in.Forward.HostAddr, in.Forward.HostPort).String() + "/" + in.Forward.Proto,
+			Dst:    netip.AddrPortFrom(in.Forward.GuestAddr, in.Forward.GuestPort).String(),
+			Src:    in.Src.String(),
+		}
+		if in.Err != nil {
+			ev.Action = "deny"
+		}
+		r.log.Log(ev)
+	}
+	for _, s := range r.f.publish {
+		p, _ := parsePublish(s) // validated with the flags
+		fw := slirp.HostFwd{Proto: p.Proto, HostAddr: p.Host, HostPort: p.HostPort, GuestAddr: guestV4.Addr(), GuestPort: p.GuestPort}
+		if _, err := fwds.AddHostFwd(fw); err != nil {
+			fwds.Close()
+			return nil, fmt.Errorf("--publish %s: %w", s, err)
+		}
+	}
+	return fwds, nil
 }
