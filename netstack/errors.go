@@ -1,6 +1,7 @@
 package netstack
 
 import (
+	"errors"
 	"syscall"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -65,3 +66,6 @@ func errnoOf(e tcpip.Error) syscall.Errno {
 	}
 	return 0
 }
+
+// errL7Denied ends a flow whose first bytes failed the SNI or Host check.
+var errL7Denied = errors.New("l7 check refused the flow")

@@ -80,7 +80,18 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 	}
 	r.Complete(false)
 	worker := gonet.NewTCPConn(&wq, ep)
+	var gated gateResult
+	if pol := g.policy(); p.host != "" && pol != nil && (pol.VerifySNI() || pol.VerifyHost()) {
+		gated = g.gateL7(worker, ep, up, &p, pol, seq)
+		if !gated.allow {
+			worker.Close()
+			g.endRecord(seq, relay.Result{AToB: gated.held, BToA: gated.serverIn, Err: errL7Denied}, time.Since(start).Milliseconds())
+			return
+		}
+	}
 	res := relay.Copy(g.ctx, worker, up, g.lim.TCPIdle)
+	res.AToB += gated.held
+	res.BToA += gated.serverIn
 	g.endRecord(seq, res, time.Since(start).Milliseconds())
 }
 
