@@ -283,3 +283,25 @@ func TestHumanOverflowLine(t *testing.T) {
 		t.Errorf("human:\n%s\nwant:\n%s", human.String(), want)
 	}
 }
+
+// TestExitComesLast: denials folded in the current window are written
+// before the exit record, so exit is the log's last record.
+func TestExitComesLast(t *testing.T) {
+	var buf bytes.Buffer
+	clock := newFakeClock()
+	l := startMem(Options{Now: clock.Now}, &buf)
+	l.Log(denyFlow(1))
+	l.Log(denyFlow(2)) // folded, window still open
+	l.Log(Exit{Code: 0})
+	mustClose(t, l)
+	lines := splitLines(buf.Bytes())
+	if len(lines) != 3 {
+		t.Fatalf("%d records, want 3 (deny, aggregate, exit):\n%s", len(lines), buf.String())
+	}
+	if last := decode(t, lines[2]); last["event"] != "exit" {
+		t.Errorf("last record %s, want the exit record", lines[2])
+	}
+	if agg := decode(t, lines[1]); agg["count"] != float64(1) {
+		t.Errorf("aggregate %s, want count 1 before the exit", lines[1])
+	}
+}

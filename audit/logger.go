@@ -244,6 +244,11 @@ func (l *Logger) Log(ev Event) uint64 {
 	if l.closed {
 		return 0
 	}
+	if _, last := ev.(Exit); last {
+		// The exit record is the run's last word: write out the folded
+		// denials first so that nothing follows it.
+		l.sweepLocked(true)
+	}
 	return l.enqueueLocked(item{ev: ev, t: l.now()})
 }
 

@@ -5,6 +5,7 @@ package integration
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -247,4 +248,33 @@ func procsWith(s string) []int {
 		}
 	}
 	return pids
+}
+
+// TestInheritedDescriptorsDoNotLeak: a descriptor nsgate's caller left
+// open (here a pipe at fd 3; in the attack, a socket in the host's network
+// namespace) is not usable by the worker.
+func TestInheritedDescriptorsDoNotLeak(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		rd, wr, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rd.Close()
+		cmd := nsgateCmd(m, "run", "--", "sh", "-c", "echo leaked >&3")
+		cmd.ExtraFiles = []*os.File{wr}
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		wr.Close()
+		cmd.Wait()
+		got, _ := io.ReadAll(rd)
+		if len(got) != 0 {
+			t.Fatalf("the worker wrote %q through an inherited descriptor", got)
+		}
+		if !strings.Contains(errb.String(), "Bad file descriptor") {
+			t.Errorf("the worker's shell should report a bad descriptor; stderr %q", errb.String())
+		}
+	})
 }

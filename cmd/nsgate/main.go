@@ -12,6 +12,11 @@ import (
 )
 
 func main() {
+	// Descriptors the caller left open (without close-on-exec) must not
+	// reach the worker: an inherited socket from the host's network
+	// namespace would bypass the gateway. nsgate's own descriptors are
+	// opened close-on-exec; anything it passes on, it passes explicitly.
+	closeInheritedOnExec()
 	if len(os.Args) > 1 && os.Args[1] == sandbox.InitArg {
 		os.Exit(sandbox.InitMain(applyGuard))
 	}
