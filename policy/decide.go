@@ -47,12 +47,15 @@ func (p *Policy) Decide(f Flow) Decision {
 	}
 
 	// 1. Cloud metadata.
-	if host != "" {
+	if host != "" && !p.noMetadata {
 		if r := metadataNameReason(host); r != "" {
 			return Decision{Deny, RuleMetadata, r}
 		}
 	}
 	for i, a := range addrs {
+		if p.noMetadata {
+			break
+		}
 		if r := metadataReason(a); r != "" {
 			if i > 0 {
 				var rb reasonBuf
@@ -216,7 +219,7 @@ func (p *Policy) NameAllowed(name string) Decision {
 	if err != nil {
 		return Decision{Deny, RuleDefault, err.Error()}
 	}
-	if r := metadataNameReason(host); r != "" {
+	if r := metadataNameReason(host); r != "" && !p.noMetadata {
 		return Decision{Deny, RuleMetadata, r}
 	}
 	h := noHit()

@@ -289,3 +289,26 @@ func TestDecideNoAlloc(t *testing.T) {
 		}
 	}
 }
+
+// TestWithoutMetadataStep: the lab's --break metadata copy lets the
+// metadata address through where an allow rule covers it, and the
+// original policy is untouched.
+func TestWithoutMetadataStep(t *testing.T) {
+	p, err := Parse("t.yaml", []byte("version: 1\nallow:\n  - cidr: 169.254.169.254/32\n    ports: [80]\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := Flow{Proto: TCP, Addr: netip.MustParseAddr("169.254.169.254"), Port: 80}
+	if d := p.Decide(f); d.Verdict != Deny || d.Rule != RuleMetadata {
+		t.Fatalf("normal policy: %v, want the metadata step to deny", d)
+	}
+	if d := p.WithoutMetadataStep().Decide(f); d.Verdict != Allow {
+		t.Fatalf("broken policy: %v, want allow[0]", d)
+	}
+	if d := p.WithoutMetadataStep().NameAllowed("metadata.google.internal"); d.Rule == RuleMetadata {
+		t.Errorf("broken policy still denies metadata names: %v", d)
+	}
+	if d := p.Decide(f); d.Verdict != Deny {
+		t.Errorf("WithoutMetadataStep changed the original: %v", d)
+	}
+}

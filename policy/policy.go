@@ -21,7 +21,10 @@ const (
 // concurrent use, and slices it returns are copies the caller may keep.
 // Build one with Parse or DenyAll; derive one with WithLocal.
 type Policy struct {
-	sha        string
+	sha string
+	// noMetadata skips decision step 1 (WithoutMetadataStep): only the
+	// lab's --break metadata sets it, to show the lab can fail.
+	noMetadata bool
 	allow      ruleSet
 	deny       ruleSet
 	hosts      map[string][]netip.Addr // canonical name → static answers (unmapped, no zone)
@@ -345,6 +348,16 @@ func (p *Policy) WithLocal(prefixes ...netip.Prefix) *Policy {
 			q.local = append(q.local, pr)
 		}
 	}
+	return &q
+}
+
+// WithoutMetadataStep returns a copy that skips the built-in cloud-metadata
+// step of Decide and NameAllowed. It exists only so that `nsgate lab
+// --break metadata` can show the lab detecting a missing layer; nothing
+// else may use it.
+func (p *Policy) WithoutMetadataStep() *Policy {
+	q := *p
+	q.noMetadata = true
 	return &q
 }
 

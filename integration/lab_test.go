@@ -1,0 +1,209 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// labEvidence is the part of evidence.json these tests read.
+type labEvidence struct {
+	Verdict string   `json:"verdict"`
+	Version string   `json:"version"`
+	Break   string   `json:"break"`
+	Reasons []string `json:"reasons"`
+	Policy  struct {
+		SHA256 string `json:"sha256"`
+	} `json:"policy"`
+	Environment struct {
+		Rootless bool `json:"rootless"`
+	} `json:"environment"`
+	Audit struct {
+		Records  int    `json:"records"`
+		Head     string `json:"head"`
+		Verified bool   `json:"verified"`
+	} `json:"audit"`
+	Targets []struct {
+		Target string `json:"target"`
+		Addr   string `json:"addr"`
+		Hits   int64  `json:"hits"`
+	} `json:"targets"`
+	Attempts []struct {
+		ID        string   `json:"id"`
+		Category  string   `json:"category"`
+		Layer     string   `json:"layer"`
+		Control   bool     `json:"control"`
+		Expected  string   `json:"expected"`
+		Observed  string   `json:"observed"`
+		Pass      bool     `json:"pass"`
+		Why       string   `json:"why"`
+		Detail    string   `json:"detail"`
+		AuditSeqs []uint64 `json:"audit_seqs"`
+	} `json:"attempts"`
+}
+
+func (ev labEvidence) hits(target string) int64 {
+	var n int64
+	for _, t := range ev.Targets {
+		if t.Target == target {
+			n += t.Hits
+		}
+	}
+	return n
+}
+
+// runLab runs `nsgate lab` to completion; the lab takes longer than the
+// other commands runNsgate is bounded for.
+func runLab(t *testing.T, m mode, args ...string) result {
+	t.Helper()
+	cmd := nsgateCmd(m, append([]string{"lab"}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start nsgate lab: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	var err error
+	select {
+	case err = <-done:
+	case <-time.After(4 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("nsgate lab hung; stderr:\n%s", errb.String())
+	}
+	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("nsgate lab: %v", err)
+	}
+	t.Logf("nsgate lab %s -> %d (%s)\nstdout:\n%s\nstderr (tail):\n%s", strings.Join(args, " "), r.code, r.elapsed.Round(time.Millisecond), r.stdout, tailLines(r.stderr, 15))
+	return r
+}
+
+func tailLines(s string, n int) string {
+	l := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(l) > n {
+		l = l[len(l)-n:]
+	}
+	return strings.Join(l, "\n")
+}
+
+func readEvidence(t *testing.T, dir string) labEvidence {
+	t.Helper()
+	var ev labEvidence
+	data, err := os.ReadFile(filepath.Join(dir, "evidence.json"))
+	if err != nil {
+		t.Fatalf("evidence.json: %v", err)
+	}
+	if err := json.Unmarshal(data, &ev); err != nil {
+		t.Fatalf("evidence.json: %v", err)
+	}
+	return ev
+}
+
+// TestLab runs the whole lab as root and as an unprivileged user: every
+// attack blocked, every control through, evidence written, and the audit
+// log it leaves verifies with the head the evidence records.
+func TestLab(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := filepath.Join(workDir(t, m), "evidence")
+		r := runLab(t, m, "--evidence", dir)
+		ev := readEvidence(t, dir)
+		cats := map[string]bool{}
+		attacks := 0
+		for _, a := range ev.Attempts {
+			cats[a.Category] = true
+			if !a.Control {
+				attacks++
+			}
+			if !a.Pass {
+				why := a.Why
+				if !strings.Contains(why, a.Detail) {
+					why += " [" + a.Detail + "]"
+				}
+				t.Errorf("%s (%s, layer %s): expected %s, observed %s: %s", a.ID, a.Category, a.Layer, a.Expected, a.Observed, why)
+			}
+		}
+		if attacks < 40 || len(cats) < 8 {
+			t.Errorf("%d attacks in %d categories; want at least 40 in 8", attacks, len(cats))
+		}
+		if r.code != 0 || ev.Verdict != "pass" {
+			t.Errorf("lab exit %d, verdict %s; want 0 and pass. Reasons:\n%s", r.code, ev.Verdict, strings.Join(ev.Reasons, "\n"))
+		}
+		if n := ev.hits("metadata"); n != 0 {
+			t.Errorf("the fake metadata server was hit %d time(s)", n)
+		}
+		if m.name != "self" && ev.Environment.Rootless != (m.name == "user") {
+			t.Errorf("evidence says rootless %v in mode %s", ev.Environment.Rootless, m.name)
+		}
+		if !strings.Contains(r.stdout, "ATTACK") || !strings.Contains(r.stdout, "AUDIT SEQ") || !strings.Contains(r.stderr, "[  1/") {
+			t.Errorf("no progress on stderr or no table on stdout")
+		}
+		if ev.Policy.SHA256 == "" || ev.Version == "" {
+			t.Errorf("evidence lacks the policy hash or version")
+		}
+		v := runNsgate(t, m, "audit", "verify", filepath.Join(dir, "audit.jsonl"))
+		if v.code != 0 || !ev.Audit.Verified || !strings.Contains(v.stdout, "head "+ev.Audit.Head) {
+			t.Errorf("audit verify: exit %d %q; evidence says head %s verified %v", v.code, v.stdout, ev.Audit.Head, ev.Audit.Verified)
+		}
+		if _, err := os.ReadFile(filepath.Join(dir, "evidence.md")); err != nil {
+			t.Errorf("evidence.md: %v", err)
+		}
+	})
+}
+
+// TestLabBreak disables one layer on purpose: the lab must fail (exit 1,
+// not 2), name the attempts that got through, and the fake targets' counts
+// must show it.
+func TestLabBreak(t *testing.T) {
+	sealed(t)
+	m := mode{name: modes()[0], uid: -1, gid: -1}
+	for _, tc := range []struct {
+		layer   string
+		only    string
+		through []string // attempts that must be reported as got through
+		target  string   // a fake target that must have been hit
+	}{
+		{"metadata", "control-http,meta-v4,ip-decimal,redirect-metadata,dns-private-answer", []string{"meta-v4", "ip-decimal", "redirect-metadata"}, "metadata"},
+		{"policy", "control-http,unapproved-ip,dns-private-answer,port-ssh", []string{"unapproved-ip", "dns-private-answer", "port-ssh"}, "private"},
+	} {
+		t.Run(tc.layer, func(t *testing.T) {
+			dir := filepath.Join(workDir(t, m), "evidence")
+			r := runLab(t, m, "--break", tc.layer, "--only", tc.only, "--evidence", dir)
+			if r.code != 1 {
+				t.Fatalf("lab --break %s exited %d, want 1 (attacks got through)", tc.layer, r.code)
+			}
+			ev := readEvidence(t, dir)
+			if ev.Break != tc.layer || ev.Verdict != "fail" {
+				t.Errorf("evidence break %q verdict %q", ev.Break, ev.Verdict)
+			}
+			for _, id := range tc.through {
+				if !strings.Contains(r.stdout, id+": got through") {
+					t.Errorf("stdout does not name %s as got through", id)
+				}
+			}
+			if ev.hits(tc.target) == 0 {
+				t.Errorf("fake target %s counted no hits: %+v", tc.target, ev.Targets)
+			}
+			for _, a := range ev.Attempts {
+				if a.Control && !a.Pass {
+					t.Errorf("control %s failed: %s", a.ID, a.Why)
+				}
+			}
+		})
+	}
+}

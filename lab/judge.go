@@ -1,0 +1,309 @@
+package lab
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// Result is the verdict on one attempt, as the evidence records it.
+type Result struct {
+	ID          string    `json:"id"`
+	Category    string    `json:"category"`
+	Layer       string    `json:"layer"`
+	Description string    `json:"description"`
+	Control     bool      `json:"control"`
+	Expected    Outcome   `json:"expected"`
+	Observed    Outcome   `json:"observed"`
+	Pass        bool      `json:"pass"`
+	Why         string    `json:"why,omitempty"` // why it failed
+	Detail      string    `json:"detail"`        // what the attacker saw
+	Start       time.Time `json:"start"`
+	End         time.Time `json:"end"`
+	// AuditSeqs are the seqs of the audit records attributed to the
+	// attempt, ascending; Audit are those records as written.
+	AuditSeqs []uint64          `json:"audit_seqs"`
+	Audit     []json.RawMessage `json:"audit"`
+	// Hits are the fake targets' hits during the attempt.
+	Hits []Hit `json:"target_hits"`
+}
+
+// Report is the outcome of Judge.
+type Report struct {
+	Results []Result
+	// Pass is true when every attempt passed and no unapproved target
+	// was hit outside an attempt.
+	Pass bool
+	// Reasons say why the lab failed, one line each.
+	Reasons []string
+	// StrayHits are unapproved hits outside every attempt's window.
+	StrayHits []Hit
+	// Unattributed are the seqs of audit records (other than start,
+	// exit and policy) that no attempt claimed.
+	Unattributed []uint64
+}
+
+// keyReach bounds how long after an attempt's start a deny record can be
+// attributed to it by key.
+const keyReach = 5 * time.Second
+
+// lastWindowGrace is how long after the last attempt's end its records
+// and hits still count as its own.
+const lastWindowGrace = 2 * time.Second
+
+// Judge decides every attempt of cat from what the attacker reported
+// (obs), what the audit log holds (recs) and what the fake targets saw
+// (hits; approved says which targets the policy approves).
+//
+// Attribution: attempts ran one at a time; an attempt's window runs from
+// its start to the next attempt's start (the last one's to its end plus
+// two seconds). A deny record belongs to the latest attempt started
+// before it (by up to five seconds) whose Keys match it: the gateway
+// writes a denial just after the worker sees the refusal, sometimes when
+// the next attempt has begun. An aggregate record (count > 0, written at
+// the end of the audit log's aggregation window) belongs to the attempt
+// that owns the latest record with the same aggregation key; a flow_end or
+// l7 record belongs with its flow record. Every other record, and every
+// hit, belongs to the window its time falls in.
+//
+// An attack passes when it was observed blocked, no unapproved target was
+// hit in its window, and its audit expectation (and rule, if any) is met.
+// A control passes when it was observed allowed, its first aim was hit in
+// its window and the log has its allowed flow.
+func Judge(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit, approved func(string) bool) Report {
+	type win struct {
+		start, end time.Time
+		idx        int // index into results
+	}
+	byID := make(map[string]Observation, len(obs))
+	for _, o := range obs {
+		byID[o.ID] = o
+	}
+	results := make([]Result, len(cat))
+	var wins []win
+	for i, at := range cat {
+		results[i] = Result{
+			ID: at.ID, Category: at.Category, Layer: at.Layer, Description: at.Description,
+			Control: at.Control(), Expected: at.Expect, AuditSeqs: []uint64{}, Audit: []json.RawMessage{}, Hits: []Hit{},
+		}
+		o, ok := byID[at.ID]
+		if !ok {
+			results[i].Observed = Errored
+			results[i].Detail = "the attacker did not report this attempt"
+			continue
+		}
+		results[i].Observed, results[i].Detail, results[i].Start, results[i].End = o.Observed, o.Detail, o.Start, o.End
+		wins = append(wins, win{start: o.Start, end: o.End, idx: i})
+	}
+	sort.SliceStable(wins, func(a, b int) bool { return wins[a].start.Before(wins[b].start) })
+	for i := range wins {
+		if i+1 < len(wins) {
+			wins[i].end = wins[i+1].start
+		} else {
+			wins[i].end = wins[i].end.Add(lastWindowGrace)
+		}
+	}
+	// windowOf returns the result index whose window holds t, or -1.
+	windowOf := func(t time.Time) int {
+		j := sort.Search(len(wins), func(k int) bool { return wins[k].start.After(t) }) - 1
+		if j < 0 || !t.Before(wins[j].end) {
+			return -1
+		}
+		return wins[j].idx
+	}
+
+	owner := make(map[uint64]int) // seq -> result index
+	mine := make([][]AuditRecord, len(results))
+	attach := func(i int, r AuditRecord) {
+		owner[r.Seq] = i
+		mine[i] = append(mine[i], r)
+	}
+	// byKey returns the result index of the latest attempt that started
+	// before r and has a key matching one of r's, within keyReach.
+	byKey := func(r AuditRecord) int {
+		rk := r.keys()
+		if len(rk) == 0 {
+			return -1
+		}
+		best := -1
+		for _, w := range wins {
+			if w.start.After(r.Time) || r.Time.Sub(w.start) > keyReach {
+				continue
+			}
+			if !keysMatch(cat[w.idx].Keys, rk) {
+				continue
+			}
+			if best < 0 || w.start.After(results[best].Start) {
+				best = w.idx
+			}
+		}
+		return best
+	}
+	var rep Report
+	var later []AuditRecord
+	for _, r := range recs {
+		switch {
+		case r.Event == "start" || r.Event == "exit" || r.Event == "policy":
+			continue
+		case r.Event == "flow_end" || r.Event == "l7" || r.Count > 0:
+			later = append(later, r)
+			continue
+		}
+		if i := byKey(r); i >= 0 {
+			attach(i, r)
+		} else if i := windowOf(r.Time); i >= 0 {
+			attach(i, r)
+		} else {
+			rep.Unattributed = append(rep.Unattributed, r.Seq)
+		}
+	}
+	for _, r := range later {
+		i := -1
+		switch {
+		case r.Count > 0:
+			if i = latestWithKey(recs, owner, r); i < 0 {
+				i = byKey(r)
+			}
+		case r.Flow != 0:
+			if o, ok := owner[r.Flow]; ok {
+				i = o
+			}
+		}
+		if i < 0 {
+			i = windowOf(r.Time)
+		}
+		if i >= 0 {
+			attach(i, r)
+		} else {
+			rep.Unattributed = append(rep.Unattributed, r.Seq)
+		}
+	}
+	for i := range results {
+		sort.Slice(mine[i], func(a, b int) bool { return mine[i][a].Seq < mine[i][b].Seq })
+		for _, r := range mine[i] {
+			results[i].AuditSeqs = append(results[i].AuditSeqs, r.Seq)
+			results[i].Audit = append(results[i].Audit, r.Raw)
+		}
+	}
+	for _, h := range hits {
+		if i := windowOf(h.Time); i >= 0 {
+			results[i].Hits = append(results[i].Hits, h)
+		} else if !approved(h.Target) {
+			rep.StrayHits = append(rep.StrayHits, h)
+		}
+	}
+
+	rep.Pass = true
+	for i, at := range cat {
+		res := &results[i]
+		res.Why = judgeOne(at, res, mine[i], approved)
+		res.Pass = res.Why == ""
+		if !res.Pass {
+			rep.Pass = false
+			rep.Reasons = append(rep.Reasons, res.ID+": "+res.Why)
+		}
+	}
+	if len(rep.StrayHits) > 0 {
+		rep.Pass = false
+		for _, h := range rep.StrayHits {
+			rep.Reasons = append(rep.Reasons, fmt.Sprintf("unapproved target %s (%s) was hit outside every attempt at %s", h.Target, h.Addr, h.Time.Format(time.RFC3339Nano)))
+		}
+	}
+	rep.Results = results
+	return rep
+}
+
+// latestWithKey finds the attempt that owns the latest record before agg
+// with agg's aggregation key.
+func latestWithKey(recs []AuditRecord, owner map[uint64]int, agg AuditRecord) int {
+	k := agg.aggKey()
+	if k == "" {
+		return -1
+	}
+	best, bestSeq := -1, uint64(0)
+	for _, r := range recs {
+		if r.Seq >= agg.Seq || r.Count > 0 || r.aggKey() != k {
+			continue
+		}
+		if i, ok := owner[r.Seq]; ok && r.Seq > bestSeq {
+			best, bestSeq = i, r.Seq
+		}
+	}
+	return best
+}
+
+// judgeOne returns why the attempt failed, or "".
+func judgeOne(at Attempt, res *Result, recs []AuditRecord, approved func(string) bool) string {
+	if res.Observed == Errored {
+		return "could not be carried out: " + res.Detail
+	}
+	if at.Control() {
+		if res.Observed != Allowed {
+			return "control failed: " + res.Detail
+		}
+		if len(at.Aims) > 0 && !slices.ContainsFunc(res.Hits, func(h Hit) bool { return h.Target == at.Aims[0] }) {
+			return "control got an answer but target " + at.Aims[0] + " saw no connection"
+		}
+		if !slices.ContainsFunc(recs, func(r AuditRecord) bool { return r.Event == "flow" && r.Action == "allow" }) {
+			return "control succeeded but the audit log has no allow flow record for it"
+		}
+		return ""
+	}
+	var why []string
+	if res.Observed != Blocked {
+		why = append(why, "got through: "+res.Detail)
+	}
+	hit := map[string]int{}
+	var order []string
+	for _, h := range res.Hits {
+		if approved(h.Target) {
+			continue
+		}
+		if hit[h.Target] == 0 {
+			order = append(order, h.Target)
+		}
+		hit[h.Target]++
+	}
+	for _, t := range order {
+		why = append(why, fmt.Sprintf("unapproved target %s was hit %d time(s)", t, hit[t]))
+	}
+	if len(why) > 0 {
+		return strings.Join(why, "; ")
+	}
+	if w := auditMissing(at, recs); w != "" {
+		return w
+	}
+	return ""
+}
+
+// auditMissing checks the attempt's audit expectation.
+func auditMissing(at Attempt, recs []AuditRecord) string {
+	isDeny := func(r AuditRecord) bool { return r.Action == "deny" }
+	switch at.Audit {
+	case AuditDeny:
+		if !slices.ContainsFunc(recs, isDeny) {
+			return "blocked, but the audit log has no deny record for it"
+		}
+	case AuditRefused:
+		if !slices.ContainsFunc(recs, func(r AuditRecord) bool {
+			return isDeny(r) || r.Event == "flow" && r.Action == "allow" && len(r.Refused) > 0
+		}) {
+			return "blocked, but the audit log records neither a denial nor the refused answers"
+		}
+	}
+	if at.Rule != "" && at.Audit != AuditNone {
+		if !slices.ContainsFunc(recs, func(r AuditRecord) bool { return isDeny(r) && r.Rule == at.Rule }) {
+			var rules []string
+			for _, r := range recs {
+				if isDeny(r) && !slices.Contains(rules, r.Rule) {
+					rules = append(rules, r.Rule)
+				}
+			}
+			return fmt.Sprintf("blocked, but no deny record carries rule %s (deny rules seen: %s)", at.Rule, strings.Join(rules, ", "))
+		}
+	}
+	return ""
+}

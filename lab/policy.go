@@ -1,0 +1,64 @@
+package lab
+
+import (
+	_ "embed"
+	"fmt"
+	"strings"
+)
+
+// labPolicy is the policy the lab runs its attacker under.
+//
+//go:embed policy.yaml
+var labPolicy []byte
+
+// Breakable layers for `nsgate lab --break LAYER` (testing the lab
+// itself: with one layer off, attacks must get through and the lab must
+// fail).
+const (
+	// BreakMetadata turns off the built-in metadata step in `nsgate run`
+	// (its hidden --unsafe-break metadata flag); with the lab policy's
+	// careless cidr rule, 169.254.169.254 then becomes reachable.
+	BreakMetadata = "metadata"
+	// BreakPolicy runs the gateway under a policy that approves every
+	// address and every .test name on every port and protocol.
+	BreakPolicy = "policy"
+	// BreakL7 turns the SNI and Host checks off in the lab policy.
+	BreakL7 = "l7"
+	// BreakExecGuard runs the gateway with --exec-guard=best-effort and
+	// the guard's test knobs that hide Landlock and seccomp.
+	BreakExecGuard = "exec-guard"
+)
+
+// BreakLayers lists the layers --break accepts.
+func BreakLayers() []string {
+	return []string{BreakMetadata, BreakPolicy, BreakL7, BreakExecGuard}
+}
+
+// Policy returns the lab policy for a run with layer broken ("" for
+// none): the YAML text to write to the policy file.
+func Policy(broken string) ([]byte, error) {
+	switch broken {
+	case "", BreakMetadata, BreakExecGuard:
+		return append([]byte(nil), labPolicy...), nil
+	case BreakL7:
+		return append(append([]byte(nil), labPolicy...), "tls: { verify_sni: false }\nhttp: { verify_host: false }\n"...), nil
+	case BreakPolicy:
+		return []byte(`# --break policy: approves everything the lab can name.
+version: 1
+allow:
+  - cidr: 0.0.0.0/0
+    proto: any
+  - cidr: ::/0
+    proto: any
+  - host: "*.test"
+    proto: any
+  - host: "*.ok.test"
+    proto: any
+dns:
+  upstream: ["127.0.0.53:53"]
+tls: { verify_sni: false }
+http: { verify_host: false }
+`), nil
+	}
+	return nil, fmt.Errorf("--break %q: want one of %s", broken, strings.Join(BreakLayers(), ", "))
+}
