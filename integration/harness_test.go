@@ -12,7 +12,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -23,31 +22,42 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
+	"github.com/nsgate/nsgate/lab"
 )
 
 var (
-	nsgateBin string // the binary under test, built by TestMain
-	sealErr   error  // why the sealed namespace could not be made, if so
+	nsgateBin string        // the binary under test, built by TestMain
+	sealErr   error         // why the sealed namespace could not be made, if so
+	inet      *lab.Internet // the fake internet on lo of the sealed namespace
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("NSGATE_SEALED") != "1" {
+	if _, ok := lab.Sealed(); !ok {
 		os.Exit(enterSealed(m))
 	}
 	nsgateBin = os.Getenv("NSGATE_BIN")
-	if err := checkSealed(); err != nil {
+	if err := lab.CheckSealed(); err != nil {
 		fmt.Fprintf(os.Stderr, "integration: refusing to run: %v\n", err)
 		os.Exit(3)
 	}
-	if err := setupFakeInternet(); err != nil {
-		sealErr = err
+	dir, err := os.MkdirTemp("", "nsgate-inet-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
-	os.Exit(m.Run())
+	os.Chmod(dir, 0o755)
+	inet, sealErr = lab.SetupInternet(lab.DefaultLayout(), dir)
+	code := m.Run()
+	if inet != nil {
+		inet.Close()
+	}
+	os.RemoveAll(dir)
+	os.Exit(code)
 }
 
-// enterSealed builds nsgate and re-runs the test binary in a new network
-// namespace (and, without root, a user namespace that maps us to root).
+// enterSealed builds nsgate and re-runs the test binary in a sealed
+// network namespace (lab.EnterSealed: without root, also a user namespace
+// that maps us to root).
 func enterSealed(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "nsgate-bin-")
 	if err != nil {
@@ -65,85 +75,31 @@ func enterSealed(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "integration: build nsgate: %v\n", err)
 		return 1
 	}
-	cmd := exec.Command(os.Args[0], os.Args[1:]...)
-	cmd.Env = append(os.Environ(), "NSGATE_SEALED=1", "NSGATE_BIN="+bin)
-	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	attr := &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNET, Pdeathsig: syscall.SIGKILL}
-	if os.Geteuid() != 0 {
-		attr.Cloneflags |= syscall.CLONE_NEWUSER
-		attr.UidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Geteuid(), Size: 1}}
-		attr.GidMappings = []syscall.SysProcIDMap{{ContainerID: 0, HostID: os.Getegid(), Size: 1}}
-		cmd.Env = append(cmd.Env, "NSGATE_SEALED_USERNS=1")
-	}
-	cmd.SysProcAttr = attr
-	if err := cmd.Start(); err != nil {
+	code, err := lab.EnterSealed(os.Args, append(os.Environ(), "NSGATE_BIN="+bin), lab.Stdio{})
+	if err != nil {
 		// No namespaces here: run the tests unsealed so each one skips (or,
 		// under NSGATE_REQUIRE_ALL=1, fails) with this reason.
 		sealErr = fmt.Errorf("cannot create a sealed network namespace: %w", err)
 		return m.Run()
 	}
-	if err := cmd.Wait(); err != nil {
-		var ee *exec.ExitError
-		if errors.As(err, &ee) {
-			return ee.ExitCode()
-		}
-		return 1
-	}
-	return 0
+	return code
 }
 
-// checkSealed refuses to go on unless this process is in a network
-// namespace of its own holding nothing but lo.
-func checkSealed() error {
-	self, err := os.Readlink("/proc/self/ns/net")
-	if err != nil {
-		return err
-	}
-	if initNS, err := os.Readlink("/proc/1/ns/net"); err == nil && initNS == self {
-		return errors.New("still in the initial network namespace")
-	}
-	ifs, err := net.Interfaces()
-	if err != nil {
-		return err
-	}
-	for _, i := range ifs {
-		if i.Name != "lo" {
-			return fmt.Errorf("unexpected interface %s in the sealed namespace", i.Name)
-		}
-	}
-	return nil
-}
-
-// The fake internet's addresses, all on lo of the sealed namespace.
+// The fake internet's addresses (lab.DefaultLayout).
 const (
-	appV4      = "203.0.113.10"
-	appV6      = "2001:db8::10"
-	otherV4    = "198.51.100.20"
-	metadataV4 = "169.254.169.254"
+	appV4      = lab.AppV4
+	appV6      = lab.AppV6
+	otherV4    = lab.OtherV4
+	metadataV4 = lab.MetadataV4
 )
 
-func setupFakeInternet() error {
-	lo, err := netlink.LinkByName("lo")
-	if err != nil {
-		return err
-	}
-	if err := netlink.LinkSetUp(lo); err != nil {
-		return fmt.Errorf("lo up: %w", err)
-	}
-	for _, a := range []string{appV4 + "/32", otherV4 + "/32", metadataV4 + "/32", appV6 + "/128"} {
-		addr, err := netlink.ParseAddr(a)
-		if err != nil {
-			return err
-		}
-		if strings.Contains(a, ":") {
-			addr.Flags = syscall.IFA_F_NODAD
-		}
-		if err := netlink.AddrAdd(lo, addr); err != nil {
-			return fmt.Errorf("add %s to lo: %w", a, err)
-		}
-	}
-	return startServers()
-}
+// target counts what one fake server received.
+type target struct{ key string }
+
+// targetAt returns the counter of the fake server at key ("ip:port/tcp").
+func targetAt(key string) target { return target{key} }
+
+func (t target) count() int64 { return inet.HitsAt(t.key) }
 
 // requireAll reports whether skips must fail (CI).
 func requireAll() bool { return os.Getenv("NSGATE_REQUIRE_ALL") == "1" }
@@ -184,7 +140,7 @@ func testUserName() string {
 // root and the test user exists; a developer without root gets one mode
 // (their own uid, mapped to root of the sealed user namespace).
 func modes() []string {
-	if os.Getenv("NSGATE_SEALED_USERNS") == "1" {
+	if info, _ := lab.Sealed(); info.Userns {
 		return []string{"self"}
 	}
 	return []string{"root", "user"}
