@@ -36,6 +36,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if h := os.Getenv(helperEnv); h != "" {
+		os.Exit(helperMain(h, os.Args[1:]))
+	}
 	if os.Getenv(childEnv) == "1" {
 		os.Exit(childMain())
 	}
@@ -50,6 +53,12 @@ type childSpec struct {
 	// NoTargets skips binding the datagram targets (for a child that
 	// starts already guarded and could not create them).
 	NoTargets bool
+	// ExecAudit installs the exec notifier after Apply and sends the
+	// listener to the test process (fd 3), which serves it, as nsgate's
+	// parent does for the sandbox init. (The child cannot serve it itself:
+	// Landlock gives each thread its own domain, and a thread may not
+	// inspect /proc of a process in a sibling domain.)
+	ExecAudit bool
 }
 
 type childReport struct {
@@ -60,6 +69,11 @@ type childReport struct {
 	Degraded     []string
 	Status       map[string]string // from /proc/self/status after Apply
 	Results      map[string]string // probe -> outcome
+	// With ExecAudit: what InstallExecNotifier said, and (filled in by
+	// runChild) what the test's server reported, in order.
+	NotifyErr      string
+	NotifyDegraded []string
+	Events         []ExecEvent
 }
 
 func childMain() int {
@@ -91,6 +105,12 @@ func childMain() int {
 			rep.ApplyErr = err.Error()
 			rep.MissingLayer = strings.Join(missingLayers(err), ",")
 			rep.Status = procStatus("NoNewPrivs", "Seccomp")
+			return 0
+		}
+	}
+	if spec.ExecAudit {
+		if err := sendExecListener(spec.Cfg, &rep); err != nil {
+			rep.NotifyErr = err.Error()
 			return 0
 		}
 	}
@@ -544,7 +564,8 @@ func runChild(t *testing.T, spec childSpec, env ...string) childReport {
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	cmd.WaitDelay = 5 * time.Second
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, EnvTestNoLandlock+"=") && !strings.HasPrefix(kv, EnvTestNoSeccomp+"=") {
+		if !strings.HasPrefix(kv, EnvTestNoLandlock+"=") && !strings.HasPrefix(kv, EnvTestNoSeccomp+"=") &&
+			!strings.HasPrefix(kv, EnvTestNoExecAudit+"=") {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
@@ -555,12 +576,23 @@ func runChild(t *testing.T, spec childSpec, env ...string) childReport {
 	cmd.Env = append(cmd.Env, env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	var events func() ([]ExecEvent, error)
+	if spec.ExecAudit {
+		events = serveChild(t, spec.Cfg, cmd)
+	}
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("child: %v\nstderr:\n%s", err, stderr.String())
 	}
 	var rep childReport
 	if err := json.Unmarshal(stdout.Bytes(), &rep); err != nil {
 		t.Fatalf("child report %q: %v\nstderr:\n%s", stdout.String(), err, stderr.String())
+	}
+	if events != nil {
+		evs, err := events()
+		if err != nil {
+			t.Fatalf("exec audit server: %v", err)
+		}
+		rep.Events = evs
 	}
 	if rep.ResolveErr != "" {
 		t.Fatalf("child Resolve: %s", rep.ResolveErr)

@@ -10,8 +10,9 @@ import (
 // computation, with no system calls; the tests run the filter in
 // golang.org/x/net/bpf's VM.
 const (
-	seccompRetAllow = 0x7fff0000
-	seccompRetErrno = 0x00050000
+	seccompRetAllow     = 0x7fff0000
+	seccompRetErrno     = 0x00050000
+	seccompRetUserNotif = 0x7fc00000
 
 	errnoEPERM  = 1
 	errnoENOSYS = 38
@@ -93,6 +94,8 @@ type archSpec struct {
 	deny []sysno
 	// The calls whose arguments the filter inspects.
 	clone, clone3, unshare, socket, ioctl uint32
+	// The calls the exec notifier sends to user space.
+	execve, execveat, memfdCreate uint32
 }
 
 // filterOptions are the user's choices that change the filter.
@@ -166,6 +169,27 @@ func buildFilter(a *archSpec, o filterOptions) ([]bpf.Instruction, error) {
 	p.ret(retEPERM)
 	p.label("enosys")
 	p.ret(retENOSYS)
+	return p.assemble()
+}
+
+// buildNotifyFilter returns the exec notifier's program for arch a:
+// execve, execveat and memfd_create of the native ABI go to the listener
+// (SECCOMP_RET_USER_NOTIF); everything else is allowed here. It is stacked
+// on buildFilter's program, which refuses foreign ABIs and the x32 bit;
+// the kernel runs both and ERRNO takes precedence over USER_NOTIF, so a
+// call the deny filter refuses never reaches the listener.
+func buildNotifyFilter(a *archSpec) ([]bpf.Instruction, error) {
+	var p program
+	p.add(bpf.LoadAbsolute{Off: offArch, Size: 4})
+	p.jeq(a.auditArch, "", "allow")
+	p.add(bpf.LoadAbsolute{Off: offNr, Size: 4})
+	p.jeq(a.execve, "notify", "")
+	p.jeq(a.execveat, "notify", "")
+	p.jeq(a.memfdCreate, "notify", "")
+	p.label("allow")
+	p.ret(seccompRetAllow)
+	p.label("notify")
+	p.ret(seccompRetUserNotif)
 	return p.assemble()
 }
 

@@ -152,3 +152,44 @@ func TestFilterAssembles(t *testing.T) {
 		}
 	}
 }
+
+func TestNotifyFilterDecisions(t *testing.T) {
+	prog, err := buildNotifyFilter(nativeArch())
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := bpf.NewVM(prog)
+	if err != nil {
+		t.Fatalf("the VM rejects the filter: %v", err)
+	}
+	native := uint32(auditArch)
+	tests := []struct {
+		why  string
+		nr   uint32
+		arch uint32
+		want uint32
+	}{
+		{"execve goes to the listener", unix.SYS_EXECVE, native, seccompRetUserNotif},
+		{"execveat goes to the listener", unix.SYS_EXECVEAT, native, seccompRetUserNotif},
+		{"memfd_create goes to the listener (performed with MFD_NOEXEC_SEAL)", unix.SYS_MEMFD_CREATE, native, seccompRetUserNotif},
+		{"other calls are not this filter's business", unix.SYS_GETPID, native, seccompRetAllow},
+		{"a foreign ABI is left to the deny filter (ERRNO beats USER_NOTIF)", unix.SYS_EXECVE, unix.AUDIT_ARCH_I386, seccompRetAllow},
+	}
+	if x32Bit != 0 {
+		tests = append(tests, struct {
+			why  string
+			nr   uint32
+			arch uint32
+			want uint32
+		}{"x32 execve is left to the deny filter", x32Bit | 520, native, seccompRetAllow})
+	}
+	for _, tc := range tests {
+		ret, err := vm.Run(seccompData(tc.nr, tc.arch))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if uint32(ret) != tc.want {
+			t.Errorf("%s: got %#x, want %#x", tc.why, ret, tc.want)
+		}
+	}
+}

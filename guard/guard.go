@@ -1,5 +1,6 @@
 // Package guard is nsgate's execution guard (SPEC §6): the Landlock and
-// seccomp restrictions put on the worker just before it is executed.
+// seccomp restrictions put on the worker just before it is executed, and
+// the exec audit that watches every execve/execveat it makes.
 //
 // Use it in the process that will start the worker:
 //
@@ -7,6 +8,8 @@
 //	runtime.LockOSThread()            // the caller's job, never unlocked
 //	w := plan.Writable()              // after dropping capabilities: make these read-only
 //	degraded, err := plan.Apply(cfg)  // irreversible, restricts every thread
+//	l, d, err := guard.InstallExecNotifier(cfg)  // the exec audit's listener
+//	... hand l to a process outside the guard, which calls plan.ServeExec(l, report)
 //	... execve(plan.Path, cfg.Command, env), directly or by fork+exec
 //
 // Landlock handles the execute right: the worker can execute exactly the
@@ -14,21 +17,29 @@
 // reads and writes stay as they were. The seccomp filter is a deny list
 // (EPERM) of calls that reach into other processes, the mount table, the
 // kernel's attack surface, new namespaces, unix sockets and foreign
-// syscall ABIs; see buildFilter.
+// syscall ABIs; see buildFilter. The exec audit (execaudit.go) sends every
+// exec to a listener that records it and refuses what Landlock cannot
+// see; it only ever refuses, Landlock stays the enforcement for the rest.
 //
 // The guard limits which files can be passed to execve. It does not limit
 // what code an allowed program runs: an allowed interpreter (a shell,
 // Python, a JIT) runs whatever it is given. The network, namespace and
 // seccomp layers are the containment; the exec allowlist narrows the tools
-// at hand. Known limits, each shown by a test:
+// at hand. Known limits of Landlock alone, each shown by a test, and what
+// the exec audit does about them:
 //
 //   - The ELF interpreter (ld.so) must be executable for the kernel to
 //     start any dynamically linked program, so the worker can also run it
 //     directly ("ld.so /bin/sh"), which runs any readable ELF file.
-//     Landlock cannot tell the two apart and seccomp cannot read the path;
-//     Plan.Interpreters lists these files for the exec audit.
+//     Landlock cannot tell the two apart and seccomp cannot read the path.
+//     The exec audit refuses an exec of ld.so (the kernel's own load of
+//     it is no execve), but the path it reads can be rewritten by another
+//     thread after the check: a racing worker still gets through.
 //   - Landlock lets files of internal mounts through, so a memfd filled
-//     with any program can be executed (execve("/proc/self/fd/N")).
+//     with any program can be executed (execve("/proc/self/fd/N")). The
+//     exec audit refuses exec through /proc/*/fd and of descriptors, and
+//     performs every memfd_create with MFD_NOEXEC_SEAL, which closes this
+//     race-free (Linux 6.3 and later).
 //   - Before Landlock ABI 9, a socketpair datagram socket can still send to
 //     unconnected pathname unix datagram sockets (e.g. /dev/log).
 //   - Landlock trusts the allowlist's contents: entries the worker can
@@ -128,6 +139,11 @@ type Support struct {
 	Seccomp bool
 	// SeccompWhy says why seccomp is unavailable ("" when it is).
 	SeccompWhy string
+	// ExecAudit is true when seccomp user notifications are available
+	// for the exec audit (InstallExecNotifier, ServeExec).
+	ExecAudit bool
+	// ExecAuditWhy says why the exec audit is unavailable ("" when it is).
+	ExecAuditWhy string
 }
 
 // Environment variables that make Probe pretend a layer is missing, so that
@@ -136,20 +152,22 @@ type Support struct {
 // system, nsgate refuses to start (or, with best effort, says the layer is
 // missing).
 const (
-	EnvTestNoLandlock = "NSGATE_TEST_NO_LANDLOCK"
-	EnvTestNoSeccomp  = "NSGATE_TEST_NO_SECCOMP"
+	EnvTestNoLandlock  = "NSGATE_TEST_NO_LANDLOCK"
+	EnvTestNoSeccomp   = "NSGATE_TEST_NO_SECCOMP"
+	EnvTestNoExecAudit = "NSGATE_TEST_NO_EXEC_AUDIT"
 )
 
 // Layer names used in Apply's degraded list and in MissingLayerError.
 const (
-	LayerLandlock = "landlock"
-	LayerSeccomp  = "seccomp"
+	LayerLandlock  = "landlock"
+	LayerSeccomp   = "seccomp"
+	LayerExecAudit = "exec-audit" // the seccomp exec notifier (InstallExecNotifier)
 )
 
 // MissingLayerError is returned by Apply when the kernel lacks a layer and
 // Config.BestEffort is false.
 type MissingLayerError struct {
-	Layer string // LayerLandlock or LayerSeccomp
+	Layer string // LayerLandlock, LayerSeccomp or LayerExecAudit
 	Why   string // what the kernel said
 }
 
@@ -160,6 +178,8 @@ func (e *MissingLayerError) Error() string {
 		fix = "enable Landlock (CONFIG_SECURITY_LANDLOCK=y and landlock in the lsm= boot list)"
 	case LayerSeccomp:
 		fix = "use a kernel with CONFIG_SECCOMP_FILTER=y on amd64 or arm64"
+	case LayerExecAudit:
+		fix = "use Linux 5.7 or later (seccomp user notification with TSYNC_ESRCH)"
 	}
 	return "exec guard: " + e.Layer + " unavailable (" + e.Why + "): " + fix +
 		", or pass --exec-guard=best-effort to run without it"

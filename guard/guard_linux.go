@@ -12,8 +12,9 @@ import (
 )
 
 // Probe reports what the running kernel offers. It changes nothing and is
-// safe to call from any goroutine. The test knobs EnvTestNoLandlock and
-// EnvTestNoSeccomp (value "1") make it report the layer as missing.
+// safe to call from any goroutine. The test knobs EnvTestNoLandlock,
+// EnvTestNoSeccomp and EnvTestNoExecAudit (value "1") make it report the
+// layer as missing.
 func Probe() Support {
 	var s Support
 	switch {
@@ -46,6 +47,7 @@ func Probe() Support {
 			s.Seccomp = true
 		}
 	}
+	probeExecAudit(&s)
 	return s
 }
 

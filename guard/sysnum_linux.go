@@ -63,5 +63,9 @@ func nativeArch() *archSpec {
 		unshare:   unix.SYS_UNSHARE,
 		socket:    unix.SYS_SOCKET,
 		ioctl:     unix.SYS_IOCTL,
+
+		execve:      unix.SYS_EXECVE,
+		execveat:    unix.SYS_EXECVEAT,
+		memfdCreate: unix.SYS_MEMFD_CREATE,
 	}
 }

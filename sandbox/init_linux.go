@@ -16,12 +16,6 @@ import (
 	"github.com/nsgate/nsgate/tun"
 )
 
-// ApplyGuard is called by init with Spec.GuardSpec after capabilities are
-// dropped and just before the worker starts. It must restrict every thread
-// of the process. It returns the program to execute for argv (resolved
-// through PATH) and the layers it could not apply.
-type ApplyGuard func(spec []byte, argv []string) (path string, degraded []string, err error)
-
 // InitMain is the body of the sandbox init (nsgate re-executed with
 // InitArg). It returns the process exit status: the worker's, or 125 when
 // init fails (after telling the parent why).
@@ -74,12 +68,21 @@ func InitMain(apply ApplyGuard) int {
 	argv := append([]string(nil), spec.Argv...)
 	var path string
 	if apply != nil {
-		p, d, err := apply(spec.GuardSpec, argv)
+		res, err := apply(spec.GuardSpec, argv)
 		if err != nil {
 			return fail(err)
 		}
-		path = p
-		degraded = append(degraded, d...)
+		path = res.Path
+		degraded = append(degraded, res.Degraded...)
+		if l := res.ExecListener; l != nil {
+			// The parent must hold the listener before the worker's
+			// exec, which waits for its answer.
+			err := unix.Sendmsg(int(ctl.Fd()), []byte(msgExecListener), unix.UnixRights(int(l.Fd())), nil, 0)
+			l.Close()
+			if err != nil {
+				return fail(fmt.Errorf("send exec listener: %w", err))
+			}
+		}
 	} else {
 		p, err := exec.LookPath(argv[0])
 		if err != nil {

@@ -20,7 +20,18 @@ type Child struct {
 	// TunFD is the worker's TUN descriptor, owned by the caller once Start
 	// returns (close it after the gateway using it has stopped).
 	TunFD int
+	// ExecListener, set before Release, receives the exec notifier's
+	// listener when the guard installs one (GuardResult.ExecListener). It
+	// is called from Release before the worker starts, takes ownership of
+	// the file and must start answering at once (e.g. guard.ServeExec):
+	// init's exec of the worker already waits for an answer, and Release
+	// waits for that exec. If it returns an error, or is nil when a
+	// listener arrives, Release fails.
+	ExecListener func(*os.File) error
 }
+
+// msgExecListener is init's message carrying the exec listener.
+const msgExecListener = "exec-listener"
 
 // Start launches init in new namespaces and returns once init has opened
 // and configured the worker's TUN device and sent its descriptor. The
@@ -154,22 +165,72 @@ func (c *Child) Release() (degraded []string, err error) {
 		return nil, fmt.Errorf("sandbox control: %w", err)
 	}
 	buf := make([]byte, 4096)
-	n, err := c.ctl.Read(buf)
-	if err != nil || n == 0 {
-		return nil, errors.New("sandbox init exited before starting the worker")
-	}
-	msg := string(buf[:n])
-	switch {
-	case strings.HasPrefix(msg, "err:"):
-		return nil, errors.New(strings.TrimPrefix(msg, "err:"))
-	case strings.HasPrefix(msg, "started"):
-		rest := strings.TrimSpace(strings.TrimPrefix(msg, "started"))
-		if rest != "" {
-			degraded = strings.Split(rest, ",")
+	oob := make([]byte, unix.CmsgSpace(4))
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(int(c.ctl.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		if err != nil || n == 0 {
+			return nil, errors.New("sandbox init exited before starting the worker")
 		}
-		return degraded, nil
+		msg := string(buf[:n])
+		fds := rightsOf(oob[:oobn])
+		if msg != msgExecListener {
+			closeAll(fds)
+		}
+		switch {
+		case msg == msgExecListener:
+			if err := c.takeExecListener(fds); err != nil {
+				return nil, err
+			}
+		case strings.HasPrefix(msg, "err:"):
+			return nil, errors.New(strings.TrimPrefix(msg, "err:"))
+		case strings.HasPrefix(msg, "started"):
+			rest := strings.TrimSpace(strings.TrimPrefix(msg, "started"))
+			if rest != "" {
+				degraded = strings.Split(rest, ",")
+			}
+			return degraded, nil
+		default:
+			return nil, fmt.Errorf("sandbox control: unexpected message %q", msg)
+		}
 	}
-	return nil, fmt.Errorf("sandbox control: unexpected message %q", msg)
+}
+
+// takeExecListener hands the listener init sent to c.ExecListener.
+func (c *Child) takeExecListener(fds []int) error {
+	if len(fds) != 1 {
+		closeAll(fds)
+		return errors.New("sandbox control: exec listener message without exactly one descriptor")
+	}
+	f := os.NewFile(uintptr(fds[0]), "nsgate-exec-listener")
+	if c.ExecListener == nil {
+		f.Close()
+		return errors.New("sandbox init installed an exec notifier but nothing serves it")
+	}
+	if err := c.ExecListener(f); err != nil {
+		return fmt.Errorf("exec audit: %w", err)
+	}
+	return nil
+}
+
+// rightsOf returns the descriptors passed in a control message buffer.
+func rightsOf(oob []byte) []int {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var fds []int
+	for i := range msgs {
+		if f, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+			fds = append(fds, f...)
+		}
+	}
+	return fds
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // Pid is init's process id in nsgate's PID namespace.

@@ -6,12 +6,14 @@
 // child, PID 1 of the worker's PID namespace): it configures the network,
 // opens the TUN device, sends the descriptor to the parent over SCM_RIGHTS,
 // waits for the parent's go-ahead, then mounts, drops every capability, sets
-// no_new_privs, applies the exec guard and starts the worker, whose exit
-// status it reports as its own. The parent never changes namespace.
+// no_new_privs, applies the exec guard, sends the parent the exec
+// notifier's listener (if the guard made one) and starts the worker, whose
+// exit status it reports as its own. The parent never changes namespace.
 package sandbox
 
 import (
 	"io"
+	"os"
 
 	"github.com/nsgate/nsgate/tun"
 )
@@ -24,11 +26,24 @@ const InitArg = "__nsgate-sandbox-init"
 // its environment before starting the worker.
 const configEnv = "NSGATE_SANDBOX_SPEC"
 
-// Guard is applied by init just before it starts the worker. It runs in the
-// init process after every capability has been dropped; it must restrict
-// all threads of the process (so the worker, forked from one of them,
-// inherits it). A nil Guard applies nothing.
-type Guard func() (degraded []string, err error)
+// ApplyGuard is called by init with Spec.GuardSpec after capabilities are
+// dropped and just before the worker starts. It must restrict every thread
+// of the process (the worker is forked from one of them). A nil ApplyGuard
+// applies nothing.
+type ApplyGuard func(spec []byte, argv []string) (GuardResult, error)
+
+// GuardResult is what an ApplyGuard put in force.
+type GuardResult struct {
+	// Path is the program to execute for argv (resolved through PATH).
+	Path string
+	// Degraded names the layers that could not be applied.
+	Degraded []string
+	// ExecListener, when not nil, is the listener of a seccomp exec
+	// notifier the guard installed. Init sends it to the parent
+	// (Child.ExecListener) and closes its own copy before it starts the
+	// worker, whose exec then waits for the parent's answer.
+	ExecListener *os.File
+}
 
 // Spec describes the worker and its namespaces. It is serialised to the
 // init child, so it holds only plain data.

@@ -8,10 +8,10 @@ import (
 )
 
 // Child is unavailable off Linux.
-type Child struct{ TunFD int }
-
-// ApplyGuard: see the Linux build.
-type ApplyGuard func(spec []byte, argv []string) (string, []string, error)
+type Child struct {
+	TunFD        int
+	ExecListener func(*os.File) error
+}
 
 // Start reports that sandboxes need Linux.
 func Start(Spec, Stdio) (*Child, error) { return nil, errors.ErrUnsupported }

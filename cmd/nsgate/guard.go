@@ -7,34 +7,50 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strings"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
+	"github.com/nsgate/nsgate/sandbox"
 )
 
 func init() { extraCommands["guard"] = cmdGuard }
 
 // applyGuard is handed to the sandbox init: it decodes the guard.Config
 // that run wrote, resolves the allowlist inside the worker's mount
-// namespace and restricts every thread of init before the worker starts.
-func applyGuard(spec []byte, argv []string) (string, []string, error) {
+// namespace, restricts every thread of init (Landlock, seccomp) and
+// installs the exec notifier, whose listener init passes to nsgate.
+func applyGuard(spec []byte, argv []string) (sandbox.GuardResult, error) {
 	var cfg guard.Config
 	if err := json.Unmarshal(spec, &cfg); err != nil {
-		return "", nil, fmt.Errorf("exec guard spec: %w", err)
+		return sandbox.GuardResult{}, fmt.Errorf("exec guard spec: %w", err)
 	}
 	cfg.Command = argv
+	plan, degraded, listener, err := restrictSelf(cfg)
+	if err != nil {
+		return sandbox.GuardResult{}, err
+	}
+	return sandbox.GuardResult{Path: plan.Path, Degraded: degraded, ExecListener: listener}, nil
+}
+
+// restrictSelf resolves cfg and restricts the calling process: Landlock
+// and seccomp (Plan.Apply), then the exec notifier. The caller must hand
+// the listener (nil under best effort without the notifier) to a process
+// that serves it before anything is executed.
+func restrictSelf(cfg guard.Config) (guard.Plan, []string, *os.File, error) {
 	plan, err := guard.Resolve(cfg)
 	if err != nil {
-		return "", nil, err
+		return guard.Plan{}, nil, nil, err
 	}
+	runtime.LockOSThread() // never unlocked: the thread is restricted
 	degraded, err := plan.Apply(cfg)
 	if err != nil {
-		return "", nil, err
+		return guard.Plan{}, nil, nil, err
 	}
-	return plan.Path, degraded, nil
+	listener, d, err := guard.InstallExecNotifier(cfg)
+	if err != nil {
+		return guard.Plan{}, nil, nil, err
+	}
+	return plan, append(degraded, d...), listener, nil
 }
 
 // guardPreflight checks, before any namespace exists, that the guard can be
@@ -44,13 +60,19 @@ func guardPreflight(bestEffort bool) ([]string, error) {
 	sup := guard.Probe()
 	var missing []string
 	var errs []error
-	if sup.LandlockABI == 0 {
-		missing = append(missing, guard.LayerLandlock)
-		errs = append(errs, &guard.MissingLayerError{Layer: guard.LayerLandlock, Why: sup.LandlockWhy})
-	}
-	if !sup.Seccomp {
-		missing = append(missing, guard.LayerSeccomp)
-		errs = append(errs, &guard.MissingLayerError{Layer: guard.LayerSeccomp, Why: sup.SeccompWhy})
+	for _, l := range []struct {
+		name string
+		ok   bool
+		why  string
+	}{
+		{guard.LayerLandlock, sup.LandlockABI > 0, sup.LandlockWhy},
+		{guard.LayerSeccomp, sup.Seccomp, sup.SeccompWhy},
+		{guard.LayerExecAudit, sup.ExecAudit, sup.ExecAuditWhy},
+	} {
+		if !l.ok {
+			missing = append(missing, l.name)
+			errs = append(errs, &guard.MissingLayerError{Layer: l.name, Why: l.why})
+		}
 	}
 	if len(errs) > 0 && !bestEffort {
 		return nil, errors.Join(errs...)
@@ -58,18 +80,37 @@ func guardPreflight(bestEffort bool) ([]string, error) {
 	return missing, nil
 }
 
+// The guard child: nsgate re-executed with guardExecArg restricts itself
+// and executes the command in place (cmdGuardExec); guardSpecEnv carries
+// its guard.Config as JSON.
+const (
+	guardExecArg = "__guard-exec"
+	guardSpecEnv = "NSGATE_GUARD_SPEC"
+)
+
 // cmdGuard: nsgate guard [--exec-allow PATH]... [--audit FILE] -- COMMAND.
 // The exec/syscall guard alone, for a container whose network nsgate
-// already provides: it restricts itself and execs COMMAND in place.
+// already provides.
+//
+// The exec audit needs a process outside the guard to answer the
+// notifier (Landlock gives each thread of a restricted Go process a domain
+// of its own, and a thread may not read /proc of a process in a sibling
+// domain). So nsgate guard stays as a small supervisor: it re-executes
+// itself as the guard child, which restricts itself, passes the notifier's
+// listener back over a socketpair and executes COMMAND in place. The
+// supervisor answers and audits every exec, forwards signals, reaps
+// orphans (it may be PID 1 of a container) and exits with COMMAND's
+// status (128+N when killed by signal N).
 func cmdGuard(e env, args []string) int {
 	fs := flag.NewFlagSet("nsgate guard", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
 	var allow listFlag
 	fs.Var(&allow, "exec-allow", "`PATH` (file or directory) the command may execute (repeatable)")
-	auditPath := fs.String("audit", "", "append a JSON-lines audit record of the start to `FILE`")
+	auditPath := fs.String("audit", "", "append the JSON-lines audit log (start, every exec attempt, exit) to `FILE` (- for stderr)")
 	userns := fs.Bool("allow-userns", false, "let the command create namespaces")
 	unixSock := fs.Bool("allow-unix", false, "let the command create AF_UNIX sockets")
-	mode := fs.String("exec-guard", "strict", "`strict`, or best-effort: start even if Landlock or seccomp is missing")
+	mode := fs.String("exec-guard", "strict", "`strict`, or best-effort: start even if Landlock, seccomp or the exec audit is missing")
+	quiet := fs.Bool("quiet", false, "no human-readable denial lines on stderr")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -90,29 +131,27 @@ func cmdGuard(e env, args []string) int {
 		e.errorf("guard: %v", err)
 		return exitFailure
 	}
-	runtime.LockOSThread()
-	degraded, err := plan.Apply(cfg)
+	missing, err := guardPreflight(cfg.BestEffort)
 	if err != nil {
-		e.errorf("guard: %v", err)
+		e.errorf("guard: exec guard cannot be enforced: %v", err)
 		return exitFailure
 	}
-	if len(degraded) > 0 {
-		e.errorf("guard: running without %s (--exec-guard=best-effort)", strings.Join(degraded, ", "))
+	opts := audit.Options{}
+	if *auditPath == "" && !*quiet {
+		opts.Human = e.stderr
 	}
-	if *auditPath != "" {
-		log, err := audit.Open(*auditPath, audit.Options{})
-		if err != nil {
-			e.errorf("guard: audit log: %v", err)
-			return exitFailure
-		}
-		log.Log(audit.Start{Version: versionString(), Argv: cfg.Command, PID: os.Getpid(), Degraded: degraded})
-		log.Log(audit.Exec{Action: "allow", Path: plan.Path, PID: os.Getpid()})
-		if _, err := log.Close(); err != nil {
-			e.errorf("guard: audit log: %v", err)
-			return exitFailure
-		}
+	log, err := audit.Open(*auditPath, opts)
+	if err != nil {
+		e.errorf("guard: audit log: %v", err)
+		return exitFailure
 	}
-	err = unix.Exec(plan.Path, cfg.Command, os.Environ())
-	e.errorf("guard: exec %s: %v", plan.Path, err)
-	return exitFailure
+	code := superviseGuard(e, log, plan, cfg, missing)
+	log.Log(audit.Exit{Code: code})
+	head, err := log.Close()
+	if err != nil {
+		e.errorf("guard: audit log: %v", err)
+	} else if *auditPath != "" {
+		fmt.Fprintf(e.stderr, "nsgate: audit head %s\n", head)
+	}
+	return code
 }

@@ -40,6 +40,9 @@ type runFlags struct {
 	mtu                           uint
 	ipv6, quiet                   bool
 	execGuard                     string
+	// unsafeBreak disables one enforcement layer. Hidden: only `nsgate lab
+	// --break` uses it, to show that the lab notices a missing layer.
+	unsafeBreak string
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -75,6 +78,15 @@ func cmdRun(e env, args []string) int {
 	}
 	var f runFlags
 	f.register(fs)
+	fs.StringVar(&f.unsafeBreak, "unsafe-break", "", "")
+	fs.Usage = func() {
+		// A second set without the hidden flag, for the listing.
+		shown := flag.NewFlagSet("nsgate run", flag.ContinueOnError)
+		shown.SetOutput(e.stderr)
+		(&runFlags{}).register(shown)
+		fmt.Fprintln(e.stderr, "Usage: nsgate run [flags] -- COMMAND [ARG...]\n\nFlags:")
+		shown.PrintDefaults()
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -106,6 +118,11 @@ func (f *runFlags) validate() error {
 	}
 	if f.mtu < 1280 || f.mtu > 65521 {
 		return fmt.Errorf("--mtu %d out of range (1280 to 65521)", f.mtu)
+	}
+	switch f.unsafeBreak {
+	case "", "metadata":
+	default:
+		return fmt.Errorf("--unsafe-break %q: only metadata can be broken", f.unsafeBreak)
 	}
 	switch f.execGuard {
 	case "strict", "best-effort":
@@ -145,7 +162,7 @@ func newRunner(e env, f *runFlags, argv []string) (*runner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.pol.Store(p.WithLocal(guestV4.Masked(), guestV6.Masked()))
+	r.store(p)
 	return r, nil
 }
 
@@ -179,6 +196,10 @@ func (r *runner) run() int {
 	degraded, err := guardPreflight(r.f.execGuard == "best-effort")
 	if err != nil {
 		return r.fail(fmt.Errorf("exec guard cannot be enforced: %w", err))
+	}
+	if r.f.unsafeBreak != "" {
+		degraded = append(degraded, r.f.unsafeBreak+" (--unsafe-break)")
+		r.e.errorf("WARNING: the %s layer is switched off (--unsafe-break): this run is NOT safe", r.f.unsafeBreak)
 	}
 	r.log.Log(audit.Start{
 		Version:      versionString(),
@@ -238,6 +259,9 @@ func (r *runner) run() int {
 		return r.fail(err)
 	}
 	r.cleanup = append(r.cleanup, func() { syscall.Close(child.TunFD) })
+	ea := newExecAudit(r.log, plan) // exec audit: serves init's exec notifier (execaudit.go)
+	child.ExecListener = ea.serve
+	r.cleanup = append(r.cleanup, ea.close)
 
 	link, err := tun.NewEndpoint(child.TunFD, uint32(r.f.mtu), false, nil)
 	if err != nil {
@@ -318,6 +342,16 @@ func (r *runner) run() int {
 	return code
 }
 
+// store makes p the policy in force, with the gateway's own subnets
+// guarded (and, for the lab's --break metadata only, without the metadata
+// step).
+func (r *runner) store(p *policy.Policy) {
+	if r.f.unsafeBreak == "metadata" {
+		p = p.WithoutMetadataStep()
+	}
+	r.pol.Store(p.WithLocal(guestV4.Masked(), guestV6.Masked()))
+}
+
 // reload re-reads the policy file (SIGHUP). A bad policy is refused and the
 // old one kept; both outcomes are audited.
 func (r *runner) reload() {
@@ -330,7 +364,7 @@ func (r *runner) reload() {
 		r.log.Log(audit.Policy{Action: "deny", Error: err.Error()})
 		return
 	}
-	r.pol.Store(p.WithLocal(guestV4.Masked(), guestV6.Masked()))
+	r.store(p)
 	r.log.Log(audit.Policy{Action: "allow", PolicySHA256: p.SHA256()})
 }
 
