@@ -5,8 +5,11 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 // The hidden probe command is a tiny, dependency-free client that tests and
@@ -16,6 +19,8 @@ import (
 //	nsgate __probe udp ADDR             send one datagram, wait for a reply
 //	nsgate __probe udp-flood ADDR SECS  send datagrams as fast as possible
 //	nsgate __probe serve ADDR SECS      answer HTTP requests on ADDR for SECS seconds
+//	nsgate __probe banner ADDR          connect and print the server's first line (server-first protocols)
+//	nsgate __probe dns SERVER NAME TYPE udp|tcp   one DNS query; prints the rcode and answers
 //
 // It prints "ok ..." or "refused ..."/"error ..." and exits 0 on success, 1
 // when the attempt failed, 2 on usage errors.
@@ -32,6 +37,14 @@ func cmdProbe(e env, args []string) int {
 		return probeTCP(e, addr)
 	case "udp":
 		return probeUDP(e, addr)
+	case "banner":
+		return probeBanner(e, addr)
+	case "dns":
+		if len(args) != 5 {
+			e.errorf("usage: nsgate __probe dns SERVER NAME TYPE udp|tcp")
+			return exitUsage
+		}
+		return probeDNS(e, addr, args[2], args[3], args[4])
 	case "serve":
 		secs := 10.0
 		if len(args) > 2 {
@@ -149,4 +162,95 @@ func probeServe(e env, addr string, d time.Duration) int {
 			fmt.Fprint(c, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhello from the worker\n")
 		}()
 	}
+}
+
+func probeBanner(e env, addr string) int {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		fmt.Fprintf(e.stdout, "refused %s: %v\n", addr, err)
+		return 1
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		fmt.Fprintf(e.stdout, "error %s: %v\n", addr, err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "ok %s %s\n", addr, strings.TrimSpace(line))
+	return 0
+}
+
+// probeDNS sends one query to server ("ip:port") over udp or tcp and
+// prints "rcode RCODE answers N [ADDR...]". Exit 0 when an answer came.
+func probeDNS(e env, server, name, qtype, transport string) int {
+	types := map[string]dnsmessage.Type{"A": dnsmessage.TypeA, "AAAA": dnsmessage.TypeAAAA, "TXT": dnsmessage.TypeTXT, "MX": dnsmessage.TypeMX, "HTTPS": dnsmessage.Type(65)}
+	t, ok := types[strings.ToUpper(qtype)]
+	if !ok {
+		e.errorf("probe dns: unknown type %q", qtype)
+		return exitUsage
+	}
+	qn, err := dnsmessage.NewName(strings.TrimSuffix(name, ".") + ".")
+	if err != nil {
+		e.errorf("probe dns: %v", err)
+		return exitUsage
+	}
+	b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: 0x5a5a, RecursionDesired: true})
+	b.StartQuestions()
+	b.Question(dnsmessage.Question{Name: qn, Type: t, Class: dnsmessage.ClassINET})
+	msg, _ := b.Finish()
+	c, err := net.DialTimeout(transport, server, 3*time.Second)
+	if err != nil {
+		fmt.Fprintf(e.stdout, "refused %s: %v\n", server, err)
+		return 1
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(3 * time.Second))
+	if transport == "tcp" {
+		msg = append([]byte{byte(len(msg) >> 8), byte(len(msg))}, msg...)
+	}
+	if _, err := c.Write(msg); err != nil {
+		fmt.Fprintf(e.stdout, "refused %s: %v\n", server, err)
+		return 1
+	}
+	buf := make([]byte, 65537)
+	n, err := c.Read(buf)
+	if err != nil {
+		fmt.Fprintf(e.stdout, "refused %s: %v\n", server, err)
+		return 1
+	}
+	reply := buf[:n]
+	if transport == "tcp" && len(reply) >= 2 {
+		reply = reply[2:]
+	}
+	var p dnsmessage.Parser
+	h, err := p.Start(reply)
+	if err != nil {
+		fmt.Fprintf(e.stdout, "error bad reply: %v\n", err)
+		return 1
+	}
+	p.SkipAllQuestions()
+	var answers []string
+	for {
+		rh, err := p.AnswerHeader()
+		if err != nil {
+			break
+		}
+		switch rh.Type {
+		case dnsmessage.TypeA:
+			r, _ := p.AResource()
+			answers = append(answers, netip.AddrFrom4(r.A).String())
+		case dnsmessage.TypeAAAA:
+			r, _ := p.AAAAResource()
+			answers = append(answers, netip.AddrFrom16(r.AAAA).String())
+		default:
+			p.SkipAnswer()
+			answers = append(answers, rh.Type.String())
+		}
+	}
+	fmt.Fprintf(e.stdout, "rcode %s answers %d %s\n", strings.TrimPrefix(h.RCode.String(), "RCode"), len(answers), strings.Join(answers, " "))
+	if len(answers) == 0 {
+		return 1
+	}
+	return 0
 }
