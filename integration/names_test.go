@@ -113,6 +113,7 @@ func TestNamesPrivateAnswersRefused(t *testing.T) {
 			}
 		}
 		// Rebinding: public first, 127.0.0.1 after its TTL of 0.
+		inet.DNS().ResetRebinding()
 		log := filepath.Join(dir, "rebind.jsonl")
 		url := "http://" + lab.RebindName + ":8080/"
 		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--exec-allow", "/usr/bin/curl", "--exec-allow", "/usr/bin/sleep", "--",

@@ -311,6 +311,14 @@ func (d *FakeDNS) addrsFor(name string, qtype dnsmessage.Type, rec Record) []net
 	return rec.Later
 }
 
+// ResetRebinding makes every rebinding name answer its first addresses
+// again at its next A query, so a test can replay a rebinding attack.
+func (d *FakeDNS) ResetRebinding() {
+	d.mu.Lock()
+	clear(d.rebinds)
+	d.mu.Unlock()
+}
+
 func typeName(t dnsmessage.Type) string {
 	s := t.String()
 	return strings.TrimPrefix(s, "Type")
