@@ -1,0 +1,166 @@
+package main
+
+import (
+	"bytes"
+	"net/netip"
+	"strings"
+	"testing"
+
+	"github.com/nsgate/nsgate/slirp"
+)
+
+func TestSlirpPolicyPath(t *testing.T) {
+	for _, tc := range []struct {
+		why    string
+		env    map[string]string
+		exists []string
+		want   string
+	}{
+		{"$NSGATE_POLICY wins, even if it does not exist (then loading fails loudly)",
+			map[string]string{"NSGATE_POLICY": "/p/explicit.yaml", "XDG_CONFIG_HOME": "/cfg"},
+			[]string{"/cfg/nsgate/policy.yaml", systemPolicy}, "/p/explicit.yaml"},
+		{"then the user's XDG config",
+			map[string]string{"XDG_CONFIG_HOME": "/cfg", "HOME": "/home/u"},
+			[]string{"/cfg/nsgate/policy.yaml", systemPolicy}, "/cfg/nsgate/policy.yaml"},
+		{"XDG_CONFIG_HOME unset means $HOME/.config",
+			map[string]string{"HOME": "/home/u"},
+			[]string{"/home/u/.config/nsgate/policy.yaml"}, "/home/u/.config/nsgate/policy.yaml"},
+		{"a missing user policy falls through to the system one",
+			map[string]string{"XDG_CONFIG_HOME": "/cfg"},
+			[]string{systemPolicy}, systemPolicy},
+		{"nothing anywhere: deny-all",
+			map[string]string{"XDG_CONFIG_HOME": "/cfg"}, nil, ""},
+		{"no HOME and no XDG_CONFIG_HOME: only the system policy",
+			map[string]string{}, []string{"/.config/nsgate/policy.yaml"}, ""},
+	} {
+		getenv := func(k string) string { return tc.env[k] }
+		exists := func(p string) bool {
+			for _, e := range tc.exists {
+				if e == p {
+					return true
+				}
+			}
+			return false
+		}
+		if got := slirpPolicyPath(getenv, exists); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.why, got, tc.want)
+		}
+	}
+}
+
+func mustParse(t *testing.T, args ...string) slirp.Config {
+	t.Helper()
+	cfg, err := slirp.ParseArgs(args)
+	if err != nil {
+		t.Fatalf("ParseArgs(%q): %v", args, err)
+	}
+	return cfg
+}
+
+func TestSlirpAuditPath(t *testing.T) {
+	getenv := func(k string) string { return map[string]string{envAuditDir: "/var/log/nsgate"}[k] }
+	for _, tc := range []struct {
+		why  string
+		args []string
+		want string
+	}{
+		{"Podman's netns path names the file after the container's netns",
+			[]string{"-c", "--netns-type=path", "/run/user/1000/netns/netns-1234", "tap0"}, "/var/log/nsgate/netns-1234.jsonl"},
+		{"a PID target", []string{"4242", "tap0"}, "/var/log/nsgate/pid-4242.jsonl"},
+	} {
+		if got := slirpAuditPath(getenv, mustParse(t, tc.args...)); got != tc.want {
+			t.Errorf("%s: got %q, want %q", tc.why, got, tc.want)
+		}
+	}
+	if got := slirpAuditPath(func(string) string { return "" }, mustParse(t, "1", "tap0")); got != "" {
+		t.Errorf("no NSGATE_AUDIT_DIR: got %q, want no file (human lines on stderr)", got)
+	}
+}
+
+func TestSlirpTAPSpec(t *testing.T) {
+	for _, tc := range []struct {
+		why                string
+		args               []string
+		netns, userns      string
+		addrs, gws         string
+		mtu                uint32
+		configure, hasIPv6 bool
+		mac, tapName       string
+	}{
+		{"Podman 4.3's call: path target, no userns (the netns owner is joined)",
+			[]string{"--disable-host-loopback", "--mtu=65520", "--enable-sandbox", "--enable-seccomp", "--enable-ipv6",
+				"-c", "-e", "3", "-r", "4", "--netns-type=path", "/run/user/1000/netns/netns-x", "tap0"},
+			"/run/user/1000/netns/netns-x", "", "10.0.2.100/24 fd00::100/64", "10.0.2.2 fd00::2", 65520, true, true, "", "tap0"},
+		{"a PID joins the PID's user namespace, as slirp4netns does",
+			[]string{"-c", "4242", "tap1"}, "/proc/4242/ns/net", "/proc/4242/ns/user", "10.0.2.100/24", "10.0.2.2", 1500, true, false, "", "tap1"},
+		{"--userns-path wins over the PID's",
+			[]string{"--userns-path=/run/userns", "4242", "tap0"}, "/proc/4242/ns/net", "/run/userns", "10.0.2.100/24", "10.0.2.2", 1500, false, false, "", "tap0"},
+		{"--cidr moves guest and gateway; --macaddress sets the guest MAC",
+			[]string{"-c", "--cidr=10.0.135.128/25", "--macaddress=02:11:22:33:44:55", "1", "tap0"},
+			"/proc/1/ns/net", "/proc/1/ns/user", "10.0.135.228/25", "10.0.135.130", 1500, true, false, "02:11:22:33:44:55", "tap0"},
+	} {
+		spec := slirpTAPSpec(mustParse(t, tc.args...))
+		var addrs, gws []string
+		for _, a := range spec.Iface.Addrs {
+			addrs = append(addrs, a.String())
+		}
+		for _, g := range spec.Iface.Gateways {
+			gws = append(gws, g.String())
+		}
+		if spec.NetnsPath != tc.netns || spec.UsernsPath != tc.userns {
+			t.Errorf("%s: netns %q userns %q, want %q %q", tc.why, spec.NetnsPath, spec.UsernsPath, tc.netns, tc.userns)
+		}
+		if strings.Join(addrs, " ") != tc.addrs || strings.Join(gws, " ") != tc.gws {
+			t.Errorf("%s: addrs %v via %v, want %s via %s", tc.why, addrs, gws, tc.addrs, tc.gws)
+		}
+		if spec.Iface.MTU != tc.mtu || spec.Configure != tc.configure || !spec.Iface.TAP ||
+			spec.Iface.MAC != tc.mac || spec.Iface.Name != tc.tapName {
+			t.Errorf("%s: got %+v", tc.why, spec)
+		}
+	}
+}
+
+func TestGatewayMAC(t *testing.T) {
+	// libslirp's scheme: 52:55 and the IPv4 address.
+	if got := gatewayMAC(netip.MustParseAddr("10.0.2.2")).String(); got != "52:55:0a:00:02:02" {
+		t.Errorf("gateway MAC %s, want 52:55:0a:00:02:02", got)
+	}
+}
+
+func TestOutboundAddr(t *testing.T) {
+	if a, err := outboundAddr("192.0.2.7", false); err != nil || a.String() != "192.0.2.7" {
+		t.Errorf("literal: %v %v", a, err)
+	}
+	if a, err := outboundAddr("lo", false); err != nil || !a.IsLoopback() || !a.Is4() {
+		t.Errorf("interface lo: %v %v, want its IPv4 loopback address", a, err)
+	}
+	if _, err := outboundAddr("no-such-if0", false); err == nil {
+		t.Error("missing interface: no error")
+	}
+	if a, err := outboundAddr("", true); err != nil || a.IsValid() {
+		t.Errorf("unset: %v %v", a, err)
+	}
+}
+
+func TestSlirp4netnsCommand(t *testing.T) {
+	for _, tc := range []struct {
+		why      string
+		args     []string
+		code     int
+		out, err string
+	}{
+		{"--help lists the flags Podman greps for", []string{"slirp4netns", "--help"}, 0, "--enable-seccomp", ""},
+		{"--version has slirp4netns's first line", []string{"slirp4netns", "--version"}, 0, "slirp4netns version 1.2.0+nsgate\nnsgate ", ""},
+		{"a bad command line is exit 1 and one line", []string{"slirp4netns", "--mtu=1", "1", "tap0"}, 1, "", "nsgate slirp4netns: "},
+		{"a missing target too", []string{"slirp4netns", "-c"}, 1, "", "missing operand"},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(tc.args, strings.NewReader(""), &out, &errb)
+		if code != tc.code || !strings.Contains(out.String(), tc.out) || !strings.Contains(errb.String(), tc.err) {
+			t.Errorf("%s: exit %d stdout %q stderr %q", tc.why, code, out.String(), errb.String())
+		}
+		if tc.code != 0 && strings.Count(strings.TrimSpace(errb.String()), "\n") != 0 {
+			t.Errorf("%s: stderr is more than one line: %q", tc.why, errb.String())
+		}
+	}
+}

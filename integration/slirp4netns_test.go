@@ -1,0 +1,286 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// `nsgate slirp4netns` on its own, the way slirp4netns's own tests drive
+// it: the target is `unshare -rn sleep`, nsgate opens tap0 in it by PID,
+// and the test enters the target with nsenter to probe. Podman's two fd
+// orders are both used (-e 3 -r 4 as root, -r 3 -e 4 as the user).
+
+// slirpRun is a running `nsgate slirp4netns`.
+type slirpRun struct {
+	cmd    *exec.Cmd
+	stderr *bytes.Buffer
+	exitW  *os.File // closing it hangs up the exit fd
+	target int      // PID of the target process
+	audit  string
+}
+
+func startTarget(t *testing.T, m mode) int {
+	t.Helper()
+	cmd := exec.Command("unshare", "-rn", "sleep", "60")
+	if m.uid >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(m.uid), Gid: uint32(m.gid)}}
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("unshare -rn: %v", err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	// unshare execs sleep once the namespaces exist.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		self, _ := os.Readlink("/proc/self/ns/net")
+		ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", cmd.Process.Pid))
+		if exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", cmd.Process.Pid)); err == nil && ns != self && strings.HasSuffix(exe, "sleep") {
+			return cmd.Process.Pid
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("unshare -rn sleep did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// startSlirp starts the helper on target with Podman's flags; podman5
+// selects the -r 3 -e 4 order. It waits for the ready fd.
+func startSlirp(t *testing.T, m mode, dir, pol string, target int, podman5 bool, extra ...string) *slirpRun {
+	t.Helper()
+	exitR, exitW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	readyR, readyW, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := []string{"-e", "3", "-r", "4"}
+	files := []*os.File{exitR, readyW}
+	if podman5 {
+		fds = []string{"-r", "3", "-e", "4"}
+		files = []*os.File{readyW, exitR}
+	}
+	args := append([]string{"slirp4netns", "--disable-host-loopback", "--mtu=65520"}, extra...)
+	args = append(args, "--enable-ipv6", "-c")
+	args = append(args, fds...)
+	args = append(args, strconv.Itoa(target), "tap0")
+	cmd := nsgateCmd(m, args...)
+	cmd.Env = append(cmd.Env, "NSGATE_POLICY="+pol, "NSGATE_AUDIT_DIR="+dir)
+	cmd.ExtraFiles = files
+	var errb bytes.Buffer
+	cmd.Stderr = &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exitR.Close()
+	readyW.Close()
+	s := &slirpRun{cmd: cmd, stderr: &errb, exitW: exitW, target: target,
+		audit: filepath.Join(dir, fmt.Sprintf("pid-%d.jsonl", target))}
+	t.Cleanup(func() {
+		s.exitW.Close()
+		s.cmd.Process.Kill()
+		s.cmd.Wait()
+	})
+	got := make(chan string, 1)
+	go func() {
+		b, _ := io.ReadAll(readyR)
+		readyR.Close()
+		got <- string(b)
+	}()
+	select {
+	case b := <-got:
+		if b != "1" {
+			t.Fatalf("ready fd said %q, want \"1\"; stderr:\n%s", b, errb.String())
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatalf("no ready signal; stderr:\n%s", errb.String())
+	}
+	return s
+}
+
+// probe runs nsgate's probe inside the target's user and network
+// namespaces.
+func (s *slirpRun) probe(t *testing.T, m mode, addr string) (string, int) {
+	t.Helper()
+	cmd := exec.Command("nsenter", "-t", strconv.Itoa(s.target), "-U", "-n", "--preserve-credentials",
+		nsgateBin, "__probe", "tcp", addr)
+	if m.uid >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(m.uid), Gid: uint32(m.gid)}}
+	}
+	out, err := cmd.CombinedOutput()
+	t.Logf("probe %s in the target: %s", addr, strings.TrimSpace(string(out)))
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("nsenter: %v", err)
+	}
+	return strings.TrimSpace(string(out)), code
+}
+
+// stop hangs up the exit fd and waits for a clean exit.
+func (s *slirpRun) stop(t *testing.T) {
+	t.Helper()
+	s.exitW.Close()
+	done := make(chan error, 1)
+	go func() { done <- s.cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("helper exited with %v after the exit fd hung up; stderr:\n%s", err, s.stderr.String())
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatalf("helper still running 10s after the exit fd hung up")
+	}
+}
+
+// helperChild returns the PID of the process doing the work: the helper
+// itself, or, when it re-executed itself into a mount namespace of its own
+// (--enable-sandbox started from a shell), that child.
+func helperChild(pid int) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(s[i+1:])
+		if len(f) > 1 && f[1] == strconv.Itoa(pid) {
+			if exe, _ := os.Readlink("/proc/" + e.Name() + "/exe"); exe == nsgateBin {
+				c, _ := strconv.Atoi(e.Name())
+				return c
+			}
+		}
+	}
+	return pid
+}
+
+func statusField(pid int, key string) string {
+	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func TestSlirp4netnsStandalone(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		_, err := exec.LookPath("nsenter")
+		need(t, "nsenter and unshare (util-linux)", err)
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		target := startTarget(t, m)
+		// Unprivileged, nsgate cannot make the mount namespace
+		// --enable-sandbox needs (Podman gives it one); as root it can.
+		extra := []string{"--enable-seccomp"}
+		if m.uid < 0 {
+			extra = append(extra, "--enable-sandbox")
+		}
+		meta := targetAt(metadataV4 + ":80/tcp")
+		metaBefore := meta.count()
+		s := startSlirp(t, m, dir, pol, target, m.name == "user", extra...)
+
+		if out, code := s.probe(t, m, appV4+":8080"); code != 0 || !strings.Contains(out, "200 OK") {
+			t.Errorf("allowed address: exit %d %q", code, out)
+		}
+		if out, code := s.probe(t, m, metadataV4+":80"); code == 0 || !strings.HasPrefix(out, "refused") {
+			t.Errorf("metadata address: exit %d %q, want refused", code, out)
+		}
+		if out, code := s.probe(t, m, "[2001:db8::10]:8080"); code != 0 {
+			t.Errorf("allowed IPv6 address over the TAP (fd00::100 via fd00::2): exit %d %q", code, out)
+		}
+		if got := meta.count() - metaBefore; got != 0 {
+			t.Errorf("fake metadata server saw %d connections", got)
+		}
+
+		worker := helperChild(s.cmd.Process.Pid)
+		t.Logf("helper %d (working process %d): NoNewPrivs %s, Seccomp %s, CapEff %s", s.cmd.Process.Pid, worker,
+			statusField(worker, "NoNewPrivs"), statusField(worker, "Seccomp"), statusField(worker, "CapEff"))
+		if nnp := statusField(worker, "NoNewPrivs"); nnp != "1" {
+			t.Errorf("helper NoNewPrivs %q, want 1 (--enable-seccomp)", nnp)
+		}
+		if sc := statusField(worker, "Seccomp"); sc != "2" {
+			t.Errorf("helper Seccomp %q, want 2 (filter mode)", sc)
+		}
+		if m.uid < 0 {
+			// As slirp4netns's sandbox test checks: no capability but
+			// CAP_NET_BIND_SERVICE, and a root that hides the host.
+			if c := statusField(worker, "CapEff"); c != "0000000000000400" {
+				t.Errorf("helper CapEff %s, want only CAP_NET_BIND_SERVICE (0400)", c)
+			}
+			ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root", worker))
+			var names []string
+			for _, e := range ents {
+				names = append(names, e.Name())
+			}
+			if err != nil || strings.Join(names, ",") != "etc" {
+				t.Errorf("helper's root holds %v (%v), want only etc", names, err)
+			}
+		}
+		s.stop(t)
+
+		recs := readAudit(t, s.audit)
+		if _, ok := findFlow(recs, "deny", metadataV4+":80"); !ok {
+			t.Errorf("no deny record for the metadata address")
+		}
+		if _, ok := findFlow(recs, "allow", appV4+":8080"); !ok {
+			t.Errorf("no allow record for the approved address")
+		}
+		if recs[len(recs)-1].str("event") != "exit" {
+			t.Errorf("audit log does not end with exit")
+		}
+	})
+}
+
+func TestSlirp4netnsCommandLine(t *testing.T) {
+	sealed(t)
+	m := mode{name: "self", uid: -1, gid: -1}
+	r := runNsgate(t, m, "slirp4netns", "--help")
+	for _, flag := range []string{"--disable-host-loopback", "--mtu", "--enable-sandbox", "--enable-seccomp",
+		"--cidr", "--enable-ipv6", "--outbound-addr", "--outbound-addr6", "--netns-type", "--userns-path", "--api-socket"} {
+		if r.code != 0 || !strings.Contains(r.stdout, flag) {
+			t.Errorf("--help lacks %s (Podman passes a flag only if --help lists it)", flag)
+		}
+	}
+	for _, tc := range []struct {
+		why  string
+		args []string
+	}{
+		{"unknown option", []string{"--bogus", "1", "tap0"}},
+		{"bad exit fd", []string{"-e", "x", "1", "tap0"}},
+		{"MTU too small", []string{"--mtu=10", "1", "tap0"}},
+		{"CIDR not a network address", []string{"--cidr=10.0.2.1/24", "1", "tap0"}},
+		{"no target", []string{"-c"}},
+	} {
+		r := runNsgate(t, m, append([]string{"slirp4netns"}, tc.args...)...)
+		lines := strings.Split(strings.TrimSpace(r.stderr), "\n")
+		if r.code != 1 || len(lines) != 1 || lines[0] == "" {
+			t.Errorf("%s: exit %d stderr %q, want exit 1 and one line", tc.why, r.code, r.stderr)
+		}
+	}
+	// A target that does not exist fails before ready, with one line.
+	r = runNsgate(t, m, "slirp4netns", "-c", "--netns-type=path", "/nonexistent/netns", "tap0")
+	if r.code != 1 || !strings.Contains(r.stderr, "/nonexistent/netns") {
+		t.Errorf("missing netns: exit %d stderr %q, want 1 naming the path", r.code, r.stderr)
+	}
+}
