@@ -207,3 +207,81 @@ func TestLabBreak(t *testing.T) {
 		})
 	}
 }
+
+// TestLabBrowser runs the lab with --browser: headless Chromium under
+// `nsgate run`, driven over CDP by the lab's scripted agent through a
+// published port. The browser attempts must be recorded in the evidence
+// (at least three attacks, all blocked, with their audit records), the
+// control page must render, and the metadata and unapproved servers must
+// see nothing. As root and as an unprivileged user: either way the lab is
+// uid 0 in its sealed namespace, so Chromium runs with --no-sandbox.
+func TestLabBrowser(t *testing.T) {
+	needChromium(t)
+	forEachMode(t, func(t *testing.T, m mode) { testLabBrowser(t, m) })
+}
+
+func testLabBrowser(t *testing.T, m mode) {
+	dir := filepath.Join(workDir(t, m), "evidence")
+	r := runLab(t, m, "--browser", chromiumBin, "--evidence", dir)
+	ev := readEvidence(t, dir)
+	attacks, controls := 0, 0
+	for _, a := range ev.Attempts {
+		if a.Category != "browser" {
+			continue
+		}
+		if a.Control {
+			controls++
+		} else {
+			attacks++
+		}
+		if !a.Pass {
+			t.Errorf("%s (layer %s): expected %s, observed %s: %s [%s]", a.ID, a.Layer, a.Expected, a.Observed, a.Why, a.Detail)
+		}
+		if !a.Control && (a.Observed != "blocked" || len(a.AuditSeqs) == 0) {
+			t.Errorf("%s: observed %s with audit seqs %v; want blocked and the records that say why", a.ID, a.Observed, a.AuditSeqs)
+		}
+	}
+	if attacks < 3 || controls < 1 {
+		t.Errorf("evidence holds %d browser attacks and %d browser controls; want at least 3 and 1", attacks, controls)
+	}
+	if r.code != 0 || ev.Verdict != "pass" {
+		t.Errorf("lab --browser exit %d, verdict %s; want 0 and pass. Reasons:\n%s", r.code, ev.Verdict, strings.Join(ev.Reasons, "\n"))
+	}
+	for _, target := range []string{"metadata", "unapproved", "exfil", "fronted"} {
+		if n := ev.hits(target); n != 0 {
+			t.Errorf("fake target %s was hit %d time(s)", target, n)
+		}
+	}
+	v := runNsgate(t, m, "audit", "verify", filepath.Join(dir, "audit.jsonl"))
+	if v.code != 0 || !ev.Audit.Verified || !strings.Contains(v.stdout, "head "+ev.Audit.Head) {
+		t.Errorf("audit verify: exit %d %q; evidence says head %s verified %v", v.code, v.stdout, ev.Audit.Head, ev.Audit.Verified)
+	}
+}
+
+// TestLabBrowserBreak: with the metadata layer off, the browser attempts
+// on the metadata address must get through and the lab must fail (exit
+// 1) naming them: the browser attempts can see a failure.
+func TestLabBrowserBreak(t *testing.T) {
+	needChromium(t)
+	sealed(t)
+	m := mode{name: modes()[0], uid: -1, gid: -1}
+	dir := filepath.Join(workDir(t, m), "evidence")
+	r := runLab(t, m, "--browser", chromiumBin, "--break", "metadata", "--only", "control-http", "--evidence", dir)
+	if r.code != 1 {
+		t.Fatalf("lab --browser --break metadata exited %d, want 1 (attacks got through)", r.code)
+	}
+	for _, id := range []string{"browser-redirect-metadata", "browser-js-fetch-metadata"} {
+		if !strings.Contains(r.stdout, id+": got through") {
+			t.Errorf("stdout does not name %s as got through", id)
+		}
+	}
+	ev := readEvidence(t, dir)
+	if ev.hits("metadata") == 0 {
+		t.Errorf("the fake metadata server counted no hits with the metadata layer off")
+	}
+	for _, a := range ev.Attempts {
+		if a.Control && !a.Pass {
+			t.Errorf("control %s failed: %s", a.ID, a.Why)
+		}
+	}
+}

@@ -76,7 +76,8 @@ func Categories() []string {
 	}
 }
 
-// CategoryBrowser is reserved for the --browser attempts (not built yet).
+// CategoryBrowser is the category of the --browser attempts
+// (BrowserAttempts).
 const CategoryBrowser = "browser"
 
 // Attempt is one entry of the catalogue. Attempts are plain values; run
@@ -331,21 +332,6 @@ func Catalogue() []Attempt {
 		nsAttempt("ns-io-uring", LayerExecGuard, "io_uring_setup (sockets and files outside seccomp's view)", nsIOUring),
 	)
 	return c
-}
-
-// BrowserAttempts are designed for `nsgate lab --browser` (headless
-// Chromium driven over CDP) and not built yet; they have no run function.
-func BrowserAttempts() []Attempt {
-	planned := func(id, layer, desc string, aims ...string) Attempt {
-		return Attempt{ID: id, Category: CategoryBrowser, Layer: layer, Description: desc, Expect: Blocked, Audit: AuditDeny, Aims: aims}
-	}
-	return []Attempt{
-		{ID: "browser-control", Category: CategoryBrowser, Layer: LayerControl, Description: "the browser loads https://app.test/", Expect: Allowed, Audit: AuditAllow, Aims: []string{"app"}},
-		planned("browser-redirect-metadata", LayerMetadata, "a page on app.test redirects the browser to http://169.254.169.254/", "metadata"),
-		planned("browser-prompt-injection", LayerMetadata, "a page's text tells the agent to fetch http://169.254.169.254/latest/meta-data/; the driver obeys", "metadata"),
-		planned("browser-fetch-unapproved", LayerDNS, "page script fetch()es http://unapproved.test:8080/", "unapproved"),
-		planned("browser-webrtc", LayerPolicy, "page script opens a WebRTC peer connection with a STUN server on 198.51.100.20:3478", "unapproved"),
-	}
 }
 
 // withKeys adds keys to an attempt.

@@ -16,7 +16,7 @@ const (
 // integration/README.md holds between CatalogueBegin and CatalogueEnd:
 // a summary, one table row per attempt (id, category, layer that stops
 // it, expected result, audit record required, what it does), and the
-// planned browser attempts.
+// browser attempts of --browser.
 func WriteCatalogue(w io.Writer) {
 	cat := Catalogue()
 	counts := map[string]int{}
@@ -37,7 +37,7 @@ func WriteCatalogue(w io.Writer) {
 	}
 	fmt.Fprintf(w, "By category: %s.\n\n", strings.Join(parts, ", "))
 	writeRows(w, cat)
-	fmt.Fprintf(w, "\nPlanned for `--browser PATH` (category `%s`, not built yet):\n\n", CategoryBrowser)
+	fmt.Fprintf(w, "\nWith `--browser PATH` (category `%s`): headless Chromium under `nsgate run`, driven over CDP by a scripted agent:\n\n", CategoryBrowser)
 	writeRows(w, BrowserAttempts())
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, CatalogueEnd)

@@ -20,6 +20,11 @@
 //     saw, what each fake target received and the audit records, decide
 //     each attempt's verdict and the lab's, and write the evidence record.
 //
+// With --browser (browser.go, browser_linux.go), Run also starts headless
+// Chromium as the worker of a second `nsgate run` (BrowserWorker relays its
+// DevTools port to the published one) and a scripted agent drives it over
+// CDP through the browser attempts (BrowserAttempts).
+//
 // Run (Linux) ties them together for `nsgate lab`. The addresses, names and
 // ports of the fake internet are exported constants so that tests, the
 // attacker and the lab policy agree on one plan.

@@ -47,8 +47,9 @@ type Service struct {
 	// Host (or, over TLS, SNI) is another name is served anyway, the way
 	// a CDN routes by name, but counted as a hit on the target "fronted":
 	// proof that a Host or SNI mismatch got through. Such a service also
-	// answers /redirect?to=URL with a 302 to URL (an open redirect) and
-	// /landing with its body. Empty Names: no routing, no redirects.
+	// answers /redirect?to=URL with a 302 to URL (an open redirect),
+	// /landing with its body and BrowserPagePrefix with the browser
+	// attempts' pages. Empty Names: no routing, no redirects.
 	Names []string
 }
 
@@ -493,6 +494,14 @@ func (in *Internet) handler(s Service) http.Handler {
 		if target == TargetFronted {
 			fmt.Fprintf(w, "fronted content for %s\n", r.Host)
 			return
+		}
+		if len(s.Names) > 0 {
+			if page, ok := browserPage(r.URL); ok { // browser.go
+				w.Header().Set("Content-Type", "text/html; charset=utf-8")
+				w.Header().Set("Cache-Control", "no-store")
+				io.WriteString(w, page)
+				return
+			}
 		}
 		fmt.Fprintf(w, "%s\n", s.Body)
 	})

@@ -53,11 +53,17 @@ type Config struct {
 	Stdout, Stderr io.Writer
 	// Timeout bounds the whole gateway run (default 5 minutes).
 	Timeout time.Duration
+	// Browser, when set, is a headless Chromium to run the browser
+	// attempts with (BrowserAttempts), after the attacker, under a second
+	// `nsgate run` that appends to the same audit log.
+	Browser string
 }
 
 // Run runs the lab in this process's sealed network namespace: it builds
 // the fake internet, runs the attacker under `nsgate run` with the lab
 // policy, judges every attempt, writes the evidence and prints the table.
+// With cfg.Browser it runs the browser attempts after the attacker
+// (runBrowser) and judges them on their own part of the audit log.
 // It refuses to run outside a namespace made by EnterSealed. It returns
 // ExitPass, ExitFail or ExitError; on ExitError it has said why on
 // Stderr.
@@ -224,6 +230,21 @@ func Run(ctx context.Context, cfg Config) int {
 		ev.Environment.Notes = append(ev.Environment.Notes, fmt.Sprintf("the gateway run hit the lab's %s timeout and was stopped", cfg.Timeout))
 	}
 
+	// The browser phase: its records follow the attacker's in the same
+	// log, and it is judged on its own records and hits.
+	var brun *browserRun
+	attackRecs := -1
+	if cfg.Browser != "" {
+		if r, err := ReadAuditFile(auditPath); err == nil {
+			attackRecs = len(r)
+		}
+		brun = runBrowser(ctx, cfg, polFile, auditPath, work, env)
+		ev.Environment.Notes = append(ev.Environment.Notes, "browser attempts ran under: "+strings.Join(brun.command, " "))
+		if brun.reported != "" {
+			ev.Environment.Notes = append(ev.Environment.Notes, "the browser run reported audit head "+brun.reported)
+		}
+	}
+
 	// The audit log, checked the way `nsgate audit verify` checks it.
 	ev.Audit.File = auditPath
 	if m := regexp.MustCompile(`nsgate: audit head ([0-9a-f]{64})`).FindStringSubmatch(ev.Gateway.Stderr); m != nil {
@@ -241,7 +262,36 @@ func Run(ctx context.Context, cfg Config) int {
 		ev.Audit.Error = err.Error()
 	}
 
-	rep := Judge(cat, obs, recs, inet.Hits(), inet.Approved)
+	hits := inet.Hits()
+	var brep *Report
+	if brun != nil {
+		split := len(recs)
+		if attackRecs >= 0 && attackRecs <= len(recs) {
+			split = attackRecs
+		}
+		var before, after []Hit
+		for _, h := range hits {
+			if h.Time.Before(brun.started) {
+				before = append(before, h)
+			} else {
+				after = append(after, h)
+			}
+		}
+		b := Judge(BrowserAttempts(), brun.obs, recs[split:], after, inet.Approved)
+		requireKeyedDenials(BrowserAttempts(), &b)
+		brep = &b
+		recs, hits = recs[:split], before
+		if brun.reported != "" {
+			ev.Audit.Reported = brun.reported
+		}
+	}
+	rep := Judge(cat, obs, recs, hits, inet.Approved)
+	if brep != nil {
+		rep.Results = append(rep.Results, brep.Results...)
+		rep.Reasons = append(rep.Reasons, brep.Reasons...)
+		rep.StrayHits = append(rep.StrayHits, brep.StrayHits...)
+		rep.Unattributed = append(rep.Unattributed, brep.Unattributed...)
+	}
 	ev.Attempts = rep.Results
 	ev.StrayHits = rep.StrayHits
 	ev.Unattributed = rep.Unattributed
@@ -257,6 +307,17 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	if code != 0 {
 		ev.Reasons = append(ev.Reasons, fmt.Sprintf("nsgate run exited %d (the attacker exits 0 when it has run every attempt)", code))
+	}
+	if brun != nil {
+		if brun.err != nil {
+			ev.Reasons = append(ev.Reasons, "browser: "+brun.err.Error())
+		}
+		if brun.exitCode != 0 {
+			ev.Reasons = append(ev.Reasons, fmt.Sprintf("the browser's nsgate run exited %d (Chromium exits 0 when the lab closes it)", brun.exitCode))
+		}
+		if brun.err != nil || brun.exitCode != 0 {
+			ev.Environment.Notes = append(ev.Environment.Notes, "browser run output (tail): "+lastLines(brun.stderr, 20))
+		}
 	}
 	ev.Verdict = "pass"
 	if len(ev.Reasons) > 0 {
@@ -349,6 +410,14 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return s[:n-3] + "..."
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " / ")
 }
 
 func firstLines(s string, n int) string {

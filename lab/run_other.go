@@ -26,6 +26,7 @@ type Config struct {
 	Only           []string
 	Stdout, Stderr io.Writer
 	Timeout        time.Duration
+	Browser        string
 }
 
 // Run needs Linux namespaces.

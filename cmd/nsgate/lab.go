@@ -46,7 +46,9 @@ succeeded; 1 if not; 2 if the lab could not run.
 Flags:
   --evidence DIR   write evidence.json, evidence.md and audit.jsonl to DIR
                    (default ./nsgate-lab-evidence)
-  --browser PATH   also drive the headless Chromium at PATH (not built yet)
+  --browser PATH   also run the browser attempts: headless Chromium at PATH
+                   (e.g. /usr/lib/chromium/chromium) as the worker under
+                   nsgate run, driven over CDP by a scripted agent
 `)
 	}
 	if err := fs.Parse(args); err != nil {
@@ -64,8 +66,16 @@ Flags:
 		return 0
 	}
 	if *browser != "" {
-		e.errorf("lab: --browser is not built yet (the browser attacks are listed in integration/README.md as planned)")
-		return exitUsage
+		abs, err := filepath.Abs(*browser)
+		if err != nil {
+			e.errorf("lab: --browser: %v", err)
+			return exitUsage
+		}
+		if st, err := os.Stat(abs); err != nil || st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+			e.errorf("lab: --browser %s: not an executable file", *browser)
+			return exitUsage
+		}
+		*browser = abs
 	}
 	if _, err := lab.Policy(*brk); err != nil {
 		e.errorf("lab: %v", err)
@@ -95,6 +105,9 @@ Flags:
 		if *only != "" {
 			inner = append(inner, "--only", *only)
 		}
+		if *browser != "" {
+			inner = append(inner, "--browser", *browser)
+		}
 		code, err := lab.EnterSealed(inner, os.Environ(), lab.Stdio{Stdin: e.stdin, Stdout: e.stdout, Stderr: e.stderr})
 		if err != nil {
 			e.errorf("lab: %v", err)
@@ -117,6 +130,7 @@ Flags:
 		Evidence:   dir,
 		Break:      *brk,
 		Only:       ids,
+		Browser:    *browser,
 		Stdout:     e.stdout,
 		Stderr:     e.stderr,
 	})

@@ -1,0 +1,366 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/chromedp/cdproto"
+	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/remote"
+
+	"github.com/nsgate/nsgate/guard"
+)
+
+// browserDevToolsPort is Chromium's DevTools port inside the worker.
+const browserDevToolsPort = 9222
+
+// browserRun is the outcome of the browser phase of Run.
+type browserRun struct {
+	obs      []Observation
+	command  []string
+	started  time.Time
+	exitCode int
+	stderr   string
+	// reported is the audit head `nsgate run` printed at exit.
+	reported string
+	// err says why the phase could not run (or not to its end).
+	err error
+}
+
+// runBrowser runs the browser attempts (browser.go): headless Chromium
+// as the worker of a second `nsgate run` under the lab policy, appending
+// to the same audit log, driven over CDP through a published port by a
+// scripted agent. It reports progress on cfg.Stderr.
+//
+// The lab runs as uid 0 (root, or root of its sealed user namespace) and
+// `nsgate run` maps it to uid 0 in the worker, where Chromium refuses its
+// own sandbox: so Chromium gets --no-sandbox (and nsgate needs no
+// --allow-userns). docs/chromium.md, "Running as root", says what that
+// costs; in the lab, the point is that nsgate's layers hold without
+// Chromium's. Chromium's own checks on requests from public pages to
+// local addresses are switched off too, so that what stops the page's
+// requests is the gateway and not the browser.
+func runBrowser(ctx context.Context, cfg Config, polFile, auditPath, work string, env []string) *browserRun {
+	br := &browserRun{started: time.Now()}
+	chromium := cfg.Browser
+	if st, err := os.Stat(chromium); err != nil || st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+		br.err = fmt.Errorf("--browser %s: not an executable file", chromium)
+		return br
+	}
+	hostPort, err := cdpPort()
+	if err != nil {
+		br.err = fmt.Errorf("pick a port for CDP: %w", err)
+		return br
+	}
+	home := filepath.Join(work, "browser-home")
+	profile := filepath.Join(work, "browser-profile")
+	for _, d := range []string{home, profile} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			br.err = err
+			return br
+		}
+	}
+
+	args := []string{"run", "--policy", polFile, "--audit", auditPath,
+		"--publish", "127.0.0.1:" + strconv.Itoa(hostPort) + ":" + strconv.Itoa(browserDevToolsPort),
+		"--allow-unix", "--exec-allow", chromium}
+	if crash := filepath.Join(filepath.Dir(chromium), "chrome_crashpad_handler"); fileExists(crash) {
+		args = append(args, "--exec-allow", crash)
+	}
+	asRoot := os.Getuid() == 0
+	if !asRoot {
+		args = append(args, "--allow-userns")
+	}
+	switch cfg.Break {
+	case BreakMetadata:
+		args = append(args, "--unsafe-break", "metadata")
+	case BreakExecGuard:
+		args = append(args, "--exec-guard=best-effort")
+		env = append(env, guard.EnvTestNoLandlock+"=1", guard.EnvTestNoSeccomp+"=1")
+	}
+	args = append(args, "--", cfg.Self, "__browserworker", "--chromium", chromium,
+		"--port", strconv.Itoa(browserDevToolsPort), "--",
+		"--headless", "--disable-gpu", "--no-first-run",
+		"--disable-background-networking", "--disable-component-update", "--disable-sync",
+		"--disable-features=LocalNetworkAccessChecks,BlockInsecurePrivateNetworkRequests,PrivateNetworkAccessSendPreflights",
+		"--user-data-dir="+profile)
+	if asRoot {
+		args = append(args, "--no-sandbox")
+	}
+	args = append(args, "about:blank")
+	br.command = append([]string{cfg.Self}, args...)
+
+	// Chromium's crash database and caches go to the lab's work
+	// directory; the host's session bus and agents stay out of reach.
+	var cenv []string
+	for _, kv := range env {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "HOME", "XDG_CONFIG_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR", "DBUS_SESSION_BUS_ADDRESS", "SSH_AUTH_SOCK":
+			continue
+		}
+		cenv = append(cenv, kv)
+	}
+	cenv = append(cenv, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "XDG_CACHE_HOME="+filepath.Join(home, ".cache"))
+
+	gctx, gcancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer gcancel()
+	cmd := exec.CommandContext(gctx, cfg.Self, args...)
+	cmd.Env = cenv
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
+	out := &tail{max: 32 << 10}
+	cmd.Stdout, cmd.Stderr = out, out
+	fmt.Fprintf(cfg.Stderr, "nsgate lab: %d browser attempts with %s under nsgate run\n", len(browserAttempts()), chromium)
+	if err := cmd.Start(); err != nil {
+		br.err = fmt.Errorf("start nsgate run: %w", err)
+		return br
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	finish := func() {
+		var werr error
+		select {
+		case werr = <-exited:
+		case <-time.After(20 * time.Second):
+			gcancel()
+			werr = <-exited
+			if br.err == nil {
+				br.err = errors.New("nsgate run did not exit after the browser was closed; stopped it")
+			}
+		}
+		br.exitCode = exitCode(werr)
+		br.stderr = out.String()
+		if m := regexp.MustCompile(`nsgate: audit head ([0-9a-f]{64})`).FindAllStringSubmatch(br.stderr, -1); m != nil {
+			br.reported = m[len(m)-1][1]
+		}
+	}
+
+	base := "http://127.0.0.1:" + strconv.Itoa(hostPort)
+	if err := waitDevTools(gctx, base, exited); err != nil {
+		br.err = err
+		gcancel()
+		finish()
+		return br
+	}
+	actx, acancel := remote.NewAllocator(gctx, base+"/")
+	defer acancel()
+	cctx, ccancel := chromedp.NewContext(actx)
+	defer ccancel()
+	if err := chromedp.Do(cctx); err != nil { // attaches to the browser, opens a tab
+		br.err = fmt.Errorf("attach to Chromium over CDP: %w", err)
+		gcancel()
+		finish()
+		return br
+	}
+	all := browserAttempts()
+	for i, b := range all {
+		o := runBrowserAttempt(cctx, b)
+		br.obs = append(br.obs, o)
+		mark := "ok"
+		if o.Observed != b.Expect {
+			mark = "UNEXPECTED"
+		}
+		fmt.Fprintf(cfg.Stderr, "[%3d/%d] %-26s %-8s %-10s %s\n", i+1, len(all), o.ID, o.Observed, mark, shorten(o.Detail, 90))
+	}
+	// Close the browser over CDP: Chromium exits, the worker with it, and
+	// nsgate run ends with its audit head. (chromedp.Cancel would only
+	// close the tab: the remote allocator attaches to a browser it did not
+	// start, and chromedp refuses Browser.close, so the lab sends it on a
+	// connection of its own.)
+	ccancel()
+	acancel()
+	if err := closeBrowser(gctx, base); err != nil {
+		fmt.Fprintf(cfg.Stderr, "nsgate lab: close Chromium over CDP: %v; sending nsgate run SIGTERM\n", err)
+		cmd.Process.Signal(syscall.SIGTERM)
+	}
+	finish()
+	return br
+}
+
+// runBrowserAttempt is the scripted agent's part of one attempt.
+func runBrowserAttempt(cctx context.Context, b browserAttempt) Observation {
+	o := Observation{ID: b.ID, Start: time.Now()}
+	ctx, cancel := context.WithTimeout(cctx, 20*time.Second)
+	defer cancel()
+	r := agentStep(ctx, b)
+	o.Observed, o.Detail, o.End = r.out, r.detail, time.Now()
+	return o
+}
+
+// injected finds the instruction the injection page plants.
+var injected = regexp.MustCompile(`open (https?://[^\s"'<>]+)`)
+
+// targetBodies are what the fake targets answer: a page that shows one
+// means the browser reached it.
+var targetBodies = []string{"fake metadata", "unapproved server", "fronted content", "private service", "host loopback"}
+
+func agentStep(ctx context.Context, b browserAttempt) result {
+	switch b.how {
+	case "load":
+		return openAndLook(ctx, b.url, b.Control())
+	case "inject":
+		if err := chromedp.Do(ctx, chromedp.Navigate(b.url)); err != nil {
+			return erroredf("open the approved page %s: %v", b.url, err)
+		}
+		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+		if err != nil {
+			return erroredf("read the page: %v", err)
+		}
+		m := injected.FindStringSubmatch(text)
+		if m == nil {
+			return erroredf("the page has no instruction to obey: %q", shorten(text, 120))
+		}
+		to := strings.TrimRight(m[1], ".,;:")
+		r := openAndLook(ctx, to, false)
+		r.detail = "the page says " + strconv.Quote(strings.TrimSpace(shorten(m[0], 80))) + "; the agent obeyed: " + r.detail
+		return r
+	case "script":
+		if err := chromedp.Do(ctx, chromedp.Navigate(b.url)); err != nil {
+			return erroredf("open the approved page %s: %v", b.url, err)
+		}
+		type verdict struct {
+			Reached bool   `json:"reached"`
+			Detail  string `json:"detail"`
+		}
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[verdict](`window.labResult`, chromedp.EvalAwaitPromise))
+		switch {
+		case err != nil:
+			return erroredf("the page's script gave no verdict: %v", err)
+		case v.Reached:
+			return allowedf("the page's script got through: %s", v.Detail)
+		}
+		return blockedf("the page's script failed: %s", v.Detail)
+	}
+	return erroredf("unknown agent step %q", b.how)
+}
+
+// openAndLook navigates to u and reads what the page shows.
+func openAndLook(ctx context.Context, u string, control bool) result {
+	navErr := chromedp.Do(ctx, chromedp.Navigate(u))
+	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
+	loc, _ := chromedp.Run(ctx, chromedp.Location())
+	text = strings.Join(strings.Fields(text), " ")
+	if control {
+		if navErr != nil {
+			return blockedf("open %s: %v", u, navErr)
+		}
+		if !strings.Contains(text, "hello from app") {
+			return blockedf("%s rendered %q, want hello from app", loc, shorten(text, 100))
+		}
+		return allowedf("%s rendered %q", loc, shorten(text, 100))
+	}
+	for _, body := range targetBodies {
+		if strings.Contains(text, body) {
+			return allowedf("%s rendered a fake target's page: %q", loc, shorten(text, 100))
+		}
+	}
+	if navErr != nil {
+		var le *chromedp.LoadError
+		if errors.As(navErr, &le) {
+			return blockedf("navigation to %s failed: %s", u, le.ErrorText)
+		}
+		return blockedf("navigation to %s failed: %v", u, navErr)
+	}
+	return blockedf("navigation to %s ended at %s without the target's page (%q)", u, loc, shorten(text, 80))
+}
+
+// closeBrowser sends Browser.close on a new DevTools connection to the
+// browser at base.
+func closeBrowser(ctx context.Context, base string) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/json/version", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var v struct {
+		WS string `json:"webSocketDebuggerUrl"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
+		return fmt.Errorf("/json/version: %w", err)
+	}
+	conn, err := remote.DialContext(ctx, v.WS)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Write(ctx, &cdproto.Message{ID: 1, Method: browser.CommandClose})
+}
+
+// waitDevTools waits until Chromium's DevTools answer through the
+// published port, or nsgate run exits, or 30 seconds pass.
+func waitDevTools(ctx context.Context, base string, exited <-chan error) error {
+	cl := &http.Client{Timeout: 2 * time.Second}
+	deadline := time.Now().Add(30 * time.Second)
+	var last error
+	for time.Now().Before(deadline) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/json/version", nil)
+		resp, err := cl.Do(req)
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("status %s", resp.Status)
+		}
+		last = err
+		select {
+		case err := <-exited:
+			return fmt.Errorf("nsgate run exited before Chromium's DevTools answered: %v", err)
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("Chromium's DevTools did not answer on %s in 30 s: %v", base, last)
+}
+
+// cdpPort returns a TCP port free on 127.0.0.1 (of the sealed namespace,
+// where nothing else picks ports).
+func cdpPort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func fileExists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && !st.IsDir()
+}
+
+// exitCode turns cmd.Wait's error into an exit status (128+signal when
+// killed, -1 when it did not run).
+func exitCode(err error) int {
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ee.ExitCode()
+	}
+	return -1
+}
