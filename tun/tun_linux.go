@@ -9,7 +9,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-	"gvisor.dev/gvisor/pkg/tcpip/link/fdbased"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
@@ -27,9 +26,12 @@ func Open(ifc Iface) (int, error) {
 		}
 		return -1, fmt.Errorf("open /dev/net/tun: %w", err)
 	}
-	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI)
+	// IFF_VNET_HDR: every packet carries a virtio-net header, which is
+	// what lets the endpoint use checksum and segmentation offloads (see
+	// NewEndpoint).
+	flags := uint16(unix.IFF_TUN | unix.IFF_NO_PI | unix.IFF_VNET_HDR)
 	if ifc.TAP {
-		flags = unix.IFF_TAP | unix.IFF_NO_PI
+		flags = unix.IFF_TAP | unix.IFF_NO_PI | unix.IFF_VNET_HDR
 	}
 	ifr, err := unix.NewIfreq(ifc.Name)
 	if err != nil {
@@ -127,24 +129,30 @@ func prefixToIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), bits)}
 }
 
-// NewEndpoint wraps a TUN (or TAP, when ethernet is true) descriptor in a
-// gVisor link endpoint. The endpoint does not take ownership of fd: the
-// caller closes it after the stack using the endpoint has been closed.
+// NewEndpoint wraps a TUN (or TAP, when ethernet is true) descriptor in
+// nsgate's gVisor link endpoint (see Endpoint). mac is the TAP side's own
+// address (ignored for a TUN). The endpoint does not take ownership of fd:
+// it works on a duplicate, and the caller closes fd once the stack using
+// the endpoint has been closed.
+//
+// When fd's device carries virtio-net headers (IFF_VNET_HDR, which Open
+// sets), NewEndpoint turns on the device's checksum and segmentation
+// offloads (TUNSETOFFLOAD). The environment variable NSGATE_TUN_OFFLOAD
+// overrides that for measurements: "off" leaves every offload off, "csum"
+// enables checksum offload only, "tso" leaves UDP segmentation off. And
+// NSGATE_TUN_TXQUEUE=0 makes writes synchronous (no transmit queue).
 func NewEndpoint(fd int, mtu uint32, ethernet bool, mac net.HardwareAddr) (stack.LinkEndpoint, error) {
-	opts := &fdbased.Options{
-		FDs:            []int{fd},
-		MTU:            mtu,
-		EthernetHeader: ethernet,
-		// The worker's kernel computes and checks checksums on its side of
-		// the TUN; gVisor need not repeat the work.
-		RXChecksumOffload: true,
-	}
+	o := endpointOptions{mtu: mtu, ethernet: ethernet, syncWrite: os.Getenv("NSGATE_TUN_TXQUEUE") == "0"}
 	if ethernet && len(mac) == 6 {
-		opts.Address = tcpipLinkAddress(mac)
+		o.mac = tcpipLinkAddress(mac)
 	}
-	ep, err := fdbased.New(opts)
-	if err != nil {
-		return nil, fmt.Errorf("tun endpoint: %w", err)
+	if flags, err := deviceFlags(fd); err == nil && flags&unix.IFF_VNET_HDR != 0 {
+		o.vnet = true
+		tso, err := enableOffloads(fd, os.Getenv("NSGATE_TUN_OFFLOAD"))
+		if err != nil {
+			return nil, fmt.Errorf("tun endpoint: %w", err)
+		}
+		o.offload = tso
 	}
-	return ep, nil
+	return newEndpoint(fd, o)
 }
