@@ -4,9 +4,7 @@ package integration
 
 import (
 	"bytes"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -93,31 +91,7 @@ func runChromium(t *testing.T, m mode, dir, name, url string, relax chromiumRela
 	// Keep Chromium's crashpad database and caches in the test's directory
 	// ($HOME/.config/chromium), not in a /tmp shared by both modes.
 	cmd.Env = append(cmd.Env, "HOME="+dir, "XDG_CONFIG_HOME="+filepath.Join(dir, ".config"), "XDG_CACHE_HOME="+filepath.Join(dir, ".cache"))
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start nsgate: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(90 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("nsgate with Chromium on %s hung; stderr:\n%s", url, chromiumLog(errb.String()))
-	}
-	r := chromiumRun{result: result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	default:
-		t.Fatalf("nsgate: %v", err)
-	}
+	r := chromiumRun{result: runBounded(t, cmd, 90*time.Second, "nsgate with Chromium on "+url, chromiumLog)}
 	t.Logf("chromium %s (%+v) -> exit %d in %s\nstdout: %s\nstderr (D-Bus noise dropped):\n%s",
 		url, relax, r.code, r.elapsed.Round(time.Millisecond), r.stdout, chromiumLog(r.stderr))
 	r.audit = readAudit(t, log)

@@ -221,25 +221,29 @@ type result struct {
 	elapsed        time.Duration
 }
 
-// runNsgate runs nsgate to completion (bounded by a generous timeout).
-func runNsgate(t *testing.T, m mode, args ...string) result {
+// runBounded runs cmd to completion, killing it (and failing the test)
+// after timeout. what names the command in failures; clean, if not nil,
+// trims stderr for the failure message.
+func runBounded(t *testing.T, cmd *exec.Cmd, timeout time.Duration, what string, clean func(string) string) result {
 	t.Helper()
-	cmd := nsgateCmd(m, args...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	start := time.Now()
 	if err := cmd.Start(); err != nil {
-		t.Fatalf("start nsgate: %v", err)
+		t.Fatalf("start %s: %v", what, err)
 	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	var err error
 	select {
 	case err = <-done:
-	case <-time.After(60 * time.Second):
+	case <-time.After(timeout):
 		cmd.Process.Kill()
 		<-done
-		t.Fatalf("nsgate %v hung; stderr:\n%s", args, errb.String())
+		if clean == nil {
+			clean = func(s string) string { return s }
+		}
+		t.Fatalf("%s hung; stderr:\n%s", what, clean(errb.String()))
 	}
 	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
 	var ee *exec.ExitError
@@ -248,8 +252,15 @@ func runNsgate(t *testing.T, m mode, args ...string) result {
 	case errors.As(err, &ee):
 		r.code = ee.ExitCode()
 	default:
-		t.Fatalf("nsgate: %v", err)
+		t.Fatalf("%s: %v", what, err)
 	}
+	return r
+}
+
+// runNsgate runs nsgate to completion (bounded by a generous timeout).
+func runNsgate(t *testing.T, m mode, args ...string) result {
+	t.Helper()
+	r := runBounded(t, nsgateCmd(m, args...), 60*time.Second, "nsgate "+strings.Join(args, " "), nil)
 	t.Logf("nsgate %s -> %d (%s)\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code, r.elapsed.Round(time.Millisecond), r.stdout, r.stderr)
 	return r
 }

@@ -3,11 +3,8 @@
 package integration
 
 import (
-	"bytes"
 	"encoding/json"
-	"errors"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -64,32 +61,7 @@ func (ev labEvidence) hits(target string) int64 {
 // other commands runNsgate is bounded for.
 func runLab(t *testing.T, m mode, args ...string) result {
 	t.Helper()
-	cmd := nsgateCmd(m, append([]string{"lab"}, args...)...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start nsgate lab: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(4 * time.Minute):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("nsgate lab hung; stderr:\n%s", errb.String())
-	}
-	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	default:
-		t.Fatalf("nsgate lab: %v", err)
-	}
+	r := runBounded(t, nsgateCmd(m, append([]string{"lab"}, args...)...), 4*time.Minute, "nsgate lab", nil)
 	t.Logf("nsgate lab %s -> %d (%s)\nstdout:\n%s\nstderr (tail):\n%s", strings.Join(args, " "), r.code, r.elapsed.Round(time.Millisecond), r.stdout, tailLines(r.stderr, 15))
 	return r
 }

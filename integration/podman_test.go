@@ -4,7 +4,6 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -218,32 +217,7 @@ func (pm *podmanEnv) cmd(auditDir string, args ...string) *exec.Cmd {
 // run runs podman to completion (bounded) and logs what it did.
 func (pm *podmanEnv) run(t *testing.T, auditDir string, args ...string) result {
 	t.Helper()
-	cmd := pm.cmd(auditDir, args...)
-	var out, errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &errb
-	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start podman: %v", err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-done:
-	case <-time.After(90 * time.Second):
-		cmd.Process.Kill()
-		<-done
-		t.Fatalf("podman %v hung; stderr:\n%s", args, errb.String())
-	}
-	r := result{stdout: out.String(), stderr: errb.String(), elapsed: time.Since(start)}
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
-	default:
-		t.Fatalf("podman: %v", err)
-	}
+	r := runBounded(t, pm.cmd(auditDir, args...), 90*time.Second, "podman "+strings.Join(args, " "), dropShareWarning)
 	t.Logf("podman %s -> %d (%s)\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code,
 		r.elapsed.Round(time.Millisecond), r.stdout, dropShareWarning(r.stderr))
 	return r
