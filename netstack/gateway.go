@@ -335,6 +335,13 @@ func (g *Gateway) build(cfg Config) error {
 			v := tcpip.TCPModerateReceiveBufferOption(true)
 			return &v
 		}(),
+		// No TIME-WAIT on the worker's side. gVisor hands a SYN for a
+		// 4-tuple still in TIME-WAIT only to a listening endpoint, which the
+		// forwarder is not, so the SYN was dropped until TIME-WAIT ended:
+		// after a few thousand short connections (the worker reuses source
+		// ports) every new one stalled for seconds. The link is a local
+		// TUN, so there are no delayed duplicates for TIME-WAIT to absorb.
+		func() *tcpip.TCPTimeWaitTimeoutOption { v := tcpip.TCPTimeWaitTimeoutOption(0); return &v }(),
 	}
 	for _, o := range opts {
 		if err := s.SetTransportProtocolOption(tcp.ProtocolNumber, o); err != nil {

@@ -1,0 +1,347 @@
+#!/usr/bin/env bash
+# nsgate's benchmark: nsgate side by side with kernel loopback, slirp4netns
+# and pasta, in one run, interleaved. `make bench` runs it after `make build`.
+#
+# Everything runs inside one sealed network namespace that this script
+# creates (unshare --net; only lo, plus for pasta a veth pair whose two ends
+# both stay inside): the "host side" of every helper is that namespace, and
+# the servers (iperf3, connbench's HTTP/1.0 server) listen on its 127.0.0.1.
+# No packet leaves the machine (see TESTING.md).
+#
+# Cases (each a fresh helper per measurement):
+#   loopback     the client runs directly in the sealed namespace
+#   nsgate       bin/nsgate run --policy bench/policy.yaml --audit FILE -- CLIENT
+#                (CLIENT reaches the servers by the name bench.test)
+#   slirp4netns  slirp4netns --configure --mtu=65520 on a fresh netns; the
+#                client connects to 10.0.2.2 (host loopback)
+#   pasta        pasta --config-net; the client connects to the gateway
+#                address, which pasta maps to host loopback
+#
+# Metrics: iperf3 up (client sends) and down (-R), single stream; connection
+# rate (dial + HTTP/1.0 GET + read to EOF + close) with 1 and 4 clients;
+# the helper's peak RSS (VmHWM) and CPU time in each of those runs; peak
+# RSS after a connection churn and while holding many idle TCP flows; and
+# the start-up time of `nsgate run -- true` (and `pasta -- true`).
+#
+# Environment:
+#   BENCH_REPS=3          repetitions (results are medians with min..max)
+#   BENCH_SECS=10         seconds per iperf3 and connection-rate run
+#   BENCH_CHURN_SECS=30   seconds of the churn run (0 skips it)
+#   BENCH_IDLE_FLOWS=10000 idle TCP flows held (0 skips the idle run)
+#   BENCH_STARTS=20       start-up samples
+#   BENCH_CASES="loopback nsgate slirp4netns pasta"
+#   BENCH_NSGATE=bin/nsgate   the nsgate binary under test
+#   BENCH_NSGATE_ARGS=""      extra `nsgate run` flags
+#   BENCH_OUT=DIR         keep raw results (results.tsv) and logs in DIR
+#
+# Needs root (for unshare --net), iperf3, slirp4netns and pasta (package
+# passt); missing packages are installed with apt-get when possible.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/.." && pwd)
+
+REPS=${BENCH_REPS:-3}
+SECS=${BENCH_SECS:-10}
+CHURN_SECS=${BENCH_CHURN_SECS:-30}
+IDLE_FLOWS=${BENCH_IDLE_FLOWS:-10000}
+STARTS=${BENCH_STARTS:-20}
+CASES=${BENCH_CASES:-"loopback nsgate slirp4netns pasta"}
+NSGATE=${BENCH_NSGATE:-$root/bin/nsgate}
+NSGATE_ARGS=${BENCH_NSGATE_ARGS:-}
+
+die() { echo "bench: $*" >&2; exit 1; }
+say() { echo "bench: $*" >&2; }
+
+# ---------------------------------------------------------------- outside
+if [ "${1:-}" != "--inside" ]; then
+	[ "$(id -u)" = 0 ] || die "run as root: the benchmark makes its own sealed network namespace (unshare --net)"
+	case "$NSGATE" in /*) ;; *) NSGATE="$root/$NSGATE" ;; esac
+	[ -x "$NSGATE" ] || die "$NSGATE not built (make build)"
+	missing=()
+	command -v iperf3 >/dev/null || missing+=(iperf3)
+	command -v slirp4netns >/dev/null || missing+=(slirp4netns)
+	command -v pasta >/dev/null || missing+=(passt)
+	if [ ${#missing[@]} -gt 0 ]; then
+		say "installing ${missing[*]}"
+		command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null 2>&1 ||
+			{ apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null; } ||
+			die "could not install ${missing[*]}"
+	fi
+	work=$(mktemp -d /tmp/nsgate-bench.XXXXXX)
+	chmod 0755 "$work"
+	trap 'rm -rf "$work"' EXIT
+	say "building connbench"
+	(cd "$root" && CGO_ENABLED=0 go build -o "$work/connbench" ./bench/connbench) || die "build connbench"
+	export BENCH_WORK=$work NSGATE
+	# unshare --net: a new, empty network namespace; --fork so that the
+	# script is its namespace's only inhabitant until it starts servers.
+	unshare --net --fork -- "$0" --inside
+	exit $?
+fi
+
+# ----------------------------------------------------------------- inside
+work=${BENCH_WORK:?}
+cb=$work/connbench
+out=${BENCH_OUT:-$work/out}
+mkdir -p "$out"
+res=$out/results.tsv
+: >"$res"
+
+# The safety rule: refuse to start servers unless sealed.
+[ "$(readlink /proc/self/ns/net)" != "$(readlink /proc/1/ns/net)" ] || die "still in the initial network namespace"
+others=$(ip -o link show | awk -F': ' '{print $2}' | grep -vx lo || true)
+[ -z "$others" ] || die "unexpected interfaces in the sealed namespace: $others"
+ip link set lo up
+ulimit -n 65536 2>/dev/null || ulimit -n "$(ulimit -Hn)"
+
+pids=()
+cleanup() {
+	for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+	wait 2>/dev/null || true
+}
+trap cleanup EXIT
+
+iperf3 -s -B 127.0.0.1 -p 5201 >"$out/iperf3-server.log" 2>&1 &
+pids+=($!)
+"$cb" serve -addr 127.0.0.1:8080 >"$out/connbench-server.log" 2>&1 &
+pids+=($!)
+
+# pasta needs a template interface with a default route: a veth pair whose
+# ends both stay in this namespace (nothing routes anywhere else).
+if [[ " $CASES " == *" pasta "* ]]; then
+	ip link add nsbench0 type veth peer name nsbench1
+	ip addr add 192.0.2.1/24 dev nsbench0
+	ip link set nsbench0 up
+	ip link set nsbench1 up
+	ip route add default via 192.0.2.2 dev nsbench0
+fi
+for i in $(seq 50); do
+	(exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null && (exec 3<>/dev/tcp/127.0.0.1/5201) 2>/dev/null && break
+	sleep 0.1
+done
+
+policy=$root/bench/policy.yaml
+audit=$work/audit.jsonl
+
+# watch PID: record the peak VmHWM (KiB) and CPU ticks of PID until it
+# exits, into $work/watch.$PID; prints nothing.
+watch_proc() {
+	local pid=$1 f=$work/watch.$1 hwm=0 cpu=0 line
+	while [ -e "/proc/$pid/status" ]; do
+		line=$(awk '/^VmHWM:/{print $2}' "/proc/$pid/status" 2>/dev/null || true)
+		[ -n "$line" ] && [ "$line" -gt "$hwm" ] && hwm=$line
+		line=$(awk '{print $14+$15}' "/proc/$pid/stat" 2>/dev/null || true)
+		[ -n "$line" ] && cpu=$line
+		echo "$hwm $cpu" >"$f"
+		sleep 0.2
+	done
+}
+
+# record CASE METRIC VALUE
+record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$res"; }
+
+clk=$(getconf CLK_TCK)
+
+# helper_stats CASE PREFIX PID: records PREFIX_rss_mib and PREFIX_cpu_pct
+# (helper CPU time over the run's wall time, in % of one core).
+helper_stats() {
+	local c=$1 p=$2 pid=$3 wall=$4 hwm cpu
+	[ -f "$work/watch.$pid" ] || return 0
+	read -r hwm cpu <"$work/watch.$pid"
+	record "$c" "${p}_rss_mib" "$(awk -v k="$hwm" 'BEGIN{printf "%.1f", k/1024}')"
+	record "$c" "${p}_cpu_pct" "$(awk -v t="$cpu" -v hz="$clk" -v w="$wall" 'BEGIN{printf "%.0f", 100*t/hz/w}')"
+	rm -f "$work/watch.$pid"
+}
+
+# in_case CASE CMD...: runs CMD as the client of CASE, with $TARGET_IP set
+# to the address the client uses; sets $helper to the helper's PID (empty
+# for loopback) and waits for it.
+target_of() {
+	case $1 in
+	loopback) echo 127.0.0.1 ;;
+	nsgate) echo bench.test ;;
+	slirp4netns) echo 10.0.2.2 ;;
+	pasta) echo 192.0.2.2 ;;
+	esac
+}
+
+# run_client CASE LOG CMD...: runs the client command in CASE, output to
+# LOG; sets $helper_pid and $wall (seconds).
+run_client() {
+	local c=$1 log=$2
+	shift 2
+	local t0 t1 ns_pid slirp_pid
+	helper_pid=""
+	t0=$(date +%s.%N)
+	case $c in
+	loopback)
+		"$@" >"$log" 2>&1 || true
+		;;
+	nsgate)
+		rm -f "$audit"
+		# shellcheck disable=SC2086
+		"$NSGATE" run $NSGATE_ARGS --policy "$policy" --audit "$audit" -- "$@" >"$log" 2>&1 &
+		helper_pid=$!
+		watch_proc "$helper_pid" &
+		wait "$helper_pid" || true
+		;;
+	slirp4netns)
+		unshare --net -- sleep 100000 &
+		ns_pid=$!
+		sleep 0.1
+		slirp4netns --configure --mtu=65520 "$ns_pid" tap0 >"$log.slirp" 2>&1 &
+		slirp_pid=$!
+		helper_pid=$slirp_pid
+		for _ in $(seq 100); do
+			nsenter -t "$ns_pid" -n ip -4 addr show tap0 2>/dev/null | grep -q 10.0.2.100 && break
+			sleep 0.05
+		done
+		watch_proc "$slirp_pid" &
+		t0=$(date +%s.%N)
+		nsenter -t "$ns_pid" -n -- "$@" >"$log" 2>&1 || true
+		sleep 0.3 # let the watcher take a last sample
+		kill "$slirp_pid" "$ns_pid" 2>/dev/null || true
+		wait "$slirp_pid" "$ns_pid" 2>/dev/null || true
+		;;
+	pasta)
+		rm -f "$work/pasta.pid"
+		# --runas 0: pasta would drop to nobody, which cannot run here.
+		pasta --runas 0 -q -4 -f -P "$work/pasta.pid" --config-net -- "$@" >"$log" 2>"$log.pasta" &
+		local pp=$!
+		for _ in $(seq 100); do [ -s "$work/pasta.pid" ] && break; sleep 0.02; done
+		helper_pid=$(cat "$work/pasta.pid" 2>/dev/null || echo "$pp")
+		watch_proc "$helper_pid" &
+		wait "$pp" || true
+		;;
+	esac
+	t1=$(date +%s.%N)
+	wall=$(awk -v a="$t0" -v b="$t1" 'BEGIN{print b-a}')
+	sleep 0.3
+}
+
+iperf_rate() { # LOG -> Gbit/s of the receiver line
+	awk '/receiver/{for(i=1;i<=NF;i++) if($i ~ /bits\/sec/){v=$(i-1); u=$i}} END{
+		if(v=="") exit; if(u ~ /^Gbits/) print v; else if(u ~ /^Mbits/) printf "%.3f\n", v/1000; else if(u ~ /^Kbits/) printf "%.6f\n", v/1e6; else print 0}' "$1"
+}
+
+measure() { # CASE REP
+	local c=$1 rep=$2 tgt log v
+	tgt=$(target_of "$c")
+	for dir in up down; do
+		log=$out/$c.iperf-$dir.$rep.log
+		local extra=()
+		if [ $dir = down ]; then extra=(-R); fi
+		run_client "$c" "$log" iperf3 -4 -f g -c "$tgt" -p 5201 -t "$SECS" "${extra[@]}"
+		v=$(iperf_rate "$log")
+		if [ -n "$v" ]; then record "$c" "$dir" "$v"; else say "$c $dir: no result (see $log)"; fi
+		if [ -n "$helper_pid" ]; then helper_stats "$c" "$dir" "$helper_pid" "$wall"; fi
+	done
+	for par in 1 4; do
+		log=$out/$c.conn-$par.$rep.log
+		run_client "$c" "$log" "$cb" rate -4 -addr "$tgt:8080" -c "$par" -t "${SECS}s"
+		v=$(sed -n 's/.* rate=\([0-9.]*\).*/\1/p' "$log" | tail -1)
+		if [ -n "$v" ]; then record "$c" "conn$par" "$v"; else say "$c conn$par: no result (see $log)"; fi
+		if [ -n "$helper_pid" ]; then helper_stats "$c" "conn$par" "$helper_pid" "$wall"; fi
+	done
+}
+
+measure_mem() { # CASE REP: churn and idle flows (helpers only)
+	local c=$1 rep=$2 tgt log v
+	tgt=$(target_of "$c")
+	if [ "$CHURN_SECS" != 0 ]; then
+		log=$out/$c.churn.$rep.log
+		run_client "$c" "$log" "$cb" rate -4 -addr "$tgt:8080" -c 4 -t "${CHURN_SECS}s"
+		if [ -n "$helper_pid" ]; then helper_stats "$c" churn "$helper_pid" "$wall"; fi
+	fi
+	if [ "$IDLE_FLOWS" != 0 ]; then
+		log=$out/$c.idle.$rep.log
+		run_client "$c" "$log" "$cb" hold -4 -addr "$tgt:8080" -n "$IDLE_FLOWS" -t 5s
+		v=$(sed -n 's/^held=\([0-9]*\).*/\1/p' "$log" | tail -1)
+		if [ -n "$v" ]; then record "$c" idle_held "$v"; fi
+		if [ -n "$helper_pid" ]; then helper_stats "$c" idle "$helper_pid" "$wall"; fi
+	fi
+}
+
+measure_start() { # REP
+	local rep=$1 i t0 t1
+	if [[ " $CASES " == *" nsgate "* ]]; then
+		for i in $(seq "$STARTS"); do
+			t0=$(date +%s%N)
+			"$NSGATE" run --quiet -- true >/dev/null 2>&1 || true
+			t1=$(date +%s%N)
+			record nsgate start_ms "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", (b-a)/1e6}')"
+		done
+	fi
+	if [[ " $CASES " == *" pasta "* ]]; then
+		for i in $(seq "$STARTS"); do
+			t0=$(date +%s%N)
+			pasta --runas 0 -q -4 -f --config-net -- true >/dev/null 2>&1 || true
+			t1=$(date +%s%N)
+			record pasta start_ms "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", (b-a)/1e6}')"
+		done
+	fi
+}
+
+say "sealed namespace ready; $REPS repetitions of: $CASES (iperf3 ${SECS}s, churn ${CHURN_SECS}s, $IDLE_FLOWS idle flows)"
+for rep in $(seq "$REPS"); do
+	for c in $CASES; do
+		say "rep $rep/$REPS: $c"
+		measure "$c" "$rep"
+	done
+	for c in $CASES; do
+		[ "$c" = loopback ] && continue
+		say "rep $rep/$REPS: $c memory"
+		measure_mem "$c" "$rep"
+	done
+	measure_start "$rep"
+done
+
+# ---------------------------------------------------------------- summary
+summarize() {
+	awk -F'\t' -v cases="$CASES" '
+	function median(list,   n, a, i, j, t) {
+		n = split(list, a, " ")
+		for (i = 2; i <= n; i++) { t = a[i]; j = i - 1; while (j >= 1 && a[j] + 0 > t + 0) { a[j+1] = a[j]; j-- } a[j+1] = t }
+		if (n == 0) return ""
+		lo = a[1]; hi = a[n]
+		return (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+	}
+	{ v[$1 SUBSEP $2] = v[$1 SUBSEP $2] " " $3 }
+	END {
+		nm = split("up down conn1 conn4 up_rss_mib down_rss_mib conn1_rss_mib conn4_rss_mib churn_rss_mib idle_held idle_rss_mib up_cpu_pct down_cpu_pct conn1_cpu_pct conn4_cpu_pct start_ms", ms, " ")
+		unit["up"] = "Gbit/s"; unit["down"] = "Gbit/s"; unit["conn1"] = "conn/s"; unit["conn4"] = "conn/s"
+		nc = split(cases, cs, " ")
+		printf "%-16s", "metric"
+		for (i = 1; i <= nc; i++) printf "  %-22s", cs[i]
+		printf "  %s\n", "nsgate ratios"
+		for (k = 1; k <= nm; k++) {
+			m = ms[k]; any = 0
+			for (i = 1; i <= nc; i++) if ((cs[i] SUBSEP m) in v) any = 1
+			if (!any) continue
+			label = m; if (m in unit) label = m " (" unit[m] ")"
+			printf "%-16s", label
+			for (i = 1; i <= nc; i++) {
+				key = cs[i] SUBSEP m
+				if (key in v) { med[cs[i]] = median(v[key]); printf "  %-22s", sprintf("%s [%s..%s]", med[cs[i]], lo, hi) }
+				else { med[cs[i]] = ""; printf "  %-22s", "-" }
+			}
+			r = ""
+			if (m in unit && med["nsgate"] != "") {
+				if (med["loopback"] != "" && med["loopback"] > 0) r = r sprintf("%.2fx loopback ", med["nsgate"] / med["loopback"])
+				if (med["slirp4netns"] != "" && med["slirp4netns"] > 0) r = r sprintf("%.2fx slirp4netns ", med["nsgate"] / med["slirp4netns"])
+				if (med["pasta"] != "" && med["pasta"] > 0) r = r sprintf("%.2fx pasta", med["nsgate"] / med["pasta"])
+			}
+			printf "  %s\n", r
+		}
+	}' "$res"
+}
+
+echo
+echo "nsgate benchmark: $(uname -r), $(nproc) CPUs, $REPS reps, iperf3 ${SECS}s single stream; median [min..max]"
+echo "nsgate: $("$NSGATE" version 2>/dev/null | head -1); slirp4netns $(slirp4netns --version 2>/dev/null | head -1 | awk '{print $3}'); pasta (passt) $(dpkg-query -W -f '${Version}' passt 2>/dev/null || echo '?')"
+summarize
+if [ -n "${BENCH_OUT:-}" ]; then
+	say "raw results in $res"
+fi
