@@ -431,18 +431,7 @@ func (r *runner) publish(gw *netstack.Gateway) (*slirp.HostFwds, error) {
 	fwds := slirp.NewHostFwds(guestV4.Addr(), func(ctx context.Context, proto string, a netip.AddrPort) (net.Conn, error) {
 		return gw.DialGuest(ctx, proto, a)
 	})
-	fwds.OnInbound = func(in slirp.Inbound) {
-		ev := audit.Inbound{
-			Action: "allow",
-			Listen: netip.AddrPortFrom(in.Forward.HostAddr, in.Forward.HostPort).String() + "/" + in.Forward.Proto,
-			Dst:    netip.AddrPortFrom(in.Forward.GuestAddr, in.Forward.GuestPort).String(),
-			Src:    in.Src.String(),
-		}
-		if in.Err != nil {
-			ev.Action = "deny"
-		}
-		r.log.Log(ev)
-	}
+	fwds.OnInbound = inboundAuditor(r.log)
 	for _, s := range r.f.publish {
 		p, _ := parsePublish(s) // validated with the flags
 		fw := slirp.HostFwd{Proto: p.Proto, HostAddr: p.Host, HostPort: p.HostPort, GuestAddr: guestV4.Addr(), GuestPort: p.GuestPort}
