@@ -162,6 +162,10 @@ func (r *relay) closeBoth() {
 	}
 	r.closed = true
 	r.mu.Unlock()
+	// gonet's deadline timers outlive Close: clear them first, or each
+	// finished flow leaves one armed for the rest of the idle period.
+	r.a.SetDeadline(time.Time{})
+	r.b.SetDeadline(time.Time{})
 	r.a.Close()
 	r.b.Close()
 }
