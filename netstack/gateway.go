@@ -98,7 +98,7 @@ func (l Limits) withDefaults() Limits {
 
 // Config configures a Gateway.
 type Config struct {
-	// Link is the worker's link: an fdbased endpoint on the TUN fd (built
+	// Link is the worker's link: a tun.Endpoint on the TUN or TAP fd (built
 	// by tun/), or a test's endpoint. The Gateway attaches to it and
 	// detaches in Close; the caller closes the underlying fd after Close.
 	// A link with stack.CapabilityResolutionRequired (a TAP) gets ARP and

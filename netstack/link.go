@@ -21,8 +21,8 @@ import (
 // what keeps a promiscuous stack from answering echo for any address.
 //
 // Outbound packets pass through unchanged. DeliverNetworkPacket may be
-// called concurrently (fdbased delivers from several processor
-// goroutines); the filter keeps no per-packet state.
+// called concurrently (tun.Endpoint delivers from one reader, but test
+// links may use several goroutines); the filter keeps no per-packet state.
 type filterLink struct {
 	nested.Endpoint
 	g    *Gateway
