@@ -184,6 +184,9 @@ func TestRunExitStatus(t *testing.T) {
 		if r := runNsgate(t, m, "run", "--bogus", "--", "true"); r.code != 125 {
 			t.Errorf("bad flag: exit %d, want 125", r.code)
 		}
+		if r := runNsgate(t, m, "run", "--max-flows=0", "--", "true"); r.code != 125 || !strings.Contains(r.stderr, "--max-flows 0 out of range") {
+			t.Errorf("bad --max-flows: exit %d stderr %q, want 125 naming the flag", r.code, r.stderr)
+		}
 		if r := runNsgate(t, m, "run", "--", "/nonexistent/program"); r.code != 125 || !strings.Contains(r.stderr, "/nonexistent/program") {
 			t.Errorf("missing command: exit %d stderr %q, want 125 naming it", r.code, r.stderr)
 		}

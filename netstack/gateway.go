@@ -55,11 +55,17 @@ type Names interface {
 	ServeDNS(msg []byte, tcp bool) []byte
 }
 
+// DefaultMaxFlows is the default bound on concurrent TCP flows. An idle
+// flow costs the gateway about 15 KiB and one host descriptor, so the
+// default bounds a worker that opens flows and holds them to a few hundred
+// MiB (docs/performance.md).
+const DefaultMaxFlows = 16384
+
 // Limits bound what one worker can make the gateway hold. Zero fields take
 // the defaults in parentheses.
 type Limits struct {
 	// MaxFlows bounds concurrent TCP flows, from the policy's allow to
-	// the end of the relay (4096).
+	// the end of the relay (DefaultMaxFlows).
 	MaxFlows int
 	// MaxPendingDials bounds TCP and UDP flows that are resolving or
 	// dialing upstream at the same time (256).
@@ -76,7 +82,7 @@ type Limits struct {
 
 func (l Limits) withDefaults() Limits {
 	if l.MaxFlows <= 0 {
-		l.MaxFlows = 4096
+		l.MaxFlows = DefaultMaxFlows
 	}
 	if l.MaxPendingDials <= 0 {
 		l.MaxPendingDials = 256

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/pprof"
 
 	"github.com/nsgate/nsgate/sandbox"
 )
@@ -24,7 +25,44 @@ func main() {
 	if filepath.Base(os.Args[0]) == "slirp4netns" {
 		os.Exit(Main(append([]string{"slirp4netns"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr))
 	}
-	os.Exit(Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr))
+	stop := startProfile()
+	code := Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// startProfile writes a CPU profile of this process to the file named by
+// NSGATE_CPUPROFILE, and a heap profile to NSGATE_MEMPROFILE when it
+// ends, for the measurements in docs/performance.md. The returned func
+// stops and flushes them.
+func startProfile() (stop func()) {
+	cpu, mem := os.Getenv("NSGATE_CPUPROFILE"), os.Getenv("NSGATE_MEMPROFILE")
+	os.Unsetenv("NSGATE_CPUPROFILE")
+	os.Unsetenv("NSGATE_MEMPROFILE")
+	var f *os.File
+	if cpu != "" {
+		var err error
+		if f, err = os.Create(cpu); err != nil {
+			fmt.Fprintf(os.Stderr, "nsgate: NSGATE_CPUPROFILE: %v\n", err)
+			os.Exit(exitFailure)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(os.Stderr, "nsgate: NSGATE_CPUPROFILE: %v\n", err)
+			os.Exit(exitFailure)
+		}
+	}
+	return func() {
+		if f != nil {
+			pprof.StopCPUProfile()
+			f.Close()
+		}
+		if mem != "" {
+			if mf, err := os.Create(mem); err == nil {
+				pprof.WriteHeapProfile(mf)
+				mf.Close()
+			}
+		}
+	}
 }
 
 // Exit statuses of nsgate's own failures.

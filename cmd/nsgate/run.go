@@ -38,6 +38,7 @@ type runFlags struct {
 	publish, execAllow            listFlag
 	allowUserns, allowUnix, root  bool
 	mtu                           uint
+	maxFlows                      int
 	ipv6, quiet                   bool
 	execGuard                     string
 	// unsafeBreak disables one enforcement layer. Hidden: only `nsgate lab
@@ -56,6 +57,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.allowUnix, "allow-unix", false, "let the worker create AF_UNIX sockets")
 	fs.BoolVar(&f.root, "root", false, "map the caller to uid 0 inside the sandbox")
 	fs.UintVar(&f.mtu, "mtu", tun.DefaultMTU, "MTU of the worker's TUN device")
+	fs.IntVar(&f.maxFlows, "max-flows", netstack.DefaultMaxFlows, "concurrent TCP flows the worker may hold open; more are refused (audited)")
 	fs.BoolVar(&f.ipv6, "ipv6", true, "give the worker IPv6 (--ipv6=false: IPv4 only)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no human-readable denial lines on stderr")
 	fs.StringVar(&f.execGuard, "exec-guard", "strict", "`strict`, or best-effort: start even if Landlock or seccomp is missing (audited)")
@@ -118,6 +120,9 @@ func (f *runFlags) validate() error {
 	}
 	if f.mtu < 1280 || f.mtu > 65521 {
 		return fmt.Errorf("--mtu %d out of range (1280 to 65521)", f.mtu)
+	}
+	if f.maxFlows < 1 || f.maxFlows > 1<<20 {
+		return fmt.Errorf("--max-flows %d out of range (1 to %d)", f.maxFlows, 1<<20)
 	}
 	switch f.unsafeBreak {
 	case "", "metadata":
@@ -280,6 +285,7 @@ func (r *runner) run() int {
 		Audit:  r.log,
 		Names:  names,
 		IPv6:   r.f.ipv6,
+		Limits: netstack.Limits{MaxFlows: r.f.maxFlows},
 	}
 	if r.f.pcap != "" {
 		pf, err := os.OpenFile(r.f.pcap, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
