@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# nsgate's benchmark: nsgate side by side with kernel loopback, slirp4netns
-# and pasta, in one run, interleaved. `make bench` runs it after `make build`.
+# nsgate's benchmark: nsgate side by side with kernel loopback, a minimal
+# userspace TCP proxy, slirp4netns and pasta, in one run, interleaved.
+# `make bench` runs it after `make build`.
 #
 # Everything runs inside one sealed network namespace that this script
 # creates (unshare --net; only lo, plus for pasta a veth pair whose two ends
@@ -10,6 +11,14 @@
 #
 # Cases (each a fresh helper per measurement):
 #   loopback     the client runs directly in the sealed namespace
+#   proxy        `connbench proxy` relays 127.0.0.2:5201 and 127.0.0.2:8080
+#                to the servers on 127.0.0.1; the client runs directly in
+#                the sealed namespace and connects to 127.0.0.2. This is the
+#                floor for any gateway that terminates the worker's TCP
+#                connection and dials a new one, as nsgate must (decide,
+#                dial, then complete): accept, dial, splice both ways, no
+#                policy and no TUN. nsgate's distance to it is the cost of
+#                its userspace TCP/IP stack, TUN and policy, not of relaying.
 #   nsgate       bin/nsgate run --policy bench/policy.yaml --audit FILE -- CLIENT
 #                (CLIENT reaches the servers by the name bench.test)
 #   slirp4netns  slirp4netns --configure --mtu=65520 on a fresh netns; the
@@ -21,7 +30,9 @@
 # rate (dial + HTTP/1.0 GET + read to EOF + close) with 1 and 4 clients;
 # the helper's peak RSS (VmHWM) and CPU time in each of those runs; peak
 # RSS after a connection churn and while holding many idle TCP flows; and
-# the start-up time of `nsgate run -- true` (and `pasta -- true`).
+# the start-up time of `nsgate run -- true` (and `pasta -- true`). The
+# "nsgate ratios" column divides nsgate's medians by those of loopback,
+# proxy, slirp4netns and pasta.
 #
 # Environment:
 #   BENCH_REPS=3          repetitions (results are medians with min..max)
@@ -29,7 +40,7 @@
 #   BENCH_CHURN_SECS=30   seconds of the churn run (0 skips it)
 #   BENCH_IDLE_FLOWS=10000 idle TCP flows held (0 skips the idle run)
 #   BENCH_STARTS=20       start-up samples
-#   BENCH_CASES="loopback nsgate slirp4netns pasta"
+#   BENCH_CASES="loopback proxy nsgate slirp4netns pasta"
 #   BENCH_NSGATE=bin/nsgate   the nsgate binary under test
 #   BENCH_NSGATE_ARGS=""      extra `nsgate run` flags
 #   BENCH_OUT=DIR         keep raw results (results.tsv) and logs in DIR
@@ -46,7 +57,7 @@ SECS=${BENCH_SECS:-10}
 CHURN_SECS=${BENCH_CHURN_SECS:-30}
 IDLE_FLOWS=${BENCH_IDLE_FLOWS:-10000}
 STARTS=${BENCH_STARTS:-20}
-CASES=${BENCH_CASES:-"loopback nsgate slirp4netns pasta"}
+CASES=${BENCH_CASES:-"loopback proxy nsgate slirp4netns pasta"}
 NSGATE=${BENCH_NSGATE:-$root/bin/nsgate}
 NSGATE_ARGS=${BENCH_NSGATE_ARGS:-}
 
@@ -117,7 +128,7 @@ if [[ " $CASES " == *" pasta "* ]]; then
 	ip link set nsbench1 up
 	ip route add default via 192.0.2.2 dev nsbench0
 fi
-for i in $(seq 50); do
+for _ in $(seq 50); do
 	(exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null && (exec 3<>/dev/tcp/127.0.0.1/5201) 2>/dev/null && break
 	sleep 0.1
 done
@@ -161,6 +172,7 @@ helper_stats() {
 target_of() {
 	case $1 in
 	loopback) echo 127.0.0.1 ;;
+	proxy) echo 127.0.0.2 ;;
 	nsgate) echo bench.test ;;
 	slirp4netns) echo 10.0.2.2 ;;
 	pasta) echo 192.0.2.2 ;;
@@ -178,6 +190,17 @@ run_client() {
 	case $c in
 	loopback)
 		"$@" >"$log" 2>&1 || true
+		;;
+	proxy)
+		"$cb" proxy -map 127.0.0.2:5201=127.0.0.1:5201 -map 127.0.0.2:8080=127.0.0.1:8080 >"$log.proxy" 2>&1 &
+		helper_pid=$!
+		for _ in $(seq 100); do grep -qx listening "$log.proxy" 2>/dev/null && break; sleep 0.02; done
+		watch_proc "$helper_pid" &
+		t0=$(date +%s.%N)
+		"$@" >"$log" 2>&1 || true
+		sleep 0.3 # let the watcher take a last sample
+		kill "$helper_pid" 2>/dev/null || true
+		wait "$helper_pid" 2>/dev/null || true
 		;;
 	nsgate)
 		rm -f "$audit"
@@ -265,9 +288,9 @@ measure_mem() { # CASE REP: churn and idle flows (helpers only)
 }
 
 measure_start() { # REP
-	local rep=$1 i t0 t1
+	local rep=$1 t0 t1
 	if [[ " $CASES " == *" nsgate "* ]]; then
-		for i in $(seq "$STARTS"); do
+		for _ in $(seq "$STARTS"); do
 			t0=$(date +%s%N)
 			"$NSGATE" run --quiet -- true >/dev/null 2>&1 || true
 			t1=$(date +%s%N)
@@ -275,7 +298,7 @@ measure_start() { # REP
 		done
 	fi
 	if [[ " $CASES " == *" pasta "* ]]; then
-		for i in $(seq "$STARTS"); do
+		for _ in $(seq "$STARTS"); do
 			t0=$(date +%s%N)
 			pasta --runas 0 -q -4 -f --config-net -- true >/dev/null 2>&1 || true
 			t1=$(date +%s%N)
@@ -330,6 +353,7 @@ summarize() {
 			r = ""
 			if (m in unit && med["nsgate"] != "") {
 				if (med["loopback"] != "" && med["loopback"] > 0) r = r sprintf("%.2fx loopback ", med["nsgate"] / med["loopback"])
+				if (med["proxy"] != "" && med["proxy"] > 0) r = r sprintf("%.2fx proxy ", med["nsgate"] / med["proxy"])
 				if (med["slirp4netns"] != "" && med["slirp4netns"] > 0) r = r sprintf("%.2fx slirp4netns ", med["nsgate"] / med["slirp4netns"])
 				if (med["pasta"] != "" && med["pasta"] > 0) r = r sprintf("%.2fx pasta", med["nsgate"] / med["pasta"])
 			}

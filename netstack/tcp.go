@@ -4,7 +4,6 @@ import (
 	"context"
 	"time"
 
-	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
@@ -23,7 +22,12 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
-	defer g.wg.Done()
+	handedOff := false
+	defer func() {
+		if !handedOff {
+			g.wg.Done()
+		}
+	}()
 
 	src, dst := endpointAddrs(r.ID())
 	p, needResolve := g.classify(policy.TCP, src, dst)
@@ -37,7 +41,11 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		g.refuseTCP(r, &p)
 		return
 	}
-	defer g.tcpFlows.Add(-1)
+	defer func() {
+		if !handedOff {
+			g.tcpFlows.Add(-1)
+		}
+	}()
 	if !tryAcquire(&g.pendingDials, g.lim.MaxPendingDials) {
 		p.fail("%s", limitReason("pending dials", g.lim.MaxPendingDials))
 		g.stats.limitRefused.Add(1)
@@ -79,20 +87,22 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	r.Complete(false)
-	worker := gonet.NewTCPConn(&wq, ep)
-	var gated gateResult
+	worker := newWorkerConn(&wq, ep)
+	var gate relay.Gate
 	if pol := g.policy(); p.host != "" && pol != nil && (pol.VerifySNI() || pol.VerifyHost()) {
-		gated = g.gateL7(worker, ep, up, &p, pol, seq)
-		if !gated.allow {
-			worker.Close()
-			g.endRecord(seq, relay.Result{AToB: gated.held, BToA: gated.serverIn, Err: errL7Denied}, time.Since(start).Milliseconds())
-			return
-		}
+		gate = g.gateL7(ep, &p, pol, seq)
 	}
-	res := relay.Copy(g.ctx, worker, up, g.lim.TCPIdle)
-	res.AToB += gated.held
-	res.BToA += gated.serverIn
-	g.endRecord(seq, res, time.Since(start).Milliseconds())
+	// The relay runs on a goroutine of its own: this one's stack grew
+	// deep in the stack's handshake code, and an idle flow would keep it
+	// (a parked goroutine keeps its stack until a GC shrinks it). A
+	// fresh goroutine that waits starts, and stays, small.
+	handedOff = true
+	go func() {
+		defer g.wg.Done()
+		defer g.tcpFlows.Add(-1)
+		res := relay.CopyGated(g.ctx, worker, up, g.lim.TCPIdle, gate)
+		g.endRecord(seq, res, time.Since(start).Milliseconds())
+	}()
 }
 
 // refuseTCP resets the worker's connection attempt and records why.

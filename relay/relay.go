@@ -8,7 +8,13 @@
 // datagram, there is no half-close, and transient ICMP-induced errors are
 // not fatal.
 //
-// Both use pooled buffers, so a relay allocates nothing per read.
+// Both use pooled buffers, so a relay allocates nothing per read, and a
+// direction takes its buffer only once its source is readable: an idle
+// relay holds two parked goroutines and no buffer (see WaitReadable).
+//
+// CopyGated is Copy with a gate on the A→B direction: the gate reads and
+// judges the first bytes from A before any of them reaches B, while B→A
+// already flows (server-first protocols work).
 package relay
 
 import (
@@ -97,7 +103,26 @@ type Result struct {
 // *net.UnixConn do) and keeps the opposite direction running; a connection
 // without CloseWrite is closed instead, which ends the relay.
 func Copy(ctx context.Context, a, b net.Conn, idle time.Duration) Result {
-	return run(ctx, a, b, idle, false)
+	return run(ctx, a, b, idle, false, nil)
+}
+
+// A Gate judges the start of the A→B direction of CopyGated. It runs on
+// that direction's goroutine, after B→A has started, and reads from a
+// itself (WaitReadable lets it wait for data before taking a buffer). It
+// returns the bytes it read, to be written to b before the relay goes on,
+// or an error that ends the relay: Result.Err is then that error, with
+// Failed SideNone, and held bytes are dropped. A gate that refuses should
+// itself do what the refusal needs (reset a, say) before returning; the
+// relay then closes both connections.
+//
+// A gate must return when a is closed (the relay closes it when B→A fails
+// or the whole flow idles out). It leaves a's read deadline cleared.
+type Gate func(a net.Conn) (held []byte, err error)
+
+// CopyGated is Copy with gate run first on the A→B direction (nil: Copy).
+// Result.AToB counts the held bytes once written to b.
+func CopyGated(ctx context.Context, a, b net.Conn, idle time.Duration, gate Gate) Result {
+	return run(ctx, a, b, idle, false, gate)
 }
 
 // Packets relays datagrams between two connected datagram connections (for
@@ -107,7 +132,7 @@ func Copy(ctx context.Context, a, b net.Conn, idle time.Duration) Result {
 // UDP socket reports after an ICMP error are skipped, not fatal. It takes
 // ownership of a and b and closes both before it returns.
 func Packets(ctx context.Context, a, b net.Conn, idle time.Duration) Result {
-	return run(ctx, a, b, idle, true)
+	return run(ctx, a, b, idle, true, nil)
 }
 
 // relay is the state shared by the two directions of one run.
@@ -127,15 +152,45 @@ type relay struct {
 	closed bool
 }
 
-func run(ctx context.Context, a, b net.Conn, idle time.Duration, packets bool) Result {
+// ReadableNotifier is a connection that can call a function when it turns
+// readable, without a goroutine waiting for it. Copy uses it on side A so
+// that a flow whose worker has not sent anything yet costs one parked
+// goroutine, not two.
+type ReadableNotifier interface {
+	// NotifyReadable arranges for f to be called once, on a goroutine of
+	// its own, when a Read would not block (as WaitReadable would
+	// return). stop cancels that; it reports true when f was not called
+	// and now never will be.
+	NotifyReadable(f func()) (stop func() bool)
+}
+
+func run(ctx context.Context, a, b net.Conn, idle time.Duration, packets bool, gate Gate) Result {
 	r := &relay{a: a, b: b, idle: idle, packets: packets, start: time.Now()}
 	stop := context.AfterFunc(ctx, func() { r.fail(ctx.Err(), SideNone) })
 	var aToB, bToA int64
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { defer wg.Done(); aToB = r.pump(a, b, SideA, SideB) }()
-	go func() { defer wg.Done(); bToA = r.pump(b, a, SideB, SideA) }()
-	wg.Wait()
+	if n, ok := a.(ReadableNotifier); ok && !packets {
+		// B→A on the caller's goroutine; A→B starts on a goroutine of
+		// its own once A has something to say. If B→A ends first (the
+		// server finished, or the flow failed or idled out) and A→B
+		// has not started, the caller's goroutine runs it.
+		done := make(chan struct{})
+		stopNotify := n.NotifyReadable(func() {
+			defer close(done)
+			aToB = r.pump(a, b, SideA, SideB, gate)
+		})
+		bToA = r.pump(b, a, SideB, SideA, nil)
+		if stopNotify() {
+			aToB = r.pump(a, b, SideA, SideB, gate)
+		} else {
+			<-done
+		}
+	} else {
+		// B→A on a new goroutine, A→B on the caller's.
+		done := make(chan struct{})
+		go func() { defer close(done); bToA = r.pump(b, a, SideB, SideA, nil) }()
+		aToB = r.pump(a, b, SideA, SideB, gate)
+		<-done
+	}
 	stop()
 	r.closeBoth()
 	r.mu.Lock()
@@ -210,33 +265,60 @@ func (d *deadline) to(t time.Time) {
 }
 
 // pump copies src to dst and returns the bytes written. srcSide and dstSide
-// name the connections for the failure record.
-func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side) int64 {
+// name the connections for the failure record. gate, if not nil, runs
+// first (see Gate).
+func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate) int64 {
+	rd := deadline{set: src.SetReadDeadline}
+	wd := deadline{set: dst.SetWriteDeadline}
+	var total int64
+	if gate != nil {
+		held, err := gate(src)
+		if err != nil {
+			r.fail(err, SideNone)
+			return 0
+		}
+		if len(held) > 0 {
+			r.touch()
+			w, werr := r.write(dst, &wd, held)
+			total += int64(w)
+			if werr != nil {
+				r.writeFailed(werr, dstSide)
+				return total
+			}
+		}
+	}
+
 	pool := &streamBufs
 	if r.packets {
 		pool = &packetBufs
 	}
-	bp := pool.Get().(*[]byte)
-	defer pool.Put(bp)
-	buf := *bp
-
-	rd := deadline{set: src.SetReadDeadline}
-	wd := deadline{set: dst.SetWriteDeadline}
-	var total int64
+	var bp *[]byte
+	defer func() {
+		if bp != nil {
+			pool.Put(bp)
+		}
+	}()
+	var buf []byte
 	for {
 		rd.refresh(r)
-		n, rerr := src.Read(buf)
+		var n int
+		var rerr error
+		if buf == nil {
+			// Take a buffer only once there is something to read.
+			if rerr = waitReadable(src, rd.at, !r.packets); rerr == nil {
+				bp = pool.Get().(*[]byte)
+				buf = *bp
+			}
+		}
+		if buf != nil {
+			n, rerr = src.Read(buf)
+		}
 		if n > 0 {
 			r.touch()
 			w, werr := r.write(dst, &wd, buf[:n])
 			total += int64(w)
 			if werr != nil {
-				switch {
-				case werr == ErrIdle:
-					r.fail(ErrIdle, SideNone)
-				case !r.isClosed():
-					r.fail(werr, dstSide)
-				}
+				r.writeFailed(werr, dstSide)
 				return total
 			}
 		}
@@ -268,6 +350,70 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side) int64 {
 			return total
 		}
 	}
+}
+
+// writeFailed records a failed write to dstSide.
+func (r *relay) writeFailed(err error, dstSide Side) {
+	switch {
+	case err == ErrIdle:
+		r.fail(ErrIdle, SideNone)
+	case !r.isClosed():
+		r.fail(err, dstSide)
+	}
+}
+
+// WaitReadable blocks until c has data to read, has reached the end of the
+// stream or failed (the next Read returns at once), or until deadline
+// (zero: none), when it returns an error that is a timeout
+// (os.ErrDeadlineExceeded). It reads nothing. It returns io.EOF when the
+// peer has finished sending and nothing is left to read (so a relay at its
+// end takes no buffer), and the connection's error when the peek consumed
+// one (a reset): the caller treats any error as the Read's. A connection with a WaitReadable(time.Time) error
+// method is asked directly; for a syscall.Conn it peeks at the socket in
+// the runtime's poller, which also honours the connection's own read
+// deadline; for any other connection it returns nil at once.
+func WaitReadable(c net.Conn, deadline time.Time) error {
+	return waitReadable(c, deadline, true)
+}
+
+// waitReadable is WaitReadable; stream says a zero-byte peek is the end of
+// the stream (for a datagram socket it is an empty datagram).
+func waitReadable(c net.Conn, deadline time.Time, stream bool) error {
+	if w, ok := c.(interface{ WaitReadable(time.Time) error }); ok {
+		return w.WaitReadable(deadline)
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	var peek [1]byte
+	var sockErr error
+	eof := false
+	err = rc.Read(func(fd uintptr) bool {
+		n, _, err := syscall.Recvfrom(int(fd), peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
+		if err == syscall.EAGAIN || err == syscall.EINTR {
+			return false
+		}
+		eof = stream && n == 0 && err == nil
+		// A pending socket error is consumed even by a peek: report
+		// it here, as the Read would have.
+		sockErr = err
+		return true
+	})
+	switch {
+	case eof:
+		return io.EOF
+	case sockErr != nil:
+		return &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("recvfrom", sockErr)}
+	case err != nil && !isTimeout(err):
+		// Closed: the Read that follows reports it.
+		return nil
+	}
+	return err
 }
 
 // write writes all of p to dst. A write that times out while the relay as

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -338,4 +340,236 @@ func BenchmarkCopy(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+func TestCopyGated(t *testing.T) {
+	errRefused := errors.New("refused by gate")
+	cases := []struct {
+		name      string
+		why       string
+		verdict   error
+		wantAToB  int64
+		wantAtUp  string
+		wantErr   error
+		workerEOF bool
+	}{
+		{
+			name:     "allow",
+			why:      "an accepting gate's held bytes reach B first, then the rest flows and is counted",
+			wantAToB: int64(len("hello world")),
+			wantAtUp: "hello world",
+		},
+		{
+			name:    "deny",
+			why:     "a refusing gate ends the relay with its error and B gets none of the held bytes",
+			verdict: errRefused,
+			wantErr: errRefused,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			worker, a := tcpPair(t)
+			b, upstream := tcpPair(t)
+			// A server-first protocol: the server speaks before the
+			// worker; its bytes must pass while the gate waits.
+			if _, err := upstream.Write([]byte("banner\n")); err != nil {
+				t.Fatal(err)
+			}
+			gateSaw := make(chan string, 1)
+			gate := func(c net.Conn) ([]byte, error) {
+				if err := WaitReadable(c, time.Time{}); err != nil {
+					return nil, err
+				}
+				buf := make([]byte, 5)
+				n, err := io.ReadFull(c, buf)
+				gateSaw <- string(buf[:n])
+				if err != nil {
+					return nil, err
+				}
+				return buf[:n], tc.verdict
+			}
+			done := make(chan Result, 1)
+			go func() { done <- CopyGated(context.Background(), a, b, time.Minute, gate) }()
+			banner := make([]byte, 7)
+			worker.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadFull(worker, banner); err != nil || string(banner) != "banner\n" {
+				t.Fatalf("%s: worker read %q, %v while the gate held its side", tc.why, banner, err)
+			}
+			worker.Write([]byte("hello"))
+			if got := <-gateSaw; got != "hello" {
+				t.Fatalf("gate saw %q, want hello", got)
+			}
+			if tc.verdict == nil {
+				worker.Write([]byte(" world"))
+			}
+			worker.CloseWrite()
+			upstream.SetReadDeadline(time.Now().Add(5 * time.Second))
+			got, _ := io.ReadAll(upstream)
+			if string(got) != tc.wantAtUp {
+				t.Fatalf("%s: upstream got %q, want %q", tc.why, got, tc.wantAtUp)
+			}
+			upstream.Close()
+			r := wait(t, done)
+			if r.AToB != tc.wantAToB || !errors.Is(r.Err, tc.wantErr) && (tc.wantErr != nil || r.Err != nil) {
+				t.Fatalf("%s: result %+v, want AToB %d err %v", tc.why, r, tc.wantAToB, tc.wantErr)
+			}
+			if r.BToA != int64(len("banner\n")) {
+				t.Fatalf("%s: BToA %d, want the banner's 7 bytes", tc.why, r.BToA)
+			}
+		})
+	}
+}
+
+func TestWaitReadable(t *testing.T) {
+	t.Run("timeout", func(t *testing.T) {
+		// An idle connection: WaitReadable ends at the deadline as a
+		// timeout, which the relay treats like a Read timeout.
+		c, _ := tcpPair(t)
+		c.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+		if err := WaitReadable(c, time.Time{}); !isTimeout(err) {
+			t.Fatalf("idle connection: %v, want a timeout", err)
+		}
+	})
+	t.Run("data-not-consumed", func(t *testing.T) {
+		// Data waiting: WaitReadable returns without reading it.
+		c, s := tcpPair(t)
+		s.Write([]byte("x"))
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if err := WaitReadable(c, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+		b := make([]byte, 2)
+		if n, err := c.Read(b); n != 1 || b[0] != 'x' || err != nil {
+			t.Fatalf("read after WaitReadable: %d %q %v, want the byte still there", n, b[:n], err)
+		}
+	})
+	t.Run("reset", func(t *testing.T) {
+		// A reset is consumed by the peek; WaitReadable must report it,
+		// or the Read after it would see a clean EOF.
+		c, s := tcpPair(t)
+		s.SetLinger(0)
+		s.Close()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		err := WaitReadable(c, time.Time{})
+		if err == nil || isTimeout(err) || !strings.Contains(err.Error(), "reset") {
+			t.Fatalf("reset connection: %v, want the reset", err)
+		}
+	})
+	t.Run("eof", func(t *testing.T) {
+		// The peer's FIN with nothing left to read is io.EOF, so a
+		// relay at its end takes no buffer.
+		c, s := tcpPair(t)
+		s.CloseWrite()
+		c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if err := WaitReadable(c, time.Time{}); err != io.EOF {
+			t.Fatalf("finished peer: %v, want io.EOF", err)
+		}
+	})
+	t.Run("pipe", func(t *testing.T) {
+		// No poller to ask: WaitReadable returns at once.
+		a, _ := net.Pipe()
+		if err := WaitReadable(a, time.Time{}); err != nil {
+			t.Fatal(err)
+		}
+	})
+}
+
+// notifyConn is a TCP connection that is a ReadableNotifier (as the
+// gateway's worker side is), counting how A→B was started.
+type notifyConn struct {
+	*net.TCPConn
+	notified, stopped atomic.Int32
+}
+
+func (c *notifyConn) NotifyReadable(f func()) func() bool {
+	var state atomic.Int32 // 0 waiting, 1 fired, 2 stopped
+	cancel := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-cancel:
+				return
+			default:
+			}
+			c.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+			err := WaitReadable(c.TCPConn, time.Time{})
+			c.SetReadDeadline(time.Time{})
+			if isTimeout(err) {
+				continue
+			}
+			if state.CompareAndSwap(0, 1) {
+				c.notified.Add(1)
+				f()
+			}
+			return
+		}
+	}()
+	return func() bool {
+		if state.CompareAndSwap(0, 2) {
+			close(cancel)
+			c.stopped.Add(1)
+			return true
+		}
+		return false
+	}
+}
+
+func TestCopyReadableNotifier(t *testing.T) {
+	t.Run("worker-first", func(t *testing.T) {
+		// The worker speaks: the notification starts A→B.
+		worker, a := tcpPair(t)
+		b, upstream := tcpPair(t)
+		na := &notifyConn{TCPConn: a}
+		done := make(chan Result, 1)
+		go func() { done <- Copy(context.Background(), na, b, time.Minute) }()
+		worker.Write([]byte("ping"))
+		worker.CloseWrite()
+		upstream.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if got, _ := io.ReadAll(upstream); string(got) != "ping" {
+			t.Fatalf("upstream got %q, want ping", got)
+		}
+		upstream.Write([]byte("pong"))
+		upstream.Close()
+		worker.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if got, _ := io.ReadAll(worker); string(got) != "pong" {
+			t.Fatalf("worker got %q, want pong", got)
+		}
+		r := wait(t, done)
+		if r.Err != nil || r.AToB != 4 || r.BToA != 4 || na.notified.Load() != 1 {
+			t.Fatalf("result %+v notified %d; want a clean 4/4 relay started by the notification", r, na.notified.Load())
+		}
+	})
+	t.Run("server-finishes-first", func(t *testing.T) {
+		// The server answers and finishes before the worker says
+		// anything: the caller's goroutine takes over A→B, and the
+		// worker's late bytes still arrive.
+		worker, a := tcpPair(t)
+		b, upstream := tcpPair(t)
+		na := &notifyConn{TCPConn: a}
+		done := make(chan Result, 1)
+		go func() { done <- Copy(context.Background(), na, b, time.Minute) }()
+		upstream.Write([]byte("bye"))
+		upstream.CloseWrite()
+		worker.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if got, _ := io.ReadAll(worker); string(got) != "bye" {
+			t.Fatalf("worker got %q, want bye", got)
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for na.stopped.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if na.stopped.Load() != 1 {
+			t.Fatal("the notification was not stopped after B→A ended")
+		}
+		worker.Write([]byte("late"))
+		worker.CloseWrite()
+		upstream.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if got, _ := io.ReadAll(upstream); string(got) != "late" {
+			t.Fatalf("upstream got %q, want the worker's late bytes", got)
+		}
+		r := wait(t, done)
+		if r.Err != nil || r.AToB != 4 || r.BToA != 3 {
+			t.Fatalf("result %+v; want a clean 4/3 relay", r)
+		}
+	})
 }

@@ -15,6 +15,15 @@
 //	    Opens -n connections (sending nothing), prints "held=N failed=F"
 //	    once each is open or has failed, keeps them open for -t, then
 //	    closes them.
+//	connbench proxy -map LISTEN=TARGET [-map LISTEN=TARGET ...]
+//	    A minimal userspace TCP proxy: the floor for any gateway that
+//	    terminates the client's connection and dials a new one. For each
+//	    connection accepted on LISTEN it dials TARGET, copies both ways
+//	    (between two *net.TCPConn, so the kernel splices), passes each
+//	    half-close on with CloseWrite, and closes both sockets once both
+//	    directions are done (at once if either fails). A failed dial closes
+//	    the accepted connection. Prints "listening" once every LISTEN is
+//	    bound; runs until killed. No policy, no TUN.
 //
 // Exit status: 0 on success, 1 when a run failed entirely, 2 on usage.
 package main
@@ -23,14 +32,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -46,6 +58,8 @@ func main() {
 		err = rate(os.Args[2:])
 	case "hold":
 		err = hold(os.Args[2:])
+	case "proxy":
+		err = proxy(os.Args[2:])
 	default:
 		usage()
 	}
@@ -56,7 +70,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: connbench serve|rate|hold [flags] (see the package comment)")
+	fmt.Fprintln(os.Stderr, "usage: connbench serve|rate|hold|proxy [flags] (see the package comment)")
 	os.Exit(2)
 }
 
@@ -250,4 +264,98 @@ func hold(args []string) error {
 		return fmt.Errorf("no connection opened: %v", firstErr.Load())
 	}
 	return nil
+}
+
+// proxyMap is one -map LISTEN=TARGET of the proxy subcommand.
+type proxyMap struct{ listen, target string }
+
+// mapFlags collects repeated -map flags.
+type mapFlags []proxyMap
+
+func (m *mapFlags) String() string {
+	parts := make([]string, len(*m))
+	for i, p := range *m {
+		parts[i] = p.listen + "=" + p.target
+	}
+	return strings.Join(parts, " ")
+}
+
+func (m *mapFlags) Set(s string) error {
+	l, t, ok := strings.Cut(s, "=")
+	if !ok || l == "" || t == "" {
+		return fmt.Errorf("want LISTEN=TARGET, got %q", s)
+	}
+	*m = append(*m, proxyMap{listen: l, target: t})
+	return nil
+}
+
+func proxy(args []string) error {
+	fs := flag.NewFlagSet("proxy", flag.ExitOnError)
+	var maps mapFlags
+	fs.Var(&maps, "map", "LISTEN=TARGET to forward (repeatable)")
+	fs.Parse(args)
+	if len(maps) == 0 || fs.NArg() != 0 {
+		usage()
+	}
+	lns := make([]*net.TCPListener, len(maps))
+	for i, m := range maps {
+		ln, err := net.Listen("tcp", m.listen)
+		if err != nil {
+			return err
+		}
+		lns[i] = ln.(*net.TCPListener)
+	}
+	fmt.Println("listening")
+	errc := make(chan error, len(maps))
+	for i, m := range maps {
+		go func() { errc <- forward(lns[i], m.target) }()
+	}
+	return <-errc
+}
+
+// forward accepts connections on ln and relays each to target. It returns
+// only when accepting fails for a reason other than running out of file
+// descriptors (after which it retries shortly).
+func forward(ln *net.TCPListener, target string) error {
+	for {
+		c, err := ln.AcceptTCP()
+		if errors.Is(err, syscall.EMFILE) || errors.Is(err, syscall.ENFILE) {
+			time.Sleep(10 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		go relay(c, target)
+	}
+}
+
+// relay dials target for the accepted connection a and copies both ways
+// until both directions have ended.
+func relay(a *net.TCPConn, target string) {
+	defer a.Close()
+	bc, err := net.DialTimeout("tcp", target, 10*time.Second)
+	if err != nil {
+		return
+	}
+	b := bc.(*net.TCPConn)
+	defer b.Close()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		pipe(b, a)
+	}()
+	pipe(a, b)
+	<-done
+}
+
+// pipe copies src to dst. At src's EOF it half-closes dst; on an error it
+// closes both, which also ends the copy in the other direction.
+func pipe(dst, src *net.TCPConn) {
+	if _, err := io.Copy(dst, src); err != nil {
+		dst.Close()
+		src.Close()
+		return
+	}
+	dst.CloseWrite()
 }

@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
+	"time"
 
 	"github.com/nsgate/nsgate/sandbox"
 )
@@ -32,8 +34,8 @@ func main() {
 }
 
 // startProfile writes a CPU profile of this process to the file named by
-// NSGATE_CPUPROFILE, and a heap profile to NSGATE_MEMPROFILE when it
-// ends, for the measurements in docs/performance.md. The returned func
+// NSGATE_CPUPROFILE, and a heap profile to NSGATE_MEMPROFILE every 2 s,
+// for the measurements in docs/performance.md. The returned func
 // stops and flushes them.
 func startProfile() (stop func()) {
 	cpu, mem := os.Getenv("NSGATE_CPUPROFILE"), os.Getenv("NSGATE_MEMPROFILE")
@@ -51,16 +53,26 @@ func startProfile() (stop func()) {
 			os.Exit(exitFailure)
 		}
 	}
+	if mem != "" {
+		// Flows are held while the worker runs, not at exit: write the
+		// heap profile (and a line of memory statistics) every 2 s.
+		go func() {
+			for range time.Tick(2 * time.Second) {
+				if mf, err := os.Create(mem); err == nil {
+					pprof.WriteHeapProfile(mf)
+					mf.Close()
+				}
+				var ms runtime.MemStats
+				runtime.ReadMemStats(&ms)
+				fmt.Fprintf(os.Stderr, "nsgate: memory: heap in use %d KiB, stacks %d KiB, from the OS %d KiB, %d goroutines\n",
+					ms.HeapInuse>>10, ms.StackInuse>>10, ms.Sys>>10, runtime.NumGoroutine())
+			}
+		}()
+	}
 	return func() {
 		if f != nil {
 			pprof.StopCPUProfile()
 			f.Close()
-		}
-		if mem != "" {
-			if mf, err := os.Create(mem); err == nil {
-				pprof.WriteHeapProfile(mf)
-				mf.Close()
-			}
 		}
 	}
 }
