@@ -79,6 +79,35 @@ func TestRunAllowsApprovedIP(t *testing.T) {
 	})
 }
 
+func TestRunMaxFlows(t *testing.T) {
+	// --max-flows bounds the TCP flows a worker holds at once: with 2, a
+	// third concurrent connection is reset, never dialed, and audited.
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		log := filepath.Join(dir, "audit.jsonl")
+		target := targetAt("203.0.113.10:8080/tcp")
+		before := target.count()
+		r := runNsgate(t, m, "run", "--max-flows", "2", "--policy", pol, "--audit", log, "--",
+			nsgateBin, "__probe", "hold", "203.0.113.10:8080", "3")
+		if r.code != 1 || !strings.Contains(r.stdout, "connected 2") || !strings.Contains(r.stdout, "refused 3") {
+			t.Fatalf("exit %d stdout %q; want 2 connected and the third refused", r.code, r.stdout)
+		}
+		if got := target.count() - before; got != 2 {
+			t.Errorf("the target saw %d connections, want 2 (the third must not be dialed)", got)
+		}
+		var limited bool
+		for _, rec := range readAudit(t, log) {
+			if rec.str("event") == "flow" && rec.str("action") == "deny" && strings.Contains(rec.str("reason"), "limit: 2 concurrent tcp flows") {
+				limited = true
+			}
+		}
+		if !limited {
+			t.Errorf("no deny record names the flow limit: %v", readAudit(t, log))
+		}
+	})
+}
+
 func TestRunRefusesBypasses(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)

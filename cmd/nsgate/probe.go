@@ -20,6 +20,7 @@ import (
 //	nsgate __probe udp-flood ADDR SECS  send datagrams as fast as possible
 //	nsgate __probe serve ADDR SECS      answer HTTP requests on ADDR for SECS seconds
 //	nsgate __probe banner ADDR          connect and print the server's first line (server-first protocols)
+//	nsgate __probe hold ADDR N          open N connections one after another and hold them; print each outcome
 //	nsgate __probe dns SERVER NAME TYPE udp|tcp   one DNS query; prints the rcode and answers
 //
 // It prints "ok ..." or "refused ..."/"error ..." and exits 0 on success, 1
@@ -51,6 +52,12 @@ func cmdProbe(e env, args []string) int {
 			fmt.Sscan(args[2], &secs)
 		}
 		return probeServe(e, addr, time.Duration(secs*float64(time.Second)))
+	case "hold":
+		n := 1
+		if len(args) > 2 {
+			fmt.Sscan(args[2], &n)
+		}
+		return probeHold(e, addr, n)
 	case "udp-flood":
 		secs := 5.0
 		if len(args) > 2 {
@@ -253,4 +260,28 @@ func probeDNS(e env, server, name, qtype, transport string) int {
 		return 1
 	}
 	return 0
+}
+
+// probeHold opens n connections to addr in turn, holding each open, and
+// prints "connected I" or "refused I: ERR" for each. Exit 0 when all
+// connected.
+func probeHold(e env, addr string, n int) int {
+	code := 0
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	for i := 1; i <= n; i++ {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			fmt.Fprintf(e.stdout, "refused %d: %v\n", i, err)
+			code = 1
+			continue
+		}
+		held = append(held, c)
+		fmt.Fprintf(e.stdout, "connected %d\n", i)
+	}
+	return code
 }
