@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # sealed network namespace (see integration/harness_test.go).
 ITEST_FLAGS ?= -count=1 -timeout 25m
 
-.PHONY: all build test vet unit integration lab bench fuzz clean
+.PHONY: all build test vet unit integration lab bench gobench fuzz clean
 
 all: build
 
@@ -34,6 +34,12 @@ lab: build
 
 bench: build
 	./bench/run.sh
+	$(MAKE) --no-print-directory gobench
+
+# Go benchmarks of the hot paths (policy decision, DNS, audit, L7
+# classification, relay, TUN endpoint); figures in docs/performance.md.
+gobench:
+	$(GO) test -run '^$$' -bench . -benchmem ./policy/ ./dns/ ./audit/ ./l7/ ./relay/ ./tun/
 
 clean:
 	rm -rf bin integration.log

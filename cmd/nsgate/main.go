@@ -27,10 +27,26 @@ func main() {
 	if filepath.Base(os.Args[0]) == "slirp4netns" {
 		os.Exit(Main(append([]string{"slirp4netns"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr))
 	}
+	setProcs()
 	stop := startProfile()
 	code := Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
+}
+
+// setProcs gives the Go scheduler half of the CPUs the runtime would use
+// (at least one), unless GOMAXPROCS is set. Most of a flow's cost is
+// kernel work inside nsgate's system calls (a write to the TUN runs the
+// worker's receive path, a loopback connect the whole handshake), which
+// does not need a P; fewer Ps mean fewer cross-thread wake-ups at each
+// hand-off between goroutines, and the worker and its servers need the
+// other CPUs. On 2 CPUs, 1 P against 2: +22% sequential and +31%
+// 4-parallel connection rate, the same throughput (docs/performance.md).
+func setProcs() {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return
+	}
+	runtime.GOMAXPROCS(max(1, (runtime.GOMAXPROCS(0)+1)/2))
 }
 
 // startProfile writes a CPU profile of this process to the file named by
