@@ -33,12 +33,20 @@ type Options struct {
 	// AggKeys bounds the aggregation table; default 4096. Past it, new kinds
 	// of denial fold into one overflow entry per event type.
 	AggKeys int
+	// Delay is how long the writer lets records gather after the first
+	// of them is queued before it writes them out; default 2ms, negative
+	// for none. Waking the writer for every record put it in the way of
+	// the gateway's own goroutines (each wake-up is a scheduling event on
+	// the connection's path); a batch a few milliseconds old costs one
+	// wake-up and one write. A queue half full is written at once.
+	Delay time.Duration
 }
 
 const (
 	defaultWindow   = time.Second
 	defaultQueueLen = 4096
 	defaultAggKeys  = 4096
+	defaultDelay    = 2 * time.Millisecond
 	writeBufSize    = 64 << 10
 )
 
@@ -85,7 +93,9 @@ type Logger struct {
 	human io.Writer
 	werr  error // first write error; writing stops after it
 
-	wake     chan struct{} // cap 1: the queue became non-empty
+	wake     chan struct{} // cap 1: the queue has records to write
+	delay    time.Duration
+	kick     *time.Timer   // wakes the writer delay after the queue became non-empty
 	done     chan struct{} // closed by Close
 	finished chan struct{} // closed when the writer goroutine returns
 
@@ -195,7 +205,13 @@ func newLogger(opts Options) *Logger {
 		done:     make(chan struct{}),
 		finished: make(chan struct{}),
 		agg:      make(map[aggKey]*aggEntry),
+		delay:    opts.Delay,
 	}
+	if l.delay == 0 {
+		l.delay = defaultDelay
+	}
+	l.kick = time.AfterFunc(time.Hour, l.wakeWriter)
+	l.kick.Stop()
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -286,14 +302,22 @@ func (l *Logger) logDenyLocked(ev Event, k aggKey, now time.Time) uint64 {
 func (l *Logger) enqueueLocked(it item) uint64 {
 	l.seq++
 	it.seq = l.seq
-	if len(l.pending) == 0 {
-		select {
-		case l.wake <- struct{}{}:
-		default:
-		}
+	switch {
+	case l.delay < 0 || len(l.pending) == l.queueLen/2:
+		l.wakeWriter()
+	case len(l.pending) == 0:
+		l.kick.Reset(l.delay)
 	}
 	l.pending = append(l.pending, it)
 	return it.seq
+}
+
+// wakeWriter tells the writer goroutine there are records to write.
+func (l *Logger) wakeWriter() {
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
 }
 
 // enqueueAggLocked queues the aggregate record for entry e.
@@ -456,6 +480,7 @@ func (l *Logger) Close() (head string, err error) {
 		l.mu.Unlock()
 		close(l.done)
 		<-l.finished
+		l.kick.Stop()
 		l.flush()
 		if l.file != nil {
 			if l.fsync && l.werr == nil {

@@ -431,3 +431,36 @@ func TestLogAllocs(t *testing.T) {
 		t.Errorf("Log(repeated denial) allocates %v times per call, want 0", a)
 	}
 }
+
+func TestRecordsAreWrittenAfterTheDelay(t *testing.T) {
+	// Records are written in batches a few milliseconds old, not only at
+	// Close or at the aggregation sweep: with a 10 s window (a 5 s
+	// sweep), a record must still reach the file within the delay.
+	cases := []struct {
+		name  string
+		why   string
+		delay time.Duration
+	}{
+		{"default", "the default delay batches for milliseconds, not seconds", 0},
+		{"none", "a negative delay writes each record at once", -1},
+		{"long", "a set delay is honoured", 30 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := tempLog(t)
+			l := mustOpen(t, path, Options{Window: 10 * time.Second, Delay: tc.delay})
+			defer l.Close()
+			start := time.Now()
+			l.Log(FlowEnd{FlowSeq: 1})
+			for len(readLines(t, path)) == 0 {
+				if time.Since(start) > time.Second {
+					t.Fatalf("%s: the record was not written within 1 s", tc.why)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			if took := time.Since(start); tc.delay > 0 && took < tc.delay {
+				t.Fatalf("%s: written after %v, before the %v delay", tc.why, took, tc.delay)
+			}
+		})
+	}
+}
