@@ -29,7 +29,10 @@
 # Metrics: iperf3 up (client sends) and down (-R), single stream; connection
 # rate (dial + HTTP/1.0 GET + read to EOF + close) with 1 and 4 clients;
 # the helper's peak RSS (VmHWM) and CPU time in each of those runs; peak
-# RSS after a connection churn and while holding many idle TCP flows; and
+# RSS after a connection churn; RSS while holding many idle TCP flows
+# (idle_held_rss_mib, sampled 1 s after all are open) and the peak over
+# that whole run, including the end when the worker exits with all of
+# them open and the helper tears them down (idle_rss_mib); and
 # the start-up time of `nsgate run -- true` (and `pasta -- true`). The
 # "nsgate ratios" column divides nsgate's medians by those of loopback,
 # proxy, slirp4netns and pasta.
@@ -136,16 +139,21 @@ done
 policy=$root/bench/policy.yaml
 audit=$work/audit.jsonl
 
-# watch PID: record the peak VmHWM (KiB) and CPU ticks of PID until it
-# exits, into $work/watch.$PID; prints nothing.
+# watch PID [LOG]: record the peak VmHWM (KiB) and CPU ticks of PID until
+# it exits, into $work/watch.$PID; with LOG, also its VmRSS 1 s after LOG
+# shows "held=" (the idle flows are all open); prints nothing.
 watch_proc() {
-	local pid=$1 f=$work/watch.$1 hwm=0 cpu=0 line
+	local pid=$1 log=${2:-} f=$work/watch.$1 hwm=0 cpu=0 held=0 line
 	while [ -e "/proc/$pid/status" ]; do
 		line=$(awk '/^VmHWM:/{print $2}' "/proc/$pid/status" 2>/dev/null || true)
 		[ -n "$line" ] && [ "$line" -gt "$hwm" ] && hwm=$line
 		line=$(awk '{print $14+$15}' "/proc/$pid/stat" 2>/dev/null || true)
 		[ -n "$line" ] && cpu=$line
-		echo "$hwm $cpu" >"$f"
+		if [ -n "$log" ] && [ "$held" = 0 ] && grep -q '^held=' "$log" 2>/dev/null; then
+			sleep 1
+			held=$(awk '/^VmRSS:/{print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
+		fi
+		echo "$hwm $cpu $held" >"$f"
 		sleep 0.2
 	done
 }
@@ -158,10 +166,13 @@ clk=$(getconf CLK_TCK)
 # helper_stats CASE PREFIX PID: records PREFIX_rss_mib and PREFIX_cpu_pct
 # (helper CPU time over the run's wall time, in % of one core).
 helper_stats() {
-	local c=$1 p=$2 pid=$3 wall=$4 hwm cpu
+	local c=$1 p=$2 pid=$3 wall=$4 hwm cpu held
 	[ -f "$work/watch.$pid" ] || return 0
-	read -r hwm cpu <"$work/watch.$pid"
+	read -r hwm cpu held <"$work/watch.$pid"
 	record "$c" "${p}_rss_mib" "$(awk -v k="$hwm" 'BEGIN{printf "%.1f", k/1024}')"
+	if [ "${held:-0}" != 0 ]; then
+		record "$c" "${p}_held_rss_mib" "$(awk -v k="$held" 'BEGIN{printf "%.1f", k/1024}')"
+	fi
 	record "$c" "${p}_cpu_pct" "$(awk -v t="$cpu" -v hz="$clk" -v w="$wall" 'BEGIN{printf "%.0f", 100*t/hz/w}')"
 	rm -f "$work/watch.$pid"
 }
@@ -195,7 +206,7 @@ run_client() {
 		"$cb" proxy -map 127.0.0.2:5201=127.0.0.1:5201 -map 127.0.0.2:8080=127.0.0.1:8080 >"$log.proxy" 2>&1 &
 		helper_pid=$!
 		for _ in $(seq 100); do grep -qx listening "$log.proxy" 2>/dev/null && break; sleep 0.02; done
-		watch_proc "$helper_pid" &
+		watch_proc "$helper_pid" "$log" &
 		t0=$(date +%s.%N)
 		"$@" >"$log" 2>&1 || true
 		sleep 0.3 # let the watcher take a last sample
@@ -207,7 +218,7 @@ run_client() {
 		# shellcheck disable=SC2086
 		"$NSGATE" run $NSGATE_ARGS --policy "$policy" --audit "$audit" -- "$@" >"$log" 2>&1 &
 		helper_pid=$!
-		watch_proc "$helper_pid" &
+		watch_proc "$helper_pid" "$log" &
 		wait "$helper_pid" || true
 		;;
 	slirp4netns)
@@ -221,7 +232,7 @@ run_client() {
 			nsenter -t "$ns_pid" -n ip -4 addr show tap0 2>/dev/null | grep -q 10.0.2.100 && break
 			sleep 0.05
 		done
-		watch_proc "$slirp_pid" &
+		watch_proc "$slirp_pid" "$log" &
 		t0=$(date +%s.%N)
 		nsenter -t "$ns_pid" -n -- "$@" >"$log" 2>&1 || true
 		sleep 0.3 # let the watcher take a last sample
@@ -235,7 +246,7 @@ run_client() {
 		local pp=$!
 		for _ in $(seq 100); do [ -s "$work/pasta.pid" ] && break; sleep 0.02; done
 		helper_pid=$(cat "$work/pasta.pid" 2>/dev/null || echo "$pp")
-		watch_proc "$helper_pid" &
+		watch_proc "$helper_pid" "$log" &
 		wait "$pp" || true
 		;;
 	esac
@@ -333,10 +344,10 @@ summarize() {
 	}
 	{ v[$1 SUBSEP $2] = v[$1 SUBSEP $2] " " $3 }
 	END {
-		nm = split("up down conn1 conn4 up_rss_mib down_rss_mib conn1_rss_mib conn4_rss_mib churn_rss_mib idle_held idle_rss_mib up_cpu_pct down_cpu_pct conn1_cpu_pct conn4_cpu_pct start_ms", ms, " ")
+		nm = split("up down conn1 conn4 up_rss_mib down_rss_mib conn1_rss_mib conn4_rss_mib churn_rss_mib idle_held idle_held_rss_mib idle_rss_mib up_cpu_pct down_cpu_pct conn1_cpu_pct conn4_cpu_pct start_ms", ms, " ")
 		unit["up"] = "Gbit/s"; unit["down"] = "Gbit/s"; unit["conn1"] = "conn/s"; unit["conn4"] = "conn/s"
 		nc = split(cases, cs, " ")
-		printf "%-16s", "metric"
+		printf "%-18s", "metric"
 		for (i = 1; i <= nc; i++) printf "  %-22s", cs[i]
 		printf "  %s\n", "nsgate ratios"
 		for (k = 1; k <= nm; k++) {
@@ -344,7 +355,7 @@ summarize() {
 			for (i = 1; i <= nc; i++) if ((cs[i] SUBSEP m) in v) any = 1
 			if (!any) continue
 			label = m; if (m in unit) label = m " (" unit[m] ")"
-			printf "%-16s", label
+			printf "%-18s", label
 			for (i = 1; i <= nc; i++) {
 				key = cs[i] SUBSEP m
 				if (key in v) { med[cs[i]] = median(v[key]); printf "  %-22s", sprintf("%s [%s..%s]", med[cs[i]], lo, hi) }
