@@ -16,12 +16,13 @@ import (
 // and the L7 gate take a buffer only when the worker has sent something.
 type workerConn struct {
 	*gonet.TCPConn
-	ep tcpip.Endpoint
-	wq *waiter.Queue
+	ep    tcpip.Endpoint
+	wq    *waiter.Queue
+	spawn func(func()) // runs NotifyReadable's function on a goroutine
 }
 
-func newWorkerConn(wq *waiter.Queue, ep tcpip.Endpoint) *workerConn {
-	return &workerConn{TCPConn: gonet.NewTCPConn(wq, ep), ep: ep, wq: wq}
+func newWorkerConn(wq *waiter.Queue, ep tcpip.Endpoint, spawn func(func())) *workerConn {
+	return &workerConn{TCPConn: gonet.NewTCPConn(wq, ep), ep: ep, wq: wq, spawn: spawn}
 }
 
 // readable are the events after which a Read does not block: data, the
@@ -87,10 +88,10 @@ func (c *workerConn) NotifyReadable(f func()) (stop func() bool) {
 	// there; unregistering and f run on a new goroutine.
 	fire := func() {
 		if state.CompareAndSwap(waiting, fired) {
-			go func() {
+			c.spawn(func() {
 				c.wq.EventUnregister(&e)
 				f()
-			}()
+			})
 		}
 	}
 	e = waiter.NewFunctionEntry(readable, func(waiter.EventMask) { fire() })

@@ -102,6 +102,10 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
+// keptWorkers bounds the idle goroutines the gateway keeps for per-flow
+// work (a few MiB of grown stacks at most).
+const keptWorkers = 64
+
 // Config configures a Gateway.
 type Config struct {
 	// Link is the worker's link: a tun.Endpoint on the TUN or TAP fd (built
@@ -220,6 +224,9 @@ type Gateway struct {
 	udpMu      sync.Mutex
 	udpPending map[stack.TransportEndpointID]struct{}
 
+	// workers runs per-flow work on kept goroutines (workers.go).
+	workers *workers
+
 	// dnsSlots bounds DNS messages in flight (UDP and TCP connections).
 	dnsSlots chan struct{}
 	// closers are the DNS listeners, closed by Close.
@@ -274,6 +281,7 @@ func New(cfg Config) (*Gateway, error) {
 		ctx:        ctx,
 		cancel:     cancel,
 		udpPending: make(map[stack.TransportEndpointID]struct{}),
+		workers:    newWorkers(keptWorkers),
 		dnsSlots:   make(chan struct{}, dnsMaxInFlight),
 	}
 	if g.audit == nil {
@@ -386,7 +394,11 @@ func (g *Gateway) build(cfg Config) error {
 	}
 	s.SetRouteTable(routes)
 
-	fwd := tcp.NewForwarder(s, tcpRcvWnd, 2*g.lim.MaxPendingDials+64, g.handleTCP)
+	// gVisor calls the handler on a new goroutine per SYN; the work
+	// moves at once to a kept goroutine whose stack has already grown.
+	fwd := tcp.NewForwarder(s, tcpRcvWnd, 2*g.lim.MaxPendingDials+64, func(r *tcp.ForwarderRequest) {
+		g.workers.Go(func() { g.handleTCP(r) })
+	})
 	s.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
 	s.SetTransportProtocolHandler(udp.ProtocolNumber, g.handleUDP)
 
@@ -418,6 +430,7 @@ func (g *Gateway) Close() error {
 	g.closeListeners()
 	g.stack.Close()
 	g.wg.Wait()
+	g.workers.Close()
 	g.stack.Wait() // removes the NIC: detaches the link and waits for it
 	return nil
 }

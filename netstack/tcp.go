@@ -87,20 +87,21 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	r.Complete(false)
-	worker := newWorkerConn(&wq, ep)
+	worker := newWorkerConn(&wq, ep, g.workers.Go)
 	var gate relay.Gate
 	if pol := g.policy(); p.host != "" && pol != nil && (pol.VerifySNI() || pol.VerifyHost()) {
 		gate = g.gateL7(ep, &p, pol, seq)
 	}
-	// The relay runs on a goroutine of its own: this one's stack grew
-	// deep in the stack's handshake code, and an idle flow would keep it
-	// (a parked goroutine keeps its stack until a GC shrinks it). A
-	// fresh goroutine that waits starts, and stays, small.
+	// The relay runs on a new goroutine: this one's stack grew deep in
+	// the stack's handshake code, and an idle flow would keep it (a
+	// parked goroutine keeps its stack until a GC shrinks it), as it
+	// would a kept worker's. A new goroutine that waits starts, and
+	// stays, small.
 	handedOff = true
 	go func() {
 		defer g.wg.Done()
 		defer g.tcpFlows.Add(-1)
-		res := relay.CopyGated(g.ctx, worker, up, g.lim.TCPIdle, gate)
+		res := relay.CopyWith(g.ctx, worker, up, relay.Options{Idle: g.lim.TCPIdle, Gate: gate, Go: g.workers.Go})
 		g.endRecord(seq, res, time.Since(start).Milliseconds())
 	}()
 }

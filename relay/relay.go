@@ -12,9 +12,9 @@
 // direction takes its buffer only once its source is readable: an idle
 // relay holds two parked goroutines and no buffer (see WaitReadable).
 //
-// CopyGated is Copy with a gate on the A→B direction: the gate reads and
-// judges the first bytes from A before any of them reaches B, while B→A
-// already flows (server-first protocols work).
+// CopyWith is Copy with options, among them a gate on the A→B direction:
+// the gate reads and judges the first bytes from A before any of them
+// reaches B, while B→A already flows (server-first protocols work).
 package relay
 
 import (
@@ -103,10 +103,10 @@ type Result struct {
 // *net.UnixConn do) and keeps the opposite direction running; a connection
 // without CloseWrite is closed instead, which ends the relay.
 func Copy(ctx context.Context, a, b net.Conn, idle time.Duration) Result {
-	return run(ctx, a, b, idle, false, nil)
+	return run(ctx, a, b, idle, false, nil, nil)
 }
 
-// A Gate judges the start of the A→B direction of CopyGated. It runs on
+// A Gate judges the start of the A→B direction of CopyWith. It runs on
 // that direction's goroutine, after B→A has started, and reads from a
 // itself (WaitReadable lets it wait for data before taking a buffer). It
 // returns the bytes it read, to be written to b before the relay goes on,
@@ -119,10 +119,25 @@ func Copy(ctx context.Context, a, b net.Conn, idle time.Duration) Result {
 // or the whole flow idles out). It leaves a's read deadline cleared.
 type Gate func(a net.Conn) (held []byte, err error)
 
-// CopyGated is Copy with gate run first on the A→B direction (nil: Copy).
-// Result.AToB counts the held bytes once written to b.
-func CopyGated(ctx context.Context, a, b net.Conn, idle time.Duration, gate Gate) Result {
-	return run(ctx, a, b, idle, false, gate)
+// Options are the optional parts of CopyWith.
+type Options struct {
+	// Idle ends the relay when nothing moved either way for this long
+	// (0: never).
+	Idle time.Duration
+	// Gate, if set, runs first on the A→B direction (see Gate).
+	// Result.AToB counts the held bytes once written to b.
+	Gate Gate
+	// Go, if set, runs the B→A copying once b has data, on a goroutine
+	// of its choosing (a pool of goroutines whose stacks have grown):
+	// the goroutine that waited for b's first bytes stays parked, and
+	// small, until the relay ends. A relay that never moves a byte then
+	// never holds a grown stack.
+	Go func(func())
+}
+
+// CopyWith is Copy with Options.
+func CopyWith(ctx context.Context, a, b net.Conn, opts Options) Result {
+	return run(ctx, a, b, opts.Idle, false, opts.Gate, opts.Go)
 }
 
 // Packets relays datagrams between two connected datagram connections (for
@@ -132,7 +147,7 @@ func CopyGated(ctx context.Context, a, b net.Conn, idle time.Duration, gate Gate
 // UDP socket reports after an ICMP error are skipped, not fatal. It takes
 // ownership of a and b and closes both before it returns.
 func Packets(ctx context.Context, a, b net.Conn, idle time.Duration) Result {
-	return run(ctx, a, b, idle, true, nil)
+	return run(ctx, a, b, idle, true, nil, nil)
 }
 
 // relay is the state shared by the two directions of one run.
@@ -141,6 +156,7 @@ type relay struct {
 	idle    time.Duration
 	packets bool
 	start   time.Time
+	spawn   func(func()) // Options.Go
 	// last is the time of the latest successful read or write in either
 	// direction, in nanoseconds since start.
 	last atomic.Int64
@@ -164,8 +180,8 @@ type ReadableNotifier interface {
 	NotifyReadable(f func()) (stop func() bool)
 }
 
-func run(ctx context.Context, a, b net.Conn, idle time.Duration, packets bool, gate Gate) Result {
-	r := &relay{a: a, b: b, idle: idle, packets: packets, start: time.Now()}
+func run(ctx context.Context, a, b net.Conn, idle time.Duration, packets bool, gate Gate, spawn func(func())) Result {
+	r := &relay{a: a, b: b, idle: idle, packets: packets, start: time.Now(), spawn: spawn}
 	stop := context.AfterFunc(ctx, func() { r.fail(ctx.Err(), SideNone) })
 	var aToB, bToA int64
 	if n, ok := a.(ReadableNotifier); ok && !packets {
@@ -176,19 +192,19 @@ func run(ctx context.Context, a, b net.Conn, idle time.Duration, packets bool, g
 		done := make(chan struct{})
 		stopNotify := n.NotifyReadable(func() {
 			defer close(done)
-			aToB = r.pump(a, b, SideA, SideB, gate)
+			aToB = r.pump(a, b, SideA, SideB, gate, false)
 		})
-		bToA = r.pump(b, a, SideB, SideA, nil)
+		bToA = r.pump(b, a, SideB, SideA, nil, true)
 		if stopNotify() {
-			aToB = r.pump(a, b, SideA, SideB, gate)
+			aToB = r.pump(a, b, SideA, SideB, gate, false)
 		} else {
 			<-done
 		}
 	} else {
 		// B→A on a new goroutine, A→B on the caller's.
 		done := make(chan struct{})
-		go func() { defer close(done); bToA = r.pump(b, a, SideB, SideA, nil) }()
-		aToB = r.pump(a, b, SideA, SideB, gate)
+		go func() { defer close(done); bToA = r.pump(b, a, SideB, SideA, nil, true) }()
+		aToB = r.pump(a, b, SideA, SideB, gate, false)
 		<-done
 	}
 	stop()
@@ -266,8 +282,9 @@ func (d *deadline) to(t time.Time) {
 
 // pump copies src to dst and returns the bytes written. srcSide and dstSide
 // name the connections for the failure record. gate, if not nil, runs
-// first (see Gate).
-func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate) int64 {
+// first (see Gate). With migrate (and Options.Go), the copying moves to a
+// goroutine from r.spawn once src first has data; this one waits for it.
+func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrate bool) int64 {
 	rd := deadline{set: src.SetReadDeadline}
 	wd := deadline{set: dst.SetWriteDeadline}
 	var total int64
@@ -299,57 +316,72 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate) int64 
 		}
 	}()
 	var buf []byte
-	for {
-		rd.refresh(r)
-		var n int
-		var rerr error
-		if buf == nil {
-			// Take a buffer only once there is something to read.
-			if rerr = waitReadable(src, rd.at, !r.packets); rerr == nil {
-				bp = pool.Get().(*[]byte)
-				buf = *bp
+	migrate = migrate && r.spawn != nil
+	// loop runs on this goroutine, or after a migration on the spawned
+	// one while this one waits: never on both at once.
+	var loop func() int64
+	loop = func() int64 {
+		for {
+			rd.refresh(r)
+			var n int
+			var rerr error
+			if buf == nil {
+				// Take a buffer only once there is something to read.
+				if rerr = waitReadable(src, rd.at, !r.packets); rerr == nil {
+					if migrate && !r.isClosed() {
+						migrate = false
+						moved := make(chan struct{})
+						r.spawn(func() { defer close(moved); total = loop() })
+						<-moved
+						return total
+					}
+					bp = pool.Get().(*[]byte)
+					buf = *bp
+				}
 			}
-		}
-		if buf != nil {
-			n, rerr = src.Read(buf)
-		}
-		if n > 0 {
-			r.touch()
-			w, werr := r.write(dst, &wd, buf[:n])
-			total += int64(w)
-			if werr != nil {
-				r.writeFailed(werr, dstSide)
-				return total
+			if buf != nil {
+				n, rerr = src.Read(buf)
 			}
-		}
-		if rerr == nil {
-			continue
-		}
-		switch {
-		case errors.Is(rerr, io.EOF) && !r.packets:
-			r.eof(dst)
-			return total
-		case isTimeout(rerr):
-			if r.isClosed() {
-				return total
+			if n > 0 {
+				r.touch()
+				w, werr := r.write(dst, &wd, buf[:n])
+				total += int64(w)
+				if werr != nil {
+					r.writeFailed(werr, dstSide)
+					return total
+				}
 			}
-			if exp := r.expiry(); time.Now().Before(exp) {
-				// The other direction moved meanwhile: wait until
-				// the flow as a whole has been quiet for idle.
-				rd.to(exp)
+			if rerr == nil {
 				continue
 			}
-			r.fail(ErrIdle, SideNone)
-			return total
-		case r.packets && transient(rerr):
-			continue
-		default:
-			if !r.isClosed() {
-				r.fail(rerr, srcSide)
+			switch {
+			case errors.Is(rerr, io.EOF) && !r.packets:
+				r.eof(dst)
+				return total
+			case isTimeout(rerr):
+				if r.isClosed() {
+					return total
+				}
+				if exp := r.expiry(); time.Now().Before(exp) {
+					// The other direction moved meanwhile: wait
+					// until the flow as a whole has been quiet for
+					// idle.
+					rd.to(exp)
+					continue
+				}
+				r.fail(ErrIdle, SideNone)
+				return total
+			case r.packets && transient(rerr):
+				continue
+			default:
+				if !r.isClosed() {
+					r.fail(rerr, srcSide)
+				}
+				return total
 			}
-			return total
 		}
 	}
+	return loop()
 }
 
 // writeFailed records a failed write to dstSide.

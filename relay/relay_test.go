@@ -342,7 +342,7 @@ func BenchmarkCopy(b *testing.B) {
 	}
 }
 
-func TestCopyGated(t *testing.T) {
+func TestCopyWithGate(t *testing.T) {
 	errRefused := errors.New("refused by gate")
 	cases := []struct {
 		name      string
@@ -389,7 +389,7 @@ func TestCopyGated(t *testing.T) {
 				return buf[:n], tc.verdict
 			}
 			done := make(chan Result, 1)
-			go func() { done <- CopyGated(context.Background(), a, b, time.Minute, gate) }()
+			go func() { done <- CopyWith(context.Background(), a, b, Options{Idle: time.Minute, Gate: gate}) }()
 			banner := make([]byte, 7)
 			worker.SetReadDeadline(time.Now().Add(5 * time.Second))
 			if _, err := io.ReadFull(worker, banner); err != nil || string(banner) != "banner\n" {
@@ -572,4 +572,49 @@ func TestCopyReadableNotifier(t *testing.T) {
 			t.Fatalf("result %+v; want a clean 4/3 relay", r)
 		}
 	})
+}
+
+func TestCopyWithGoMovesCopyingOnceDataFlows(t *testing.T) {
+	// Options.Go takes over B→A's copying only when b has data: a relay
+	// that never moves a byte never asks for a goroutine.
+	cases := []struct {
+		name    string
+		why     string
+		serve   bool
+		wantGos int32
+	}{
+		{"data", "upstream answers: the copying moves once", true, 1},
+		{"silent", "upstream says nothing until the relay idles out: no move", false, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			worker, a := tcpPair(t)
+			b, upstream := tcpPair(t)
+			var gos atomic.Int32
+			spawn := func(f func()) { gos.Add(1); go f() }
+			done := make(chan Result, 1)
+			go func() {
+				done <- CopyWith(context.Background(), a, b, Options{Idle: 200 * time.Millisecond, Go: spawn})
+			}()
+			if tc.serve {
+				upstream.Write([]byte("answer"))
+				upstream.CloseWrite()
+				worker.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if got, _ := io.ReadAll(worker); string(got) != "answer" {
+					t.Fatalf("%s: worker got %q", tc.why, got)
+				}
+				worker.Close()
+			}
+			r := wait(t, done)
+			if gos.Load() != tc.wantGos {
+				t.Fatalf("%s: Go called %d times, want %d (result %+v)", tc.why, gos.Load(), tc.wantGos, r)
+			}
+			if tc.serve && r.BToA != 6 {
+				t.Fatalf("%s: BToA %d, want 6", tc.why, r.BToA)
+			}
+			if !tc.serve && !errors.Is(r.Err, ErrIdle) {
+				t.Fatalf("%s: err %v, want the idle end", tc.why, r.Err)
+			}
+		})
+	}
 }
