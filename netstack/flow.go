@@ -186,7 +186,7 @@ func (g *Gateway) endRecord(seq uint64, res relay.Result, ms int64) {
 		BytesOut:   res.AToB,
 		BytesIn:    res.BToA,
 		DurationMS: ms,
-		Error:      endError(res, g.ctx.Err() != nil),
+		Error:      endError(res, g.closing.Load()),
 	})
 }
 

@@ -224,6 +224,10 @@ type Gateway struct {
 	udpMu      sync.Mutex
 	udpPending map[stack.TransportEndpointID]struct{}
 
+	// closing is set when Close starts: flows ending from then on were
+	// ended by the shutdown.
+	closing atomic.Bool
+
 	// workers runs per-flow work on kept goroutines (workers.go).
 	workers *workers
 
@@ -426,9 +430,15 @@ func (g *Gateway) Close() error {
 	g.closed = true
 	g.mu.Unlock()
 
-	g.cancel()
+	// Abort every endpoint first, in this goroutine, then cancel the
+	// flows: cancelling first started one goroutine per live flow, all
+	// closing their endpoints at once and queueing on the stack's lock
+	// while Close held it, each with a grown stack (10,000 flows: over
+	// 100 MiB of stacks for a moment).
+	g.closing.Store(true)
 	g.closeListeners()
 	g.stack.Close()
+	g.cancel()
 	g.wg.Wait()
 	g.workers.Close()
 	g.stack.Wait() // removes the NIC: detaches the link and waits for it
