@@ -16,6 +16,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/nsgate/nsgate/sandbox"
 )
 
 // Environment markers EnterSealed gives the re-executed child.
@@ -159,15 +161,11 @@ func EnterSealed(argv, env []string, stdio Stdio) (code int, err error) {
 
 // sealError says how to fix a refused clone.
 func sealError(err error) error {
-	switch {
-	case errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
-		return fmt.Errorf("cannot create a sealed network namespace: %w (run as root, or enable unprivileged user namespaces: sysctl kernel.unprivileged_userns_clone=1, or kernel.apparmor_restrict_unprivileged_userns=0)", err)
-	case errors.Is(err, syscall.ENOSPC):
-		return fmt.Errorf("cannot create a sealed network namespace: %w (raise user.max_user_namespaces and user.max_net_namespaces)", err)
-	case errors.Is(err, syscall.EINVAL):
-		return fmt.Errorf("cannot create a sealed network namespace: %w (kernel lacks user or network namespaces)", err)
+	const what = "cannot create a sealed network namespace"
+	if e := sandbox.NamespaceError(what, err); e != nil {
+		return e
 	}
-	return fmt.Errorf("cannot create a sealed network namespace: %w", err)
+	return fmt.Errorf("%s: %w", what, err)
 }
 
 // CheckSealed refuses (returns an error) unless this process is in a

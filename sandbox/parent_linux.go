@@ -115,15 +115,25 @@ func sysProcAttr(root bool) *syscall.SysProcAttr {
 
 // usernsError turns a failed clone into a line that says how to fix it.
 func usernsError(err error) error {
-	switch {
-	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
-		return fmt.Errorf("cannot create user namespace: %w (unprivileged user namespaces are disabled: set kernel.unprivileged_userns_clone=1, or allow them in AppArmor with kernel.apparmor_restrict_unprivileged_userns=0)", err)
-	case errors.Is(err, unix.ENOSPC):
-		return fmt.Errorf("cannot create user namespace: %w (raise user.max_user_namespaces)", err)
-	case errors.Is(err, unix.EINVAL):
-		return fmt.Errorf("cannot create namespaces: %w (kernel lacks user, network, PID or mount namespaces)", err)
+	if e := NamespaceError("cannot create user namespace", err); e != nil {
+		return e
 	}
 	return fmt.Errorf("start sandbox: %w", err)
+}
+
+// NamespaceError explains a clone of new namespaces that the kernel
+// refused: what failed, err, and how to fix it. It returns nil when err is
+// not one of the refusals it knows (EPERM, EACCES, ENOSPC, EINVAL).
+func NamespaceError(what string, err error) error {
+	switch {
+	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
+		return fmt.Errorf("%s: %w (unprivileged user namespaces are disabled: run as root, or set kernel.unprivileged_userns_clone=1, or allow them in AppArmor with kernel.apparmor_restrict_unprivileged_userns=0)", what, err)
+	case errors.Is(err, unix.ENOSPC):
+		return fmt.Errorf("%s: %w (raise user.max_user_namespaces and user.max_net_namespaces)", what, err)
+	case errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("%s: %w (the kernel lacks user, network, PID or mount namespaces)", what, err)
+	}
+	return nil
 }
 
 // recvTun waits for init's first message: the TUN descriptor, or an error
