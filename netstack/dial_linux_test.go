@@ -12,21 +12,11 @@ import (
 )
 
 func TestDialerConnectsAtOnce(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := serveHi("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Write([]byte("hi"))
-			c.Close()
-		}
-	}()
 	// A closed port: listen, note the port, close.
 	closed, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -34,19 +24,9 @@ func TestDialerConnectsAtOnce(t *testing.T) {
 	}
 	closedAddr := closed.Addr().String()
 	closed.Close()
-	ln6, err6 := net.Listen("tcp", "[::1]:0")
+	ln6, err6 := serveHi("[::1]:0")
 	if err6 == nil {
 		defer ln6.Close()
-		go func() {
-			for {
-				c, err := ln6.Accept()
-				if err != nil {
-					return
-				}
-				c.Write([]byte("hi"))
-				c.Close()
-			}
-		}()
 	}
 
 	cases := []struct {
@@ -99,20 +79,11 @@ func TestDialerConnectsAtOnce(t *testing.T) {
 func TestConnectNowCompletesLoopbackInTheHook(t *testing.T) {
 	// The point of the hook: on loopback the socket is connected before
 	// net.Dialer's own connect, which then returns without parking.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := serveHi("127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
 	var connected bool
 	d := &net.Dialer{ControlContext: func(ctx context.Context, network, address string, c syscall.RawConn) error {
 		if err := connectNow(ctx, network, address, c); err != nil {
@@ -131,4 +102,23 @@ func TestConnectNowCompletesLoopbackInTheHook(t *testing.T) {
 	if !connected {
 		t.Fatal("the socket was not connected when the hook returned: net.Dialer would wait in the poller")
 	}
+}
+
+// serveHi listens on addr and answers each connection with "hi".
+func serveHi(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("hi"))
+			c.Close()
+		}
+	}()
+	return ln, nil
 }
