@@ -292,7 +292,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.audit = discard{}
 	}
 	if g.dial == nil {
-		g.dial = newDialer().DialContext
+		g.dial = (&net.Dialer{}).DialContext
 	}
 	if err := g.build(cfg); err != nil {
 		cancel()
