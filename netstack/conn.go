@@ -85,7 +85,7 @@ func (c *workerConn) NotifyReadable(f func()) (stop func() bool) {
 	var state atomic.Int32
 	var e waiter.Entry
 	// The queue calls back with its lock held: only claim the call
-	// there; unregistering and f run on a new goroutine.
+	// there; unregistering and f run on a goroutine from c.spawn.
 	fire := func() {
 		if state.CompareAndSwap(waiting, fired) {
 			c.spawn(func() {
