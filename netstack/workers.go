@@ -22,8 +22,10 @@ type workers struct {
 	once  sync.Once
 	idle  atomic.Int32
 	max   int32
-	// started counts the goroutines started (for tests).
+	// started counts the goroutines started, live those not ended (for
+	// tests).
 	started atomic.Int64
+	live    atomic.Int32
 }
 
 func newWorkers(max int) *workers {
@@ -42,11 +44,13 @@ func (w *workers) Go(f func()) {
 	case w.tasks <- f:
 	default:
 		w.started.Add(1)
+		w.live.Add(1)
 		go w.run(f)
 	}
 }
 
 func (w *workers) run(f func()) {
+	defer w.live.Add(-1)
 	for {
 		f()
 		if w.idle.Add(1) > w.max {

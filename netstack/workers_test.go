@@ -1,15 +1,14 @@
 package netstack
 
 import (
-	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 func TestWorkersKeepBoundedIdleGoroutines(t *testing.T) {
 	w := newWorkers(2)
-	base := runtime.NumGoroutine()
 	// Five functions at once: five goroutines; when they end, only two
 	// stay, idle.
 	var wg sync.WaitGroup
@@ -18,40 +17,47 @@ func TestWorkersKeepBoundedIdleGoroutines(t *testing.T) {
 		wg.Add(1)
 		w.Go(func() { defer wg.Done(); <-release })
 	}
-	if n := runtime.NumGoroutine() - base; n < 5 {
-		t.Fatalf("%d goroutines running five functions, want 5", n)
+	if n := w.started.Load(); n != 5 {
+		t.Fatalf("%d goroutines started for five functions at once, want 5", n)
 	}
 	close(release)
 	wg.Wait()
-	waitGoroutines(t, base+2, "two kept idle goroutines after five functions ended")
-	// A new function reuses a kept goroutine: no sixth one. (Give the
-	// kept ones a moment to reach their wait.)
-	time.Sleep(20 * time.Millisecond)
-	done := make(chan struct{})
-	w.Go(func() { close(done) })
-	<-done
-	if n := w.started.Load(); n != 5 {
-		t.Fatalf("%d goroutines started, want 5: the sixth function should have reused a kept one", n)
+	waitFor(t, "two kept idle goroutines after five functions ended", func() bool {
+		return w.live.Load() == 2 && w.idle.Load() == 2
+	})
+	// A new function reuses a kept goroutine instead of starting one
+	// (a kept one may need a moment to reach its wait: try a few times).
+	reused := false
+	for range 100 {
+		before := w.started.Load()
+		done := make(chan struct{})
+		w.Go(func() { close(done) })
+		<-done
+		if w.started.Load() == before {
+			reused = true
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
-	waitGoroutines(t, base+2, "a kept goroutine ran the next function")
+	if !reused {
+		t.Fatal("every function started a goroutine of its own: the kept ones were not reused")
+	}
 	w.Close()
-	waitGoroutines(t, base, "Close ends the idle goroutines")
-	// Go after Close still runs the function.
-	done = make(chan struct{})
-	w.Go(func() { close(done) })
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		t.Fatal("Go after Close did not run the function")
-	}
+	waitFor(t, "Close ends the idle goroutines", func() bool { return w.live.Load() == 0 })
+	// Go after Close still runs the function, on a goroutine that ends.
+	var ran atomic.Bool
+	w.Go(func() { ran.Store(true) })
+	waitFor(t, "Go after Close runs the function and its goroutine ends", func() bool {
+		return ran.Load() && w.live.Load() == 0
+	})
 }
 
-func waitGoroutines(t *testing.T, want int, why string) {
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
-	for runtime.NumGoroutine() != want {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: %d goroutines, want %d", why, runtime.NumGoroutine(), want)
+			t.Fatalf("%s: not within 5 s", what)
 		}
 		time.Sleep(time.Millisecond)
 	}
