@@ -160,6 +160,25 @@ func mustPolicy(t testing.TB, src string) *policy.Policy {
 // tcpServer serves on loopback: it writes greeting, then echoes until EOF.
 func tcpServer(t testing.TB, greeting string) string {
 	t.Helper()
+	return serveTCP(t, func(c *net.TCPConn) {
+		c.Write([]byte(greeting))
+		buf := make([]byte, 32<<10)
+		for {
+			n, err := c.Read(buf)
+			if n > 0 {
+				c.Write(buf[:n])
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+}
+
+// serveTCP is a loopback TCP server that runs handle on each connection,
+// on a goroutine of its own, and closes the connection after it.
+func serveTCP(t testing.TB, handle func(*net.TCPConn)) string {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -173,17 +192,7 @@ func tcpServer(t testing.TB, greeting string) string {
 			}
 			go func() {
 				defer c.Close()
-				c.Write([]byte(greeting))
-				buf := make([]byte, 32<<10)
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						c.Write(buf[:n])
-					}
-					if err != nil {
-						return
-					}
-				}
+				handle(c.(*net.TCPConn))
 			}()
 		}
 	}()
