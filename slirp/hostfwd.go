@@ -271,8 +271,10 @@ func (fw *forward) serveTCP() {
 		src := addrPortOf(c.RemoteAddr())
 		if h.conns.Add(1) > h.maxConns() {
 			h.conns.Add(-1)
-			c.Close()
+			// Record first: the refusal is in the audit log by the time
+			// the client sees its connection closed.
 			h.report(fw.HostFwd, src, ErrTooManyConns)
+			c.Close()
 			continue
 		}
 		h.wg.Add(1)
