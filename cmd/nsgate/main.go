@@ -23,13 +23,14 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == sandbox.InitArg {
 		os.Exit(sandbox.InitMain(applyGuard))
 	}
+	args := os.Args[1:]
 	// Invoked through a link named slirp4netns: act as the Podman drop-in.
 	if filepath.Base(os.Args[0]) == "slirp4netns" {
-		os.Exit(Main(append([]string{"slirp4netns"}, os.Args[1:]...), os.Stdin, os.Stdout, os.Stderr))
+		args = append([]string{"slirp4netns"}, args...)
 	}
 	setProcs()
 	stop := startProfile()
-	code := Main(os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	code := Main(args, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -40,8 +41,8 @@ func main() {
 // worker's receive path, a loopback connect the whole handshake), which
 // does not need a P; fewer Ps mean fewer cross-thread wake-ups at each
 // hand-off between goroutines, and the worker and its servers need the
-// other CPUs. On 2 CPUs, 1 P against 2: +22% sequential and +31%
-// 4-parallel connection rate, the same throughput (docs/performance.md).
+// other CPUs. Measured in docs/performance.md ("The gateway: flows,
+// goroutines and memory", step 4).
 func setProcs() {
 	if os.Getenv("GOMAXPROCS") != "" {
 		return
