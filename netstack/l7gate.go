@@ -36,8 +36,8 @@ func (g *Gateway) gateL7(ep tcpip.Endpoint, p *plan, pol *policy.Policy, flowSeq
 			return nil, nil // the relay's Read sees the same end
 		}
 		bp := holdBufs.Get().(*[]byte)
-		defer func() { *bp = (*bp)[:0]; holdBufs.Put(bp) }()
-		buf := (*bp)[:0]
+		defer holdBufs.Put(bp)
+		buf := *bp
 		var r l7.Result
 		for {
 			if len(buf) == cap(buf) {

@@ -22,27 +22,42 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		return
 	}
-	handedOff := false
-	defer func() {
-		if !handedOff {
-			g.wg.Done()
-		}
+	run, ok := g.openTCP(r)
+	if !ok {
+		g.wg.Done()
+		return
+	}
+	// The relay runs on a new goroutine: this one's stack grew deep in
+	// the stack's handshake code, and an idle flow would keep it (a
+	// parked goroutine keeps its stack until a GC shrinks it), as it
+	// would a kept worker's. A new goroutine that waits starts, and
+	// stays, small.
+	go func() {
+		defer g.wg.Done()
+		defer g.tcpFlows.Add(-1)
+		run()
 	}()
+}
 
+// openTCP takes handleTCP's steps up to the completed handshake. With ok
+// it holds one of the flow slots (g.tcpFlows) and returns the relay to
+// run, which records the flow's end; the caller releases the slot after
+// it. Without ok the request was refused and recorded.
+func (g *Gateway) openTCP(r *tcp.ForwarderRequest) (run func(), ok bool) {
 	src, dst := endpointAddrs(r.ID())
 	p, needResolve := g.classify(policy.TCP, src, dst)
 	if p.d.Verdict != policy.Allow {
 		g.refuseTCP(r, &p)
-		return
+		return nil, false
 	}
 	if !tryAcquire(&g.tcpFlows, g.lim.MaxFlows) {
 		p.fail("%s", limitReason("concurrent tcp flows", g.lim.MaxFlows))
 		g.stats.limitRefused.Add(1)
 		g.refuseTCP(r, &p)
-		return
+		return nil, false
 	}
 	defer func() {
-		if !handedOff {
+		if !ok {
 			g.tcpFlows.Add(-1)
 		}
 	}()
@@ -50,7 +65,7 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		p.fail("%s", limitReason("pending dials", g.lim.MaxPendingDials))
 		g.stats.limitRefused.Add(1)
 		g.refuseTCP(r, &p)
-		return
+		return nil, false
 	}
 	ctx, cancel := context.WithTimeout(g.ctx, g.lim.DialTimeout)
 	if needResolve {
@@ -63,7 +78,7 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 			g.stats.dialFailed.Add(1)
 		}
 		g.refuseTCP(r, &p)
-		return
+		return nil, false
 	}
 	up, target, err := g.dialAny(ctx, "tcp", &p)
 	cancel()
@@ -72,7 +87,7 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		p.fail("dial: %v", err)
 		g.stats.dialFailed.Add(1)
 		g.refuseTCP(r, &p)
-		return
+		return nil, false
 	}
 
 	g.countDecision(&p)
@@ -84,7 +99,7 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		r.Complete(true)
 		up.Close()
 		g.audit.Log(audit.FlowEnd{FlowSeq: seq, Error: "worker handshake: " + tcpipError(terr).Error()})
-		return
+		return nil, false
 	}
 	r.Complete(false)
 	worker := newWorkerConn(&wq, ep, g.workers.Go)
@@ -92,18 +107,10 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 	if pol := g.policy(); p.host != "" && pol != nil && (pol.VerifySNI() || pol.VerifyHost()) {
 		gate = g.gateL7(ep, &p, pol, seq)
 	}
-	// The relay runs on a new goroutine: this one's stack grew deep in
-	// the stack's handshake code, and an idle flow would keep it (a
-	// parked goroutine keeps its stack until a GC shrinks it), as it
-	// would a kept worker's. A new goroutine that waits starts, and
-	// stays, small.
-	handedOff = true
-	go func() {
-		defer g.wg.Done()
-		defer g.tcpFlows.Add(-1)
+	return func() {
 		res := relay.CopyWith(g.ctx, worker, up, relay.Options{Idle: g.lim.TCPIdle, Gate: gate, Go: g.workers.Go})
 		g.endRecord(seq, res, time.Since(start).Milliseconds())
-	}()
+	}, true
 }
 
 // refuseTCP resets the worker's connection attempt and records why.
