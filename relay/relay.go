@@ -10,7 +10,8 @@
 //
 // Both use pooled buffers, so a relay allocates nothing per read, and a
 // direction takes its buffer only once its source is readable: an idle
-// relay holds two parked goroutines and no buffer (see WaitReadable).
+// relay holds no buffer and two parked goroutines, or one when side A is
+// a ReadableNotifier (see WaitReadable).
 //
 // CopyWith is Copy with options, among them a gate on the A→B direction:
 // the gate reads and judges the first bytes from A before any of them
@@ -45,6 +46,10 @@ var (
 	streamBufs = sync.Pool{New: func() any { b := make([]byte, StreamBufferSize); return &b }}
 	packetBufs = sync.Pool{New: func() any { b := make([]byte, PacketBufferSize); return &b }}
 )
+
+// buffersTaken counts the buffers relays have taken from the pools, for
+// the test that an idle direction takes none.
+var buffersTaken atomic.Int64
 
 // GetPacketBuffer returns a pooled buffer of PacketBufferSize bytes. Give it
 // back with PutPacketBuffer once nothing refers to it.
@@ -169,9 +174,9 @@ type relay struct {
 }
 
 // ReadableNotifier is a connection that can call a function when it turns
-// readable, without a goroutine waiting for it. Copy uses it on side A so
-// that a flow whose worker has not sent anything yet costs one parked
-// goroutine, not two.
+// readable, without a goroutine waiting for it. Copy and CopyWith use it
+// on side A so that a flow whose worker has not sent anything yet costs
+// one parked goroutine, not two.
 type ReadableNotifier interface {
 	// NotifyReadable arranges for f to be called once, on a goroutine of
 	// its own, when a Read would not block (as WaitReadable would
@@ -328,7 +333,12 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 			if buf == nil {
 				// Take a buffer only once there is something to read.
 				if rerr = waitReadable(src, rd.at, !r.packets); rerr == nil {
-					if migrate && !r.isClosed() {
+					if r.isClosed() {
+						// Woken by the relay's own close: both
+						// connections are closed, nothing can move.
+						return total
+					}
+					if migrate {
 						migrate = false
 						moved := make(chan struct{})
 						r.spawn(func() { defer close(moved); total = loop() })
@@ -337,6 +347,7 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 					}
 					bp = pool.Get().(*[]byte)
 					buf = *bp
+					buffersTaken.Add(1)
 				}
 			}
 			if buf != nil {
@@ -400,10 +411,11 @@ func (r *relay) writeFailed(err error, dstSide Side) {
 // (os.ErrDeadlineExceeded). It reads nothing. It returns io.EOF when the
 // peer has finished sending and nothing is left to read (so a relay at its
 // end takes no buffer), and the connection's error when the peek consumed
-// one (a reset): the caller treats any error as the Read's. A connection with a WaitReadable(time.Time) error
-// method is asked directly; for a syscall.Conn it peeks at the socket in
-// the runtime's poller, which also honours the connection's own read
-// deadline; for any other connection it returns nil at once.
+// one (a reset): the caller treats any error as the Read's. A connection
+// with a WaitReadable(time.Time) error method is asked directly; for a
+// syscall.Conn it peeks at the socket in the runtime's poller, which also
+// honours the connection's own read deadline; for any other connection it
+// returns nil at once.
 func WaitReadable(c net.Conn, deadline time.Time) error {
 	return waitReadable(c, deadline, true)
 }

@@ -618,3 +618,42 @@ func TestCopyWithGoMovesCopyingOnceDataFlows(t *testing.T) {
 		})
 	}
 }
+
+func TestIdleDirectionTakesNoBuffer(t *testing.T) {
+	// A direction takes its buffer only once its source has data: a
+	// relay where nothing moves takes none, one where only B speaks
+	// takes one (B→A's), one where both speak takes two.
+	cases := []struct {
+		name         string
+		why          string
+		workerSends  bool
+		upstreamSend bool
+		want         int64
+	}{
+		{"silent", "nothing moves: no buffer at all", false, false, 0},
+		{"upstream-only", "only B→A moves: its buffer only", false, true, 1},
+		{"both", "both directions move: a buffer each", true, true, 2},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			worker, a := tcpPair(t)
+			b, upstream := tcpPair(t)
+			before := buffersTaken.Load()
+			done := make(chan Result, 1)
+			go func() { done <- Copy(context.Background(), a, b, 150*time.Millisecond) }()
+			if tc.upstreamSend {
+				upstream.Write([]byte("x"))
+			}
+			if tc.workerSends {
+				worker.Write([]byte("y"))
+			}
+			r := wait(t, done)
+			if !errors.Is(r.Err, ErrIdle) {
+				t.Fatalf("%s: result %+v, want the idle end", tc.why, r)
+			}
+			if got := buffersTaken.Load() - before; got != tc.want {
+				t.Fatalf("%s: %d buffers taken, want %d", tc.why, got, tc.want)
+			}
+		})
+	}
+}
