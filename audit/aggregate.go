@@ -37,13 +37,13 @@ func aggKeyOf(ev Event) (aggKey, bool) {
 		if e.Action != "deny" {
 			return aggKey{}, false
 		}
-		return aggKey{event: "flow", action: e.Action, proto: e.Proto, src: hostOnly(e.Src),
+		return aggKey{event: "flow", action: e.Action, proto: e.Proto, src: HostOnly(e.Src),
 			dst: e.Dst, host: e.Host, rule: e.Rule}, true
 	case Packet:
 		if e.Action != "deny" {
 			return aggKey{}, false
 		}
-		return aggKey{event: "packet", action: e.Action, proto: e.Proto, src: hostOnly(e.Src),
+		return aggKey{event: "packet", action: e.Action, proto: e.Proto, src: HostOnly(e.Src),
 			dst: e.Dst, rule: e.Reason}, true
 	case DNS:
 		if e.Action != "deny" {
@@ -89,9 +89,10 @@ func aggregateEvent(ev Event, n uint64, overflow bool) Event {
 	return ev
 }
 
-// hostOnly strips a port from "ip:port" or "[ipv6]:port"; anything else is
-// returned unchanged. It does not allocate.
-func hostOnly(s string) string {
+// HostOnly strips a port from "ip:port" or "[ipv6]:port"; anything else is
+// returned unchanged. It does not allocate. Aggregation keys use it for the
+// source address (so do readers that group records the same way).
+func HostOnly(s string) string {
 	if strings.HasPrefix(s, "[") {
 		if i := strings.IndexByte(s, ']'); i > 0 {
 			return s[1:i]

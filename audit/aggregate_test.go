@@ -305,3 +305,20 @@ func TestExitComesLast(t *testing.T) {
 		t.Errorf("aggregate %s, want count 1 before the exit", lines[1])
 	}
 }
+
+func TestHostOnly(t *testing.T) {
+	cases := []struct{ in, want, why string }{
+		{"10.0.2.100:4242", "10.0.2.100", "IPv4 with a port"},
+		{"[fd00::100]:4242", "fd00::100", "bracketed IPv6 with a port"},
+		{"[::1]", "::1", "bracketed IPv6 without a port (a Host header)"},
+		{"app.test:8080", "app.test", "a name with a port (a Host header)"},
+		{"app.test", "app.test", "a name alone is unchanged"},
+		{"fd00::100", "fd00::100", "bare IPv6 is unchanged, not cut at a colon"},
+		{"", "", "empty stays empty"},
+	}
+	for _, tc := range cases {
+		if got := HostOnly(tc.in); got != tc.want {
+			t.Errorf("%s: HostOnly(%q) = %q, want %q", tc.why, tc.in, got, tc.want)
+		}
+	}
+}

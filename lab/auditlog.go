@@ -8,6 +8,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/nsgate/nsgate/audit"
 )
 
 // AuditRecord is one record of an nsgate audit log (SPEC §8), with the
@@ -81,9 +83,9 @@ func (r AuditRecord) aggKey() string {
 	}
 	switch r.Event {
 	case "flow":
-		return strings.Join([]string{"flow", r.Proto, addrOnly(r.Src), r.Dst, r.Host, r.Rule}, "|")
+		return strings.Join([]string{"flow", r.Proto, audit.HostOnly(r.Src), r.Dst, r.Host, r.Rule}, "|")
 	case "packet":
-		return strings.Join([]string{"packet", r.Proto, addrOnly(r.Src), r.Dst, r.Reason}, "|")
+		return strings.Join([]string{"packet", r.Proto, audit.HostOnly(r.Src), r.Dst, r.Reason}, "|")
 	case "dns":
 		return strings.Join([]string{"dns", r.QName, r.QType, r.Rule}, "|")
 	}
@@ -113,7 +115,7 @@ func (r AuditRecord) keys() []string {
 	case "dns":
 		return []string{"dns:" + strings.TrimSuffix(strings.ToLower(r.QName), ".")}
 	case "packet":
-		return []string{"packet:" + addrOnly(r.Dst)}
+		return []string{"packet:" + audit.HostOnly(r.Dst)}
 	}
 	return nil
 }
@@ -132,18 +134,4 @@ func keysMatch(patterns, keys []string) bool {
 		}
 	}
 	return false
-}
-
-// addrOnly strips the port from "ip:port" or "[ip6]:port".
-func addrOnly(s string) string {
-	if strings.HasPrefix(s, "[") {
-		if i := strings.IndexByte(s, ']'); i > 0 {
-			return s[1:i]
-		}
-		return s
-	}
-	if i := strings.IndexByte(s, ':'); i >= 0 && strings.LastIndexByte(s, ':') == i {
-		return s[:i]
-	}
-	return s
 }

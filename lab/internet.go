@@ -20,6 +20,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/nsgate/nsgate/audit"
 )
 
 // Kind is what a fake server speaks.
@@ -469,7 +471,7 @@ func (in *Internet) handler(s Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		target := s.Target
 		if len(s.Names) > 0 {
-			host := hostOnly(r.Host)
+			host := audit.HostOnly(r.Host)
 			sni := ""
 			if r.TLS != nil {
 				sni = r.TLS.ServerName
@@ -519,14 +521,6 @@ func siteServes(s Service, name string) bool {
 		}
 	}
 	return false
-}
-
-// hostOnly strips a port from a Host header value.
-func hostOnly(h string) string {
-	if host, _, err := net.SplitHostPort(h); err == nil {
-		return host
-	}
-	return strings.TrimSuffix(strings.TrimPrefix(h, "["), "]")
 }
 
 func (in *Internet) serveUnix() error {
