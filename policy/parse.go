@@ -455,16 +455,15 @@ func (ps *parser) ports(n *yaml.Node, what string) []portRange {
 	var out []portRange
 	for i, it := range items {
 		itemWhat := what + "[" + strconv.Itoa(i) + "]"
-		if it.Kind == yaml.ScalarNode && it.ShortTag() == "!!int" {
-			v, ok := ps.integer(it, itemWhat)
-			if !ok {
+		if it.Kind == yaml.ScalarNode && (it.ShortTag() == "!!int" || it.ShortTag() == "!!float") {
+			// YAML also reads 0x1BB, 0o120, 0120 (octal), 1_000 and
+			// +80 as integers; a port is written in decimal only.
+			v, err := parsePort(it.Value)
+			if err != nil {
+				ps.errf(it, "%s: %v", itemWhat, err)
 				continue
 			}
-			if v < 1 || v > 65535 {
-				ps.errf(it, "%s: port %d out of range 1-65535", itemWhat, v)
-				continue
-			}
-			out = append(out, portRange{uint16(v), uint16(v)})
+			out = append(out, portRange{v, v})
 			continue
 		}
 		s, ok := ps.str(it, itemWhat)
@@ -493,19 +492,30 @@ func (ps *parser) ports(n *yaml.Node, what string) []portRange {
 	return slices.Clip(merged)
 }
 
-// parsePortRange parses "443" or "8000-8100".
+// parsePortRange parses "443" or "8000-8100" (spaces around the hyphen
+// allowed), each port in decimal.
 func parsePortRange(s string) (portRange, error) {
 	lo, hi, isRange := strings.Cut(s, "-")
-	a, err := parsePort(strings.TrimSpace(lo))
-	if err != nil {
-		return portRange{}, err
+	if isRange && (strings.TrimSpace(lo) == "" || strings.TrimSpace(hi) == "") {
+		return portRange{}, fmt.Errorf("port must be a decimal number 1-65535 or a range such as \"8000-8100\", not %q", s)
 	}
 	if !isRange {
+		a, err := parsePort(strings.TrimSpace(s))
+		if err != nil {
+			if !isDecimal(strings.TrimSpace(s)) {
+				return portRange{}, fmt.Errorf("port must be a decimal number 1-65535 or a range such as \"8000-8100\", not %q", s)
+			}
+			return portRange{}, err
+		}
 		return portRange{a, a}, nil
+	}
+	a, err := parsePort(strings.TrimSpace(lo))
+	if err != nil {
+		return portRange{}, fmt.Errorf("range %q: %w", s, err)
 	}
 	b, err := parsePort(strings.TrimSpace(hi))
 	if err != nil {
-		return portRange{}, err
+		return portRange{}, fmt.Errorf("range %q: %w", s, err)
 	}
 	if b < a {
 		return portRange{}, fmt.Errorf("range %d-%d is reversed; write %d-%d", a, b, b, a)
@@ -513,20 +523,36 @@ func parsePortRange(s string) (portRange, error) {
 	return portRange{a, b}, nil
 }
 
+// parsePort parses one port: ASCII decimal digits without leading zeros
+// (which YAML would read as octal), 1 to 65535.
 func parsePort(s string) (uint16, error) {
-	if s == "" || len(s) > 5 {
-		return 0, fmt.Errorf("%q is not a port (1-65535) or range such as 8000-8100", s)
+	if !isDecimal(s) {
+		return 0, fmt.Errorf("port must be a decimal number 1-65535, not %q", s)
 	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < '0' || s[i] > '9' {
-			return 0, fmt.Errorf("%q is not a port (1-65535) or range such as 8000-8100", s)
-		}
+	if len(s) > 1 && s[0] == '0' {
+		return 0, fmt.Errorf("port must be a decimal number 1-65535 without leading zeros, not %q", s)
+	}
+	if len(s) > 5 {
+		return 0, fmt.Errorf("port %s out of range 1-65535", s)
 	}
 	v, _ := strconv.Atoi(s)
 	if v < 1 || v > 65535 {
 		return 0, fmt.Errorf("port %d out of range 1-65535", v)
 	}
 	return uint16(v), nil
+}
+
+// isDecimal reports whether s is one or more ASCII digits and nothing else.
+func isDecimal(s string) bool {
+	if s == "" {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
 func (ps *parser) dns(n *yaml.Node, p *Policy) {

@@ -174,7 +174,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			why:  "a port string out of range is an error",
 			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [\"0-80\"]\n",
-			want: []string{"4:13: allow[0].ports[0]: port 0 out of range 1-65535"},
+			want: []string{"4:13: allow[0].ports[0]: range \"0-80\": port 0 out of range 1-65535"},
 		},
 		{
 			why:  "reversed ranges are errors that give the right order",
@@ -184,12 +184,98 @@ func TestParseErrors(t *testing.T) {
 		{
 			why:  "a port must be a number or a range",
 			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [https]\n",
-			want: []string{"4:13: allow[0].ports[0]: \"https\" is not a port"},
+			want: []string{"4:13: allow[0].ports[0]: port must be a decimal number 1-65535 or a range such as \"8000-8100\", not \"https\""},
 		},
 		{
 			why:  "a float is not a port",
 			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [80.5]\n",
-			want: []string{"4:13: allow[0].ports[0]: expected a string, found a number"},
+			want: []string{"4:13: allow[0].ports[0]: port must be a decimal number 1-65535, not \"80.5\""},
+		},
+		{
+			why:  "a hexadecimal port is an error, though YAML reads it as 443",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [0x1BB]\n",
+			want: []string{"4:13: allow[0].ports[0]: port must be a decimal number 1-65535, not \"0x1BB\""},
+		},
+		{
+			why:  "an octal port is an error, though YAML reads it as 80",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [0o120]\n",
+			want: []string{"4:13: allow[0].ports[0]: port must be a decimal number 1-65535, not \"0o120\""},
+		},
+		{
+			why:  "a leading zero is an error: YAML reads 0120 as octal 80",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [0120]\n",
+			want: []string{"4:13: allow[0].ports[0]: port must be a decimal number 1-65535 without leading zeros, not \"0120\""},
+		},
+		{
+			why:  "080 is a YAML float; still a leading zero",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [080]\n",
+			want: []string{"4:13: allow[0].ports[0]: port must be a decimal number 1-65535 without leading zeros"},
+		},
+		{
+			why:  "digit separators are an error, though YAML reads 1_000 as 1000",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [1_000]\n",
+			want: []string{"4:13: allow[0].ports[0]: port must be a decimal number 1-65535, not \"1_000\""},
+		},
+		{
+			why:  "a binary port is an error",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [0b101]\n",
+			want: []string{"4:13: allow[0].ports[0]: port must be a decimal number"},
+		},
+		{
+			why: "a signed port is an error",
+			src: "version: 1\nallow:\n  - host: a.test\n    ports: [+80, -1]\n",
+			want: []string{
+				"4:13: allow[0].ports[0]: port must be a decimal number 1-65535, not \"+80\"",
+				"4:18: allow[0].ports[1]: port must be a decimal number 1-65535, not \"-1\"",
+			},
+		},
+		{
+			why:  "an exponent is not a port",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [1e3]\n",
+			want: []string{"4:13: allow[0].ports[0]: port must be a decimal number 1-65535, not \"1e3\""},
+		},
+		{
+			why:  "a hexadecimal port string is an error",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [\"0x1BB\"]\n",
+			want: []string{"4:13: allow[0].ports[0]: port must be a decimal number 1-65535 or a range such as \"8000-8100\", not \"0x1BB\""},
+		},
+		{
+			why:  "a leading zero in a quoted port is an error too",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [\"0443\"]\n",
+			want: []string{"4:13: allow[0].ports[0]: port must be a decimal number 1-65535 without leading zeros, not \"0443\""},
+		},
+		{
+			why:  "a range of hexadecimal ports is an error",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [\"0x1F40-0x1FA4\"]\n",
+			want: []string{"4:13: allow[0].ports[0]: range \"0x1F40-0x1FA4\": port must be a decimal number 1-65535, not \"0x1F40\""},
+		},
+		{
+			why:  "a range with an octal end is an error",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [\"8000-0o17500\"]\n",
+			want: []string{"4:13: allow[0].ports[0]: range \"8000-0o17500\": port must be a decimal number 1-65535, not \"0o17500\""},
+		},
+		{
+			why:  "a range with separators is an error",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [\"8_000-8_100\"]\n",
+			want: []string{"4:13: allow[0].ports[0]: range \"8_000-8_100\": port must be a decimal number"},
+		},
+		{
+			why:  "a range with a leading zero is an error",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [\"8000-08100\"]\n",
+			want: []string{"4:13: allow[0].ports[0]: range \"8000-08100\": port must be a decimal number 1-65535 without leading zeros"},
+		},
+		{
+			why: "a range without a start is an error",
+			src: "version: 1\nallow:\n  - host: a.test\n    ports: [\"-80\", \"80-\"]\n",
+			want: []string{
+				"4:13: allow[0].ports[0]: port must be a decimal number 1-65535 or a range such as \"8000-8100\", not \"-80\"",
+				"4:20: allow[0].ports[1]: port must be a decimal number 1-65535 or a range such as \"8000-8100\", not \"80-\"",
+			},
+		},
+		{
+			why:  "a very long decimal port is out of range, not a crash",
+			src:  "version: 1\nallow:\n  - host: a.test\n    ports: [99999999999999999999999]\n",
+			want: []string{"4:13: allow[0].ports[0]: port 99999999999999999999999 out of range 1-65535"},
 		},
 		{
 			why:  "ports must be a list",
