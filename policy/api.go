@@ -1,8 +1,9 @@
 // Package policy parses nsgate policy files and decides flows.
 //
-// It is pure: it imports nothing of nsgate's, does no I/O during Decide, and
-// a *Policy is immutable once built, so one value may be shared by any number
-// of goroutines and swapped atomically by its holder.
+// It is pure: it imports nothing of nsgate's, does no I/O except in Load
+// (which reads a policy file, bounded), and a *Policy is immutable once
+// built, so one value may be shared by any number of goroutines and swapped
+// atomically by its holder.
 package policy
 
 import "net/netip"

@@ -54,3 +54,11 @@ func (e *Errors) As(target any) bool {
 	}
 	return false
 }
+
+// compareErrors orders problems by position in the file.
+func compareErrors(a, b Error) int {
+	if a.Line != b.Line {
+		return a.Line - b.Line
+	}
+	return a.Col - b.Col
+}

@@ -19,6 +19,10 @@ import (
 // found, each located at the offending YAML node. The format is strict:
 // unknown keys, duplicate keys, wrong types, anchors and aliases, and more
 // than one YAML document are errors.
+//
+// Parse bounds its work: input larger than MaxFileSize, more than MaxRules
+// rules in allow and deny together, and more than MaxHosts names in
+// dns.hosts are errors (the rules and names past a bound are not read).
 func Parse(filename string, data []byte) (*Policy, error) {
 	ps := &parser{file: filename}
 	p := &Policy{
@@ -26,14 +30,13 @@ func Parse(filename string, data []byte) (*Policy, error) {
 		verifySNI:  true,
 		verifyHost: true,
 	}
-	ps.document(data, p)
+	if len(data) > MaxFileSize {
+		ps.errAt(1, 1, "policy larger than the limit of %d bytes (1 MiB)", MaxFileSize)
+	} else {
+		ps.document(data, p)
+	}
 	if len(ps.errs) > 0 {
-		slices.SortStableFunc(ps.errs, func(a, b Error) int {
-			if a.Line != b.Line {
-				return a.Line - b.Line
-			}
-			return a.Col - b.Col
-		})
+		slices.SortStableFunc(ps.errs, compareErrors)
 		errs := ps.errs
 		return nil, &errs
 	}
@@ -42,9 +45,10 @@ func Parse(filename string, data []byte) (*Policy, error) {
 }
 
 type parser struct {
-	file  string
-	errs  Errors
-	warns []string
+	file   string
+	errs   Errors
+	warns  []string
+	nrules int // allow and deny rules read so far; MaxRules+1 once the bound is reported
 }
 
 func (ps *parser) errAt(line, col int, format string, args ...any) {
@@ -301,9 +305,17 @@ func (ps *parser) rules(n *yaml.Node, section string) []rule {
 	if !ok {
 		return nil
 	}
-	out := make([]rule, 0, len(items))
+	out := make([]rule, 0, min(len(items), MaxRules))
 	for i, item := range items {
 		id := section + "[" + strconv.Itoa(i) + "]"
+		if ps.nrules >= MaxRules {
+			if ps.nrules == MaxRules {
+				ps.errf(item, "%s: too many rules: allow and deny hold at most %d rules together", id, MaxRules)
+				ps.nrules++ // reported once
+			}
+			break
+		}
+		ps.nrules++
 		if r, ok := ps.rule(item, section, id); ok {
 			out = append(out, r)
 		} else {
@@ -614,6 +626,10 @@ func (ps *parser) hosts(n *yaml.Node, p *Policy) {
 	seenAt := make(map[string]int)
 	for i := 0; i+1 < len(n.Content); i += 2 {
 		k, v := n.Content[i], n.Content[i+1]
+		if i/2 >= MaxHosts {
+			ps.errf(k, "dns.hosts: too many names: at most %d", MaxHosts)
+			break
+		}
 		key, ok := ps.str(k, "dns.hosts")
 		if !ok {
 			continue

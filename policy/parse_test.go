@@ -2,6 +2,7 @@ package policy
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"os"
 	"slices"
@@ -637,5 +638,67 @@ func TestDenyAll(t *testing.T) {
 	}
 	if d := p.NameAllowed("app.test"); d.Verdict != Deny {
 		t.Errorf("NameAllowed = %v", d)
+	}
+}
+
+// TestBounds: the rule, dns.hosts and size bounds are errors located at
+// the first entry past them, and input at a bound still parses.
+func TestBounds(t *testing.T) {
+	rules := func(nAllow, nDeny int) string {
+		var b strings.Builder
+		b.WriteString("version: 1\nallow:\n")
+		for i := range nAllow {
+			fmt.Fprintf(&b, "  - {host: h%d.test, ports: [443]}\n", i)
+		}
+		b.WriteString("deny:\n")
+		for i := range nDeny {
+			fmt.Fprintf(&b, "  - {host: d%d.test}\n", i)
+		}
+		return b.String()
+	}
+	hosts := func(n int) string {
+		var b strings.Builder
+		b.WriteString("version: 1\ndns:\n  hosts:\n")
+		for i := range n {
+			fmt.Fprintf(&b, "    h%d.test: [203.0.113.1]\n", i)
+		}
+		return b.String()
+	}
+	padded := func(n int) string {
+		s := "version: 1\n#"
+		return s + strings.Repeat("x", n-len(s)-1) + "\n"
+	}
+	tests := []struct {
+		why  string
+		src  string
+		want string // "" for a policy that parses
+	}{
+		{"MaxRules allow rules parse", rules(MaxRules, 0), ""},
+		{"MaxRules rules across allow and deny parse", rules(MaxRules-1, 1), ""},
+		{"one allow rule too many", rules(MaxRules+1, 0), fmt.Sprintf("test.yaml:%d:5: allow[%d]: too many rules: allow and deny hold at most %d rules together", MaxRules+3, MaxRules, MaxRules)},
+		{"the bound counts deny rules too", rules(MaxRules-1, 2), fmt.Sprintf("test.yaml:%d:5: deny[1]: too many rules", MaxRules+4)},
+		{"far past the bound, one error", rules(MaxRules+500, 500), fmt.Sprintf("test.yaml:%d:5: allow[%d]: too many rules", MaxRules+3, MaxRules)},
+		{"MaxHosts names parse", hosts(MaxHosts), ""},
+		{"one name too many", hosts(MaxHosts + 1), fmt.Sprintf("test.yaml:%d:5: dns.hosts: too many names: at most %d", MaxHosts+4, MaxHosts)},
+		{"a policy of exactly MaxFileSize bytes parses", padded(MaxFileSize), ""},
+		{"one byte more is refused before parsing", padded(MaxFileSize + 1), "test.yaml:1:1: policy larger than the limit of 1048576 bytes (1 MiB)"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.why, func(t *testing.T) {
+			p, err := Parse("test.yaml", []byte(tt.src))
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("error %.300v", err)
+				}
+				return
+			}
+			var errs *Errors
+			if !errors.As(err, &errs) || len(*errs) != 1 {
+				t.Fatalf("got %v, %.300v; want one located error", p != nil, err)
+			}
+			if got := (*errs)[0].Error(); !strings.HasPrefix(got, tt.want) {
+				t.Errorf("error %q, want prefix %q", got, tt.want)
+			}
+		})
 	}
 }
