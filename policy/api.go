@@ -58,7 +58,10 @@ type Flow struct {
 
 // Decision is a verdict with the rule that produced it and a short reason a
 // person can read. Rule is one of "allow[i]", "deny[i]", "hosts",
-// "builtin:metadata", "builtin:special-range" or "default".
+// "builtin:metadata", "builtin:special-range" or "default". A flow to the
+// gateway's own addresses (Policy.WithLocal) is denied with rule
+// "builtin:special-range" too; its reason says "the gateway's own
+// addresses".
 type Decision struct {
 	Verdict Verdict
 	Rule    string

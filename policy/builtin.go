@@ -234,15 +234,19 @@ var specialFirstOctet = func() (t [256]bool) {
 	return t
 }()
 
-// specialRangeOf returns the special range holding a (zone-free, unmapped).
+// specialRangeOf returns the narrowest special range holding a (zone-free,
+// unmapped): 255.255.255.255 is in 240.0.0.0/4 too, but its range is the
+// broadcast /32, and only a rule inside that opens it.
 func specialRangeOf(a netip.Addr) *specialRange {
 	if a.Is4() && !specialFirstOctet[a.As4()[0]] {
 		return nil
 	}
+	var best *specialRange
 	for i := range specialRanges {
-		if specialRanges[i].prefix.Contains(a) {
-			return &specialRanges[i]
+		sr := &specialRanges[i]
+		if sr.prefix.Contains(a) && (best == nil || sr.prefix.Bits() > best.prefix.Bits()) {
+			best = sr
 		}
 	}
-	return nil
+	return best
 }

@@ -14,12 +14,18 @@ import (
 //     in it is a metadata address: deny, rule builtin:metadata.
 //  2. A deny rule matches (a host rule f.Host, a cidr rule f.Addr or any
 //     address embedded in it; and the proto and port): deny, rule deny[i].
-//  3. f.Addr or an embedded address is in a special range or a WithLocal
-//     prefix: deny, rule builtin:special-range, unless an allow cidr rule
-//     with matching proto and port contains that address, or f.Host has a
-//     dns.hosts entry holding f.Addr.
+//  3. f.Addr or an embedded address is in a WithLocal prefix (the
+//     gateway's own addresses): deny, rule builtin:special-range; nothing
+//     lifts this. Else, f.Addr or an embedded address is in a special
+//     range: deny, rule builtin:special-range, unless an allow cidr rule
+//     with matching proto and port covers that address from inside the
+//     range (its prefix is the range or narrower: 10.1.2.0/24 opens
+//     10.1.2.x, while 0.0.0.0/0, ::/0 or 8.0.0.0/6 never open 10/8), or
+//     f.Host has a dns.hosts entry holding f.Addr. The range is the
+//     narrowest special range holding the address.
 //  4. The first allow rule matching proto, port and (host rule) f.Host or
-//     (cidr rule) f.Addr: allow, rule allow[i].
+//     (cidr rule) f.Addr: allow, rule allow[i]. A cidr rule broader than
+//     the special range holding f.Addr does not match it.
 //  5. Otherwise deny, rule default.
 //
 // A zero f.Addr skips every address part; an empty f.Host every name part.
@@ -87,24 +93,38 @@ func (p *Policy) Decide(f Flow) Decision {
 		return Decision{Deny, r.id, reason}
 	}
 
-	// 3. Special-range guard.
+	// 3. The gateway's own addresses, then the special ranges.
+	for i, a := range addrs {
+		if pr := p.localOf(a); pr.IsValid() {
+			var rb reasonBuf
+			if i > 0 {
+				rb.addr(addrs[0]).str(" embeds ")
+			}
+			rb.addr(a).str(" is in ").prefix(pr).str(" (the gateway's own addresses); never dialled, whatever the policy says")
+			return Decision{Deny, RuleSpecialRange, rb.String()}
+		}
+	}
+	var sr0 *specialRange // the special range holding addrs[0], for step 4
+	if n > 0 {
+		sr0 = specialRangeOf(addrs[0])
+	}
 	if n > 0 && !(host != "" && p.hostsHas(host, addrs[0])) {
 		for i, a := range addrs {
-			what := ""
-			var in netip.Prefix
-			if sr := specialRangeOf(a); sr != nil {
-				what, in = sr.what, sr.prefix
-			} else if pr := p.localOf(a); pr.IsValid() {
-				what, in = "the gateway's own subnet", pr
-			} else {
+			sr := sr0
+			if i > 0 {
+				sr = specialRangeOf(a)
+			}
+			if sr == nil {
 				continue
 			}
 			lift := noHit()
-			p.allow.matchAddr(a, w, &lift)
+			p.allow.matchAddrBits(a, sr.prefix.Bits(), 129, w, &lift)
 			if lift.best >= 0 {
 				continue
 			}
-			return Decision{Deny, RuleSpecialRange, specialReason(addrs[0], a, i > 0, in, what)}
+			broad := noHit()
+			p.allow.matchAddrBits(a, 0, sr.prefix.Bits(), w, &broad)
+			return Decision{Deny, RuleSpecialRange, p.specialReason(addrs[0], a, i > 0, sr, broad.best)}
 		}
 	}
 
@@ -112,7 +132,11 @@ func (p *Policy) Decide(f Flow) Decision {
 	h = noHit()
 	p.allow.matchHost(host, w, &h)
 	if n > 0 {
-		p.allow.matchAddr(addrs[0], w, &h)
+		minBits := 0
+		if sr0 != nil {
+			minBits = sr0.prefix.Bits()
+		}
+		p.allow.matchAddrBits(addrs[0], minBits, 129, w, &h)
 	}
 	if h.best >= 0 {
 		r := &p.allow.rules[h.best]
@@ -133,12 +157,19 @@ func (p *Policy) Decide(f Flow) Decision {
 	return Decision{Deny, RuleDefault, rb.String()}
 }
 
-func specialReason(outer, a netip.Addr, embedded bool, in netip.Prefix, what string) string {
+// specialReason explains a special-range denial of a (embedded in outer
+// when embedded); broad is the allow rule that covers a from outside the
+// range, or -1.
+func (p *Policy) specialReason(outer, a netip.Addr, embedded bool, sr *specialRange, broad int32) string {
 	var rb reasonBuf
 	if embedded {
 		rb.addr(outer).str(" embeds ")
 	}
-	rb.addr(a).str(" is in ").prefix(in).str(" (").str(what).str("); allow it with a cidr rule or dns.hosts")
+	rb.addr(a).str(" is in ").prefix(sr.prefix).str(" (").str(sr.what).str("); allow it with a cidr rule inside that range or dns.hosts")
+	if broad >= 0 {
+		r := &p.allow.rules[broad]
+		rb.str(" (").str(r.id).str(" ").prefix(r.prefix).str(" is broader than the range and does not open it)")
+	}
 	return rb.String()
 }
 

@@ -30,6 +30,17 @@ allow:
     ports: [9999]
   - cidr: 198.51.100.0/24       # allow[9]
     ports: [80]
+  - cidr: 10.1.2.0/24           # allow[10]: inside 10.0.0.0/8, so it opens 10.1.2.x
+    ports: [8443]
+  - cidr: ::/0                  # allow[11]: the whole IPv6 internet on one port
+    ports: [9999]
+  - cidr: 8.0.0.0/6             # allow[12]: 8-11.x.x.x, broader than 10.0.0.0/8
+    ports: [7777]
+  - cidr: 64:ff9b::/96          # allow[13]: NAT64 wrappers
+    ports: [8443]
+  - cidr: 240.0.0.0/4           # allow[14]: reserved, but not the broadcast /32 inside it
+    ports: [67]
+    proto: udp
 deny:
   - host: "*.ads.cdn.test"      # deny[0]
   - cidr: 203.0.113.66/32       # deny[1]
@@ -42,6 +53,7 @@ dns:
     local.test: [10.1.2.3]
     hostsonly.test: [203.0.113.20]
     blocked.test: [203.0.113.30]
+    lan.test: [10.5.5.5]
 `
 
 func ip(s string) netip.Addr { return netip.MustParseAddr(s) }
@@ -107,7 +119,30 @@ func TestDecide(t *testing.T) {
 		{"IPv6 multicast", Flow{UDP, "", ip("ff02::fb"), 5353}, false, RuleSpecialRange, ""},
 		{"broadcast", Flow{UDP, "", ip("255.255.255.255"), 67}, false, RuleSpecialRange, ""},
 		{"reserved", Flow{TCP, "", ip("240.0.0.1"), 80}, false, RuleSpecialRange, ""},
-		{"a broad allow cidr lifts the guard, as SPEC §4 says", Flow{TCP, "", ip("10.0.0.1"), 9999}, true, "allow[8]", ""},
+		{"0.0.0.0/0 does not open a special range, and the reason says so", Flow{TCP, "", ip("10.0.0.1"), 9999}, false, RuleSpecialRange, "10.0.0.1 is in 10.0.0.0/8 (private); allow it with a cidr rule inside that range or dns.hosts (allow[8] 0.0.0.0/0 is broader than the range and does not open it)"},
+		{"0.0.0.0/0 does not open loopback", Flow{TCP, "", ip("127.0.0.2"), 9999}, false, RuleSpecialRange, "127.0.0.0/8 (loopback)"},
+		{"0.0.0.0/0 does not open link-local", Flow{TCP, "", ip("169.254.1.1"), 9999}, false, RuleSpecialRange, "(link-local)"},
+		{"0.0.0.0/0 does not open the fake DNS range", Flow{TCP, "", ip("198.19.255.250"), 9999}, false, RuleSpecialRange, "198.18.0.0/15"},
+		{"::/0 does not open IPv6 loopback", Flow{TCP, "", ip("::1"), 9999}, false, RuleSpecialRange, "(allow[11] ::/0 is broader"},
+		{"::/0 does not open unique local", Flow{TCP, "", ip("fd12::1"), 9999}, false, RuleSpecialRange, "fc00::/7"},
+		{"::/0 does not open IPv6 link-local", Flow{TCP, "", ip("fe80::1"), 9999}, false, RuleSpecialRange, ""},
+		{"a cidr broader than the range but not the whole internet does not open it", Flow{TCP, "", ip("10.9.9.9"), 7777}, false, RuleSpecialRange, "(allow[12] 8.0.0.0/6 is broader"},
+		{"that broader cidr still allows its public part", Flow{TCP, "", ip("9.1.1.1"), 7777}, true, "allow[12]", ""},
+		{"0.0.0.0/0 still allows public addresses", Flow{TCP, "", ip("192.0.2.1"), 9999}, true, "allow[8]", ""},
+		{"::/0 still allows public IPv6", Flow{TCP, "", ip("2606:4700::1"), 9999}, true, "allow[11]", ""},
+		{"a cidr inside the range opens it", Flow{TCP, "", ip("10.1.2.3"), 8443}, true, "allow[10]", "cidr 10.1.2.0/24"},
+		{"a cidr inside the range opens only its own part", Flow{TCP, "", ip("10.1.3.3"), 8443}, false, RuleSpecialRange, "10.1.3.3 is in 10.0.0.0/8"},
+		{"a cidr inside the range opens it only on its ports", Flow{TCP, "", ip("10.1.2.3"), 9999}, false, RuleSpecialRange, "(allow[8] 0.0.0.0/0 is broader"},
+		{"a cidr inside the range opens the v4-mapped form", Flow{TCP, "", ip("::ffff:10.1.2.3"), 8443}, true, "allow[10]", ""},
+		{"a cidr inside the range opens the address embedded in NAT64; a rule covers the wrapper", Flow{TCP, "", ip("64:ff9b::10.1.2.3"), 8443}, true, "allow[13]", ""},
+		{"NAT64 of an address no inside rule covers stays guarded", Flow{TCP, "", ip("64:ff9b::10.9.9.9"), 8443}, false, RuleSpecialRange, "64:ff9b::a09:909 embeds 10.9.9.9 is in 10.0.0.0/8"},
+		{"an inside rule opens the embedded address, but the 6to4 wrapper needs a rule of its own", Flow{TCP, "", ip("2002:a01:203::"), 8443}, false, RuleDefault, ""},
+		{"::/0 does not open a private address embedded in 6to4", Flow{TCP, "", ip("2002:a01:203::"), 9999}, false, RuleSpecialRange, "2002:a01:203:: embeds 10.1.2.3 is in 10.0.0.0/8"},
+		{"::/0 does not open a loopback embedded in Teredo", Flow{TCP, "", ip("2001:0:4136:e378:8000:63bf:80ff:fffe"), 9999}, false, RuleSpecialRange, "embeds 127.0.0.1"},
+		{"::/0 does not open an IPv4-compatible private address", Flow{TCP, "", ip("::10.1.2.3"), 9999}, false, RuleSpecialRange, "embeds 10.1.2.3"},
+		{"a cidr equal to a range opens it", Flow{UDP, "", ip("240.0.0.1"), 67}, true, "allow[14]", ""},
+		{"the narrowest range decides: 240.0.0.0/4 does not open the broadcast /32 inside it", Flow{UDP, "", ip("255.255.255.255"), 67}, false, RuleSpecialRange, "255.255.255.255 is in 255.255.255.255/32 (broadcast)"},
+		{"dns.hosts lifts the guard, but a broad cidr then does not allow the address", Flow{TCP, "lan.test", ip("10.5.5.5"), 9999}, false, RuleDefault, ""},
 		{"dns.hosts lifts the guard for its own answer", Flow{TCP, "local.test", ip("10.1.2.3"), 80}, true, "allow[5]", ""},
 		{"dns.hosts does not lift it for another address", Flow{TCP, "local.test", ip("10.9.9.9"), 80}, false, RuleSpecialRange, ""},
 		{"a name without a static entry gets no lift", Flow{TCP, "app.test", ip("127.0.0.1"), 80}, false, RuleSpecialRange, ""},
@@ -250,12 +285,16 @@ func TestWithLocal(t *testing.T) {
 		rule   string
 		reason string
 	}{
-		{"the original policy is unchanged", p, Flow{TCP, "", ip("198.51.100.7"), 81}, false, RuleDefault, ""},
-		{"a local subnet is guarded", q, Flow{TCP, "", ip("198.51.100.7"), 81}, false, RuleSpecialRange, "198.51.100.7 is in 198.51.100.0/24 (the gateway's own subnet)"},
-		{"an allow cidr lifts the local guard", q, Flow{TCP, "", ip("198.51.100.7"), 80}, true, "allow[9]", ""},
-		{"a local IPv6 subnet, masked", q, Flow{UDP, "", ip("3fff:1::9"), 53}, false, RuleSpecialRange, "3fff:1::9 is in 3fff:1::/32 (the gateway's own subnet)"},
-		{"an allow IPv6 cidr lifts the local guard", q, Flow{UDP, "", ip("2001:db8:1::9"), 53}, true, "allow[6]", ""},
+		{"the original policy is unchanged", p, Flow{TCP, "", ip("198.51.100.7"), 80}, true, "allow[9]", ""},
+		{"a local subnet is guarded", q, Flow{TCP, "", ip("198.51.100.7"), 81}, false, RuleSpecialRange, "198.51.100.7 is in 198.51.100.0/24 (the gateway's own addresses); never dialled"},
+		{"an allow cidr equal to the local prefix does not lift it", q, Flow{TCP, "", ip("198.51.100.7"), 80}, false, RuleSpecialRange, "(the gateway's own addresses)"},
+		{"a local IPv6 subnet, masked", q, Flow{UDP, "", ip("3fff:1::9"), 53}, false, RuleSpecialRange, "3fff:1::9 is in 3fff:1::/32 (the gateway's own addresses)"},
+		{"an allow IPv6 cidr around the local prefix does not lift it", q, Flow{UDP, "", ip("2001:db8:1::9"), 53}, false, RuleSpecialRange, "2001:db8:1::/48"},
+		{"the rest of that IPv6 cidr is still allowed", q, Flow{UDP, "", ip("2001:db8:2::9"), 53}, true, "allow[6]", ""},
 		{"a v4-mapped local prefix means IPv4", q, Flow{TCP, "", ip("192.0.2.9"), 443}, false, RuleSpecialRange, "192.0.2.0/24"},
+		{"a local address embedded in 6to4 is guarded", q, Flow{TCP, "", ip("2002:c633:6407::"), 80}, false, RuleSpecialRange, "2002:c633:6407:: embeds 198.51.100.7 is in 198.51.100.0/24 (the gateway's own"},
+		{"a deny rule still comes first", q.WithLocal(netip.MustParsePrefix("203.0.113.0/24")), Flow{TCP, "", ip("203.0.113.66"), 443}, false, "deny[1]", ""},
+		{"metadata still comes first", p.WithLocal(netip.MustParsePrefix("169.254.0.0/16")), Flow{TCP, "", ip("169.254.169.254"), 80}, false, RuleMetadata, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.why, func(t *testing.T) {
@@ -267,6 +306,90 @@ func TestWithLocal(t *testing.T) {
 	}
 	if p.SHA256() != q.SHA256() {
 		t.Error("WithLocal changed the hash")
+	}
+}
+
+// gatewaySrc allows everything it can, including the gateway's own subnets
+// and fake-IP pools by every cidr that could name them, and names them in
+// dns.hosts.
+const gatewaySrc = `
+version: 1
+allow:
+  - {cidr: 0.0.0.0/0, proto: any}               # allow[0]
+  - {cidr: "::/0", proto: any}                  # allow[1]
+  - {cidr: 10.0.0.0/8, proto: any}              # allow[2]: the special range holding the subnet
+  - {cidr: 10.0.2.0/24, proto: any}             # allow[3]: exactly the gateway's subnet
+  - {cidr: 10.0.2.2/32, proto: any}             # allow[4]: inside it
+  - {cidr: "fd00::/64", proto: any}             # allow[5]
+  - {cidr: "fd00::2/128", proto: any}           # allow[6]
+  - {cidr: 198.18.0.0/15, proto: any}           # allow[7]: exactly the fake pool
+  - {cidr: 198.18.0.5/32, proto: any}           # allow[8]
+  - {cidr: "fd6e:7367:6174::/64", proto: any}   # allow[9]
+  - {cidr: "fd6e:7367:6174::5/128", proto: any} # allow[10]
+  - {cidr: "64:ff9b::/96", proto: any}          # allow[11]
+  - {host: gw.test, proto: any}                 # allow[12]
+dns:
+  hosts:
+    gw.test: [10.0.2.2, "fd00::2", 198.18.0.5, "fd6e:7367:6174::5"]
+`
+
+// TestGatewayNeverAllowed: with the gateway's subnets and fake-IP pools
+// given to WithLocal (as run and slirp4netns do), no allow rule and no
+// dns.hosts entry lets a flow reach them, in any spelling.
+func TestGatewayNeverAllowed(t *testing.T) {
+	raw := mustParse(t, gatewaySrc)
+	p := raw.WithLocal(
+		netip.MustParsePrefix("10.0.2.0/24"), netip.MustParsePrefix("fd00::/64"),
+		netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("fd6e:7367:6174::/64"))
+	for _, tt := range []struct {
+		why  string
+		flow Flow
+	}{
+		{"the IPv4 gateway", Flow{TCP, "", ip("10.0.2.2"), 80}},
+		{"the IPv4 gateway over UDP", Flow{UDP, "", ip("10.0.2.2"), 53}},
+		{"the DNS address", Flow{UDP, "", ip("10.0.2.3"), 53}},
+		{"the worker's own address", Flow{TCP, "", ip("10.0.2.100"), 22}},
+		{"the IPv6 gateway", Flow{TCP, "", ip("fd00::2"), 80}},
+		{"the IPv6 gateway with a zone", Flow{TCP, "", ip("fd00::2%tun0"), 80}},
+		{"an allocated fake address", Flow{TCP, "", ip("198.18.0.5"), 443}},
+		{"an unallocated fake address", Flow{TCP, "", ip("198.19.255.250"), 80}},
+		{"an IPv6 fake address", Flow{TCP, "", ip("fd6e:7367:6174::5"), 443}},
+		{"the v4-mapped gateway", Flow{TCP, "", ip("::ffff:10.0.2.2"), 80}},
+		{"the gateway inside NAT64", Flow{TCP, "", ip("64:ff9b::10.0.2.2"), 80}},
+		{"a fake address inside NAT64", Flow{TCP, "", ip("64:ff9b::198.18.0.5"), 80}},
+		{"the gateway inside 6to4", Flow{TCP, "", ip("2002:a00:202::1"), 80}},
+		{"the gateway inside Teredo", Flow{TCP, "", ip("2001:0:4136:e378:8000:63bf:f5ff:fdfd"), 80}},
+		{"the gateway, IPv4-compatible", Flow{TCP, "", ip("::10.0.2.2"), 80}},
+		{"a name whose dns.hosts answer is the gateway", Flow{TCP, "gw.test", ip("10.0.2.2"), 80}},
+		{"a name whose dns.hosts answer is the IPv6 gateway", Flow{TCP, "gw.test", ip("fd00::2"), 80}},
+		{"a name whose dns.hosts answer is a fake address", Flow{TCP, "gw.test", ip("198.18.0.5"), 80}},
+		{"a name whose dns.hosts answer is an IPv6 fake address", Flow{TCP, "gw.test", ip("fd6e:7367:6174::5"), 80}},
+		{"a name resolving upstream to the gateway", Flow{TCP, "other.test", ip("10.0.2.2"), 80}},
+	} {
+		t.Run(tt.why, func(t *testing.T) {
+			d := p.Decide(tt.flow)
+			if d.Verdict != Deny || d.Rule != RuleSpecialRange || !strings.Contains(d.Reason, "the gateway's own addresses") {
+				t.Errorf("Decide(%+v) = %v, want deny rule=%s for the gateway's own addresses", tt.flow, d, RuleSpecialRange)
+			}
+		})
+	}
+	// The same policy without WithLocal: rules inside a special range open
+	// it (so WithLocal is what closes the gateway), broad ones do not.
+	if d := raw.Decide(Flow{TCP, "", ip("10.0.2.2"), 80}); d.Verdict != Allow || d.Rule != "allow[2]" {
+		t.Errorf("without WithLocal, 10.0.2.2 = %v, want allow[2] (10.0.0.0/8 is inside the private range)", d)
+	}
+	broadOnly := mustParse(t, "version: 1\nallow:\n  - {cidr: 0.0.0.0/0, proto: any}\n  - {cidr: \"::/0\", proto: any}\n")
+	for _, a := range []string{"10.0.2.2", "fd00::2", "198.18.0.5", "fd6e:7367:6174::5"} {
+		if d := broadOnly.Decide(Flow{TCP, "", ip(a), 80}); d.Verdict != Deny || d.Rule != RuleSpecialRange {
+			t.Errorf("allow-all without WithLocal: %s = %v, want the special-range guard", a, d)
+		}
+	}
+	// Public destinations stay allowed.
+	if d := p.Decide(Flow{TCP, "", ip("203.0.113.9"), 443}); d.Verdict != Allow {
+		t.Errorf("public address = %v", d)
+	}
+	if d := p.Decide(Flow{TCP, "gw.test", netip.Addr{}, 443}); d.Verdict != Allow {
+		t.Errorf("the unresolved name flow = %v, want allow (its answers are checked one by one)", d)
 	}
 }
 

@@ -27,6 +27,7 @@ func Parse(filename string, data []byte) (*Policy, error) {
 	ps := &parser{file: filename}
 	p := &Policy{
 		sha:        hashOf(data),
+		file:       filename,
 		verifySNI:  true,
 		verifyHost: true,
 	}
@@ -47,7 +48,7 @@ func Parse(filename string, data []byte) (*Policy, error) {
 type parser struct {
 	file   string
 	errs   Errors
-	warns  []string
+	warns  []Error
 	nrules int // allow and deny rules read so far; MaxRules+1 once the bound is reported
 }
 
@@ -60,7 +61,7 @@ func (ps *parser) errf(n *yaml.Node, format string, args ...any) {
 }
 
 func (ps *parser) warnf(n *yaml.Node, format string, args ...any) {
-	ps.warns = append(ps.warns, Error{File: ps.file, Line: n.Line, Col: n.Column, Msg: fmt.Sprintf(format, args...)}.Error())
+	ps.warns = append(ps.warns, Error{File: ps.file, Line: n.Line, Col: n.Column, Msg: fmt.Sprintf(format, args...)})
 }
 
 var yamlLine = regexp.MustCompile(`^yaml: line (\d+): (.*)$`)
@@ -356,6 +357,7 @@ func (ps *parser) rule(n *yaml.Node, section, id string) (rule, bool) {
 				return
 			}
 			r.host, r.wild = name, wild
+			r.line, r.col = int32(v.Line), int32(v.Column)
 			if !wild && metadataNameReason(name) != "" && section == "allow" {
 				ps.warnf(v, "%s.host: %s is a cloud metadata name; it stays denied", id, name)
 			}
@@ -376,6 +378,7 @@ func (ps *parser) rule(n *yaml.Node, section, id string) (rule, bool) {
 				return
 			}
 			r.prefix = pr
+			r.line, r.col = int32(v.Line), int32(v.Column)
 			if section == "allow" {
 				ps.warnSpecialCIDR(v, id, pr)
 			}
@@ -414,17 +417,28 @@ func (ps *parser) rule(n *yaml.Node, section, id string) (rule, bool) {
 	return r, true
 }
 
-// warnSpecialCIDR warns when an allow cidr overlaps the built-in sets: the
-// special-range guard is lifted for the overlap, and metadata stays denied.
+// warnSpecialCIDR warns when an allow cidr overlaps the built-in sets. A
+// rule inside a special range opens that part of it (Decide step 3); a
+// rule broader than a special range does not open it at all, which is
+// worth saying since the rule reads as if it did; metadata stays denied.
 func (ps *parser) warnSpecialCIDR(v *yaml.Node, id string, pr netip.Prefix) {
-	var hits []string
-	for _, sr := range specialRanges {
-		if sr.prefix.Overlaps(pr) {
-			hits = append(hits, sr.prefix.String())
+	var broader []string
+	var inside *specialRange
+	for i := range specialRanges {
+		sr := &specialRanges[i]
+		switch {
+		case !sr.prefix.Overlaps(pr):
+		case pr.Bits() < sr.prefix.Bits():
+			broader = append(broader, sr.prefix.String())
+		case inside == nil || sr.prefix.Bits() > inside.prefix.Bits():
+			inside = sr
 		}
 	}
-	if len(hits) > 0 {
-		ps.warnf(v, "%s.cidr: %s overlaps special ranges (%s); flows there are allowed by this rule", id, pr, strings.Join(hits, ", "))
+	if inside != nil {
+		ps.warnf(v, "%s.cidr: %s is inside special range %s (%s); flows there that this rule matches are allowed", id, pr, inside.prefix, inside.what)
+	}
+	if len(broader) > 0 {
+		ps.warnf(v, "%s.cidr: %s does not open the special ranges inside it (%s); flows there stay denied unless a cidr rule inside the range or dns.hosts allows them", id, pr, strings.Join(broader, ", "))
 	}
 	for _, m := range metadataAddrs {
 		if pr.Contains(m.addr) {

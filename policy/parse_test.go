@@ -532,12 +532,41 @@ func TestParseWarnings(t *testing.T) {
 			src: "version: 1\ndeny:\n  - host: a.test\n",
 		},
 		{
-			why: "a broad allow cidr lifts the special-range guard",
+			why: "a broad allow cidr does not open the special ranges inside it",
 			src: "version: 1\nallow:\n  - cidr: 0.0.0.0/0\n    ports: [443]\n",
 			want: []string{
-				"test.yaml:3:11: allow[0].cidr: 0.0.0.0/0 overlaps special ranges (0.0.0.0/8, 10.0.0.0/8",
+				"test.yaml:3:11: allow[0].cidr: 0.0.0.0/0 does not open the special ranges inside it (0.0.0.0/8, 10.0.0.0/8, 100.64.0.0/10, 127.0.0.0/8, 169.254.0.0/16, 172.16.0.0/12, 192.0.0.0/24, 192.168.0.0/16, 198.18.0.0/15, 224.0.0.0/4, 240.0.0.0/4, 255.255.255.255/32); flows there stay denied unless a cidr rule inside the range or dns.hosts allows them",
 				"test.yaml:3:11: allow[0].cidr: 0.0.0.0/0 contains cloud metadata addresses; they stay denied",
 			},
+		},
+		{
+			why: "::/0 does not open the IPv6 special ranges",
+			src: "version: 1\nallow:\n  - cidr: \"::/0\"\n    ports: [443]\n",
+			want: []string{
+				"test.yaml:3:11: allow[0].cidr: ::/0 does not open the special ranges inside it (::/128, ::1/128, fc00::/7, fe80::/10, ff00::/8)",
+				"test.yaml:3:11: allow[0].cidr: ::/0 contains cloud metadata addresses",
+			},
+		},
+		{
+			why:  "a cidr inside a special range opens it, which is worth a word",
+			src:  "version: 1\nallow:\n  - cidr: 10.1.2.0/24\n    ports: [443]\n",
+			want: []string{"test.yaml:3:11: allow[0].cidr: 10.1.2.0/24 is inside special range 10.0.0.0/8 (private); flows there that this rule matches are allowed"},
+		},
+		{
+			why: "a cidr equal to a range opens it, but not a narrower range inside it",
+			src: "version: 1\nallow:\n  - cidr: 240.0.0.0/4\n    ports: [443]\n",
+			want: []string{
+				"test.yaml:3:11: allow[0].cidr: 240.0.0.0/4 is inside special range 240.0.0.0/4 (reserved)",
+				"test.yaml:3:11: allow[0].cidr: 240.0.0.0/4 does not open the special ranges inside it (255.255.255.255/32)",
+			},
+		},
+		{
+			why: "a deny cidr over special ranges needs no word",
+			src: "version: 1\ndeny:\n  - cidr: 0.0.0.0/0\n",
+		},
+		{
+			why: "a public cidr needs no word",
+			src: "version: 1\nallow:\n  - cidr: 203.0.113.0/24\n    ports: [443]\n",
 		},
 		{
 			why:  "a static answer that is a metadata address stays denied",
@@ -613,10 +642,18 @@ tls: {verify_sni: true}
 		`- {host: "app.test", proto: tcp, ports: [80, 443]}  # allow[0]`,
 		`- {cidr: "203.0.113.0/24", proto: tcp, ports: ["1000-2500"]}  # allow[1]`,
 		`- {host: "*.ads.test", proto: any}  # deny[0], all ports`,
+		"denied unless an allow cidr rule inside the range, or dns.hosts, covers the address",
 	} {
 		if !strings.Contains(a.Summary(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, a.Summary())
 		}
+	}
+	if s := DenyAll().Summary(); strings.Contains(s, "gateway's own") {
+		t.Errorf("DenyAll summary:\n%s", s)
+	}
+	local := DenyAll().WithLocal(netip.MustParsePrefix("10.0.2.0/24"), netip.MustParsePrefix("198.18.0.0/15")).Summary()
+	if !strings.Contains(local, "# the gateway's own addresses (10.0.2.0/24, 198.18.0.0/15) always denied: no rule opens them\n") {
+		t.Errorf("WithLocal summary:\n%s", local)
 	}
 }
 
@@ -638,6 +675,38 @@ func TestDenyAll(t *testing.T) {
 	}
 	if d := p.NameAllowed("app.test"); d.Verdict != Deny {
 		t.Errorf("NameAllowed = %v", d)
+	}
+}
+
+// TestWithLocalWarnings: allow cidr rules that overlap the gateway's own
+// addresses get a warning once WithLocal knows them, in file order with
+// the parse warnings.
+func TestWithLocalWarnings(t *testing.T) {
+	p := mustParse(t, "version: 1\nallow:\n  - cidr: 10.0.2.2/32\n    ports: [80]\n  - host: a.test\n  - cidr: 203.0.113.0/24\n    ports: [443]\n  - cidr: \"::/0\"\n    ports: [443]\ndeny:\n  - cidr: 10.0.2.0/24\n")
+	before := p.Warnings()
+	q := p.WithLocal(netip.MustParsePrefix("10.0.2.0/24"), netip.MustParsePrefix("fd00::/64"))
+	want := []string{
+		"test.yaml:3:11: allow[0].cidr: 10.0.2.2/32 is inside special range 10.0.0.0/8",
+		"test.yaml:3:11: allow[0].cidr: 10.0.2.2/32 overlaps 10.0.2.0/24, the gateway's own addresses: flows there stay denied (no rule opens them)",
+		"test.yaml:5:5: allow[1]: ports omitted",
+		"test.yaml:8:11: allow[3].cidr: ::/0 does not open",
+		"test.yaml:8:11: allow[3].cidr: ::/0 contains cloud metadata",
+		"test.yaml:8:11: allow[3].cidr: ::/0 overlaps fd00::/64, the gateway's own addresses",
+	}
+	got := q.Warnings()
+	if len(got) != len(want) {
+		t.Fatalf("warnings:\n%s\nwant %d", strings.Join(got, "\n"), len(want))
+	}
+	for i, w := range want {
+		if !strings.HasPrefix(got[i], w) {
+			t.Errorf("warning %d = %q, want prefix %q", i, got[i], w)
+		}
+	}
+	if !slices.Equal(p.Warnings(), before) {
+		t.Error("WithLocal changed the original's warnings")
+	}
+	if again := q.WithLocal(netip.MustParsePrefix("10.0.2.0/24")).Warnings(); !slices.Equal(again, got) {
+		t.Errorf("a prefix given twice warns twice:\n%s", strings.Join(again, "\n"))
 	}
 }
 

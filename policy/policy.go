@@ -21,7 +21,8 @@ const (
 // concurrent use, and slices it returns are copies the caller may keep.
 // Build one with Parse or DenyAll; derive one with WithLocal.
 type Policy struct {
-	sha string
+	sha  string
+	file string // the file name given to Parse, for warnings
 	// noMetadata skips decision step 1 (WithoutMetadataStep): only the
 	// lab's --break metadata sets it, to show the lab can fail.
 	noMetadata bool
@@ -32,7 +33,7 @@ type Policy struct {
 	verifySNI  bool
 	verifyHost bool
 	execAllow  []string
-	warnings   []string
+	warnings   []Error        // in file order
 	local      []netip.Prefix // WithLocal prefixes, masked
 }
 
@@ -77,6 +78,8 @@ type rule struct {
 	protos protoMask
 	ports  []portRange // sorted, merged; nil = every port
 	reason string      // precomputed "matches allow[0]: host app.test (tcp 80,443)"
+	// line and col locate the rule's host or cidr value, for warnings.
+	line, col int32
 }
 
 func (r *rule) isHost() bool { return r.host != "" }
@@ -252,6 +255,13 @@ func (s *ruleSet) matchHost(host string, w want, h *hit) {
 
 // matchAddr looks up the cidr rules containing a (zone-free, unmapped).
 func (s *ruleSet) matchAddr(a netip.Addr, w want, h *hit) {
+	s.matchAddrBits(a, 0, 129, w, h)
+}
+
+// matchAddrBits is matchAddr limited to rules whose prefix length is at
+// least lo and below hi. Given a range of length n holding a, lo = n finds
+// the rules inside the range and hi = n those broader than it.
+func (s *ruleSet) matchAddrBits(a netip.Addr, lo, hi int, w want, h *hit) {
 	if len(s.cidr) == 0 {
 		return
 	}
@@ -260,6 +270,12 @@ func (s *ruleSet) matchAddr(a netip.Addr, w want, h *hit) {
 		bits = s.bits4
 	}
 	for _, b := range bits {
+		if b >= hi {
+			continue
+		}
+		if b < lo {
+			return // longest first: the rest are broader still
+		}
 		p, err := a.Prefix(b)
 		if err != nil {
 			continue
@@ -329,25 +345,53 @@ func (p *Policy) VerifyHost() bool { return p.verifyHost }
 // marks a directory), or nil.
 func (p *Policy) ExecAllow() []string { return slices.Clone(p.execAllow) }
 
-// Warnings returns "FILE:LINE:COL: message" lines for things that parse but
-// deserve a second look, such as omitted ports. nil when there are none.
-func (p *Policy) Warnings() []string { return slices.Clone(p.warnings) }
+// Warnings returns "FILE:LINE:COL: message" lines, in file order, for things
+// that parse but deserve a second look, such as omitted ports or an allow
+// cidr rule that overlaps a WithLocal prefix. nil when there are none.
+func (p *Policy) Warnings() []string {
+	if len(p.warnings) == 0 {
+		return nil
+	}
+	out := make([]string, len(p.warnings))
+	for i, w := range p.warnings {
+		out[i] = w.Error()
+	}
+	return out
+}
 
-// WithLocal returns a copy of p that also guards the given prefixes as
-// special ranges (the gateway's own subnets). p is not changed. Invalid
-// prefixes are ignored; IPv4-mapped prefixes are read as IPv4.
+// WithLocal returns a copy of p that also guards the given prefixes: the
+// gateway's own addresses (its subnets and its fake-IP pools). Unlike the
+// special ranges, no rule and no dns.hosts entry opens them: a flow to an
+// address in one, or embedding one, is denied at step 3 of Decide with rule
+// builtin:special-range, whatever the allow rules say. p is not changed.
+// Invalid prefixes are ignored; IPv4-mapped prefixes are read as IPv4. The
+// copy's Warnings add one for each allow cidr rule overlapping a new prefix.
 func (p *Policy) WithLocal(prefixes ...netip.Prefix) *Policy {
 	q := *p
 	q.local = slices.Clone(p.local)
+	q.warnings = slices.Clone(p.warnings)
 	for _, pr := range prefixes {
 		if !pr.IsValid() {
 			continue
 		}
 		pr = unmapPrefix(pr.Masked())
-		if !slices.Contains(q.local, pr) {
-			q.local = append(q.local, pr)
+		if slices.Contains(q.local, pr) {
+			continue
+		}
+		q.local = append(q.local, pr)
+		for i := range p.allow.rules {
+			r := &p.allow.rules[i]
+			if r.isHost() || !r.prefix.IsValid() || !r.prefix.Overlaps(pr) {
+				continue
+			}
+			q.warnings = append(q.warnings, Error{
+				File: p.file, Line: int(r.line), Col: int(r.col),
+				Msg: r.id + ".cidr: " + r.prefix.String() + " overlaps " + pr.String() +
+					", the gateway's own addresses: flows there stay denied (no rule opens them)",
+			})
 		}
 	}
+	slices.SortStableFunc(q.warnings, compareErrors)
 	return &q
 }
 

@@ -83,11 +83,17 @@ func (p *Policy) Summary() string {
 		}
 		b.WriteString(s.prefix.String())
 	}
-	for _, l := range p.local {
-		b.WriteString(", ")
-		b.WriteString(l.String())
+	b.WriteString(") denied unless an allow cidr rule inside the range, or dns.hosts, covers the address\n")
+	if len(p.local) > 0 {
+		b.WriteString("# the gateway's own addresses (")
+		for i, l := range p.local {
+			if i > 0 {
+				b.WriteString(", ")
+			}
+			b.WriteString(l.String())
+		}
+		b.WriteString(") always denied: no rule opens them\n")
 	}
-	b.WriteString(") denied unless an allow cidr rule or dns.hosts covers the address\n")
 	return b.String()
 }
 
