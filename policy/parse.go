@@ -155,6 +155,7 @@ func (ps *parser) document(data []byte, p *Policy) {
 				"allow": func(k, v *yaml.Node) { p.execAllow = ps.execPaths(v) },
 			})
 		},
+		"filesystem": func(k, v *yaml.Node) { ps.filesystem(v, p) },
 	})
 	if root.Kind == yaml.MappingNode && !sawVersion {
 		ps.errf(root, "version: missing; a policy starts with version: 1")

@@ -354,6 +354,81 @@ func TestParseErrors(t *testing.T) {
 			want: []string{"2:16: exec.allow[0]: \"usr/bin/\" is not an absolute path"},
 		},
 		{
+			why:  "filesystem keys are write and hide",
+			src:  "version: 1\nfilesystem:\n  read: [/srv]\n",
+			want: []string{`3:3: filesystem: unknown key "read"; expected hide or write`},
+		},
+		{
+			why:  "filesystem is a mapping",
+			src:  "version: 1\nfilesystem: [/srv]\n",
+			want: []string{"2:13: filesystem: expected a mapping, found a list"},
+		},
+		{
+			why:  "duplicate filesystem keys are errors",
+			src:  "version: 1\nfilesystem:\n  write: [/srv]\n  write: [/opt]\n",
+			want: []string{`4:3: filesystem: duplicate key "write" (first at line 3)`},
+		},
+		{
+			why:  "filesystem paths are a list",
+			src:  "version: 1\nfilesystem: {write: /srv}\n",
+			want: []string{"2:21: filesystem.write: expected a list, found a string"},
+		},
+		{
+			why:  "filesystem paths are strings",
+			src:  "version: 1\nfilesystem: {hide: [1]}\n",
+			want: []string{"2:21: filesystem.hide[0]: expected a string, found an integer"},
+		},
+		{
+			why:  "a relative write path is an error",
+			src:  "version: 1\nfilesystem:\n  write: [proj]\n",
+			want: []string{`3:11: filesystem.write[0]: "proj" is not an absolute path; start it with / or ~/`},
+		},
+		{
+			why:  "a relative hide path is an error",
+			src:  "version: 1\nfilesystem:\n  hide: [./.ssh]\n",
+			want: []string{`3:10: filesystem.hide[0]: "./.ssh" is not an absolute path`},
+		},
+		{
+			why:  "the root is never writable",
+			src:  "version: 1\nfilesystem:\n  write: [/]\n",
+			want: []string{`3:11: filesystem.write[0]: "/" is the root: the whole host cannot be writable`},
+		},
+		{
+			why:  "the root is caught after cleaning too",
+			src:  "version: 1\nfilesystem:\n  write: [\"/usr/..//\"]\n",
+			want: []string{`3:11: filesystem.write[0]: "/usr/..//" is the root: the whole host cannot be writable`},
+		},
+		{
+			why:  "the root cannot be hidden",
+			src:  "version: 1\nfilesystem:\n  hide: [/]\n",
+			want: []string{`3:10: filesystem.hide[0]: "/" is the root: the whole host cannot be hidden`},
+		},
+		{
+			why:  "~user is not expanded",
+			src:  "version: 1\nfilesystem:\n  write: [~root/x]\n",
+			want: []string{`3:11: filesystem.write[0]: "~root/x": only ~ (your home) is expanded, not ~user`},
+		},
+		{
+			why:  "a home path may not climb out of home",
+			src:  "version: 1\nfilesystem:\n  write: [~/../other]\n",
+			want: []string{`3:11: filesystem.write[0]: "~/../other" leaves the home directory; write an absolute path`},
+		},
+		{
+			why:  "a NUL byte is not part of a path",
+			src:  "version: 1\nfilesystem:\n  hide: [\"/a\\0b\"]\n",
+			want: []string{"3:10: filesystem.hide[0]: path contains a NUL byte"},
+		},
+		{
+			why:  "an over-long path is an error",
+			src:  "version: 1\nfilesystem:\n  hide: [/" + strings.Repeat("a", 4096) + "]\n",
+			want: []string{"3:10: filesystem.hide[0]: path longer than 4096 bytes"},
+		},
+		{
+			why:  "a path both writable and hidden is an error, compared cleaned",
+			src:  "version: 1\nfilesystem:\n  write: [~/proj, /srv]\n  hide: [\"~/proj/\"]\n",
+			want: []string{"4:10: filesystem.hide: ~/proj is also in filesystem.write (line 3); a path is writable or hidden, not both"},
+		},
+		{
 			why:  "YAML syntax errors carry the line",
 			src:  "version: 1\nallow:\n  - host: a.test\n   ports: [80\n",
 			want: []string{":1: yaml: "},
@@ -569,6 +644,15 @@ func TestParseWarnings(t *testing.T) {
 			src: "version: 1\nallow:\n  - cidr: 203.0.113.0/24\n    ports: [443]\n",
 		},
 		{
+			why:  "the whole home directory writable is worth a word",
+			src:  "version: 1\nfilesystem:\n  write: [\"~\", /srv]\n",
+			want: []string{"test.yaml:3:11: filesystem.write[0]: ~ makes the whole home directory writable"},
+		},
+		{
+			why: "hiding the home directory is fine",
+			src: "version: 1\nfilesystem:\n  hide: [\"~\"]\n",
+		},
+		{
 			why:  "a static answer that is a metadata address stays denied",
 			src:  "version: 1\ndns:\n  hosts:\n    meta.test: [\"::ffff:169.254.169.254\"]\n",
 			want: []string{"test.yaml:4:17: dns.hosts.meta.test[0]: 169.254.169.254 is a cloud metadata address"},
@@ -610,6 +694,9 @@ deny:
 dns:
   upstream: [127.0.0.53]
   hosts: {b.test: [127.0.0.2], a.test: [127.0.0.1]}
+filesystem:
+  write: ["~/proj/", "/srv//data", "~/proj"]
+  hide: ["~/./.ssh"]
 `)
 	b := mustParse(t, `
 version: 1
@@ -624,6 +711,7 @@ dns:
     a.test: [127.0.0.1]
     b.test: [127.0.0.2]
 tls: {verify_sni: true}
+filesystem: {hide: ["~/.ssh"], write: ["~/proj", /srv/data/]}
 `)
 	if a.Summary() != b.Summary() {
 		t.Errorf("equivalent policies differ:\n%s\n---\n%s", a.Summary(), b.Summary())
@@ -642,13 +730,14 @@ tls: {verify_sni: true}
 		`- {host: "app.test", proto: tcp, ports: [80, 443]}  # allow[0]`,
 		`- {cidr: "203.0.113.0/24", proto: tcp, ports: ["1000-2500"]}  # allow[1]`,
 		`- {host: "*.ads.test", proto: any}  # deny[0], all ports`,
+		"filesystem:\n  write:\n    - \"~/proj\"\n    - \"/srv/data\"\n  hide:\n    - \"~/.ssh\"\n",
 		"denied unless an allow cidr rule inside the range, or dns.hosts, covers the address",
 	} {
 		if !strings.Contains(a.Summary(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, a.Summary())
 		}
 	}
-	if s := DenyAll().Summary(); strings.Contains(s, "gateway's own") {
+	if s := DenyAll().Summary(); !strings.Contains(s, "# filesystem: no write or hide paths\n") || strings.Contains(s, "gateway's own") {
 		t.Errorf("DenyAll summary:\n%s", s)
 	}
 	local := DenyAll().WithLocal(netip.MustParsePrefix("10.0.2.0/24"), netip.MustParsePrefix("198.18.0.0/15")).Summary()
@@ -767,6 +856,64 @@ func TestBounds(t *testing.T) {
 			}
 			if got := (*errs)[0].Error(); !strings.HasPrefix(got, tt.want) {
 				t.Errorf("error %q, want prefix %q", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestFilesystem(t *testing.T) {
+	p := mustParse(t, `
+version: 1
+filesystem:
+  write: ["~/proj/", /srv//data/, "~/proj", "~//cache/../tmp"]
+  hide: ["~/.ssh", "~/.aws/./credentials", /etc/shadow]
+`)
+	fs, err := p.Filesystem("/home/u/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/home/u/proj", "/srv/data", "/home/u/tmp"}; !slices.Equal(fs.Write, want) {
+		t.Errorf("Write = %q, want %q", fs.Write, want)
+	}
+	if want := []string{"/home/u/.ssh", "/home/u/.aws/credentials", "/etc/shadow"}; !slices.Equal(fs.Hide, want) {
+		t.Errorf("Hide = %q, want %q", fs.Hide, want)
+	}
+	fs.Write[0] = "/"
+	if again, _ := p.Filesystem("/home/u"); again.Write[0] != "/home/u/proj" {
+		t.Error("Filesystem returned the policy's own slice")
+	}
+
+	tests := []struct {
+		why  string
+		src  string
+		home string
+		want []string // Write, then Hide; or nil with err
+		err  string
+	}{
+		{"no section, no paths", "version: 1\n", "", nil, ""},
+		{"absolute paths need no home", "version: 1\nfilesystem: {write: [/srv], hide: [/etc/ssh]}\n", "", []string{"/srv", "/etc/ssh"}, ""},
+		{"~ needs a home", "version: 1\nfilesystem: {write: [~/proj]}\n", "", nil, `filesystem.write: ~/proj needs the home directory, and "" is not an absolute path`},
+		{"~ needs an absolute home", "version: 1\nfilesystem: {hide: [~/.ssh]}\n", "home/u", nil, `filesystem.hide: ~/.ssh needs the home directory, and "home/u" is not an absolute path`},
+		{"a home of / may not make the whole host writable", "version: 1\nfilesystem: {write: [\"~\"]}\n", "/", nil, "filesystem.write: ~ expands to /: the whole host cannot be writable"},
+		{"nor hidden", "version: 1\nfilesystem: {hide: [\"~\"]}\n", "/", nil, "filesystem.hide: ~ expands to /: the whole host cannot be hidden"},
+		{"a home of / is fine below it", "version: 1\nfilesystem: {write: [~/srv]}\n", "/", []string{"/srv"}, ""},
+		{"written and hidden once expanded", "version: 1\nfilesystem: {write: [~/x], hide: [/home/u/x]}\n", "/home/u", nil, "filesystem: /home/u/x is both in write and in hide; a path is writable or hidden, not both"},
+		{"the same path twice once expanded is listed once", "version: 1\nfilesystem: {write: [~/x, /home/u/x]}\n", "/home/u", []string{"/home/u/x"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.why, func(t *testing.T) {
+			fs, err := mustParse(t, tt.src).Filesystem(tt.home)
+			if tt.err != "" {
+				if err == nil || err.Error() != tt.err {
+					t.Fatalf("Filesystem(%q) = %q, %v; want error %q", tt.home, fs, err, tt.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := append(fs.Write, fs.Hide...); !slices.Equal(got, tt.want) {
+				t.Errorf("Filesystem(%q) = %q, want %q", tt.home, got, tt.want)
 			}
 		})
 	}

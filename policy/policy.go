@@ -33,6 +33,8 @@ type Policy struct {
 	verifySNI  bool
 	verifyHost bool
 	execAllow  []string
+	fsWrite    []string       // filesystem.write, cleaned: "/abs", "~" or "~/rel"
+	fsHide     []string       // filesystem.hide, the same forms
 	warnings   []Error        // in file order
 	local      []netip.Prefix // WithLocal prefixes, masked
 }

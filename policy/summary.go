@@ -64,6 +64,13 @@ func (p *Policy) Summary() string {
 	} else {
 		b.WriteString("# exec: the command and its interpreter only\n")
 	}
+	if len(p.fsWrite) > 0 || len(p.fsHide) > 0 {
+		b.WriteString("filesystem:\n")
+		writePaths(&b, "write", p.fsWrite)
+		writePaths(&b, "hide", p.fsHide)
+	} else {
+		b.WriteString("# filesystem: no write or hide paths\n")
+	}
 	b.WriteString("# built in: cloud metadata (")
 	for i, m := range metadataAddrs {
 		if i > 0 {
@@ -95,6 +102,16 @@ func (p *Policy) Summary() string {
 		b.WriteString(") always denied: no rule opens them\n")
 	}
 	return b.String()
+}
+
+func writePaths(b *strings.Builder, key string, paths []string) {
+	if len(paths) == 0 {
+		return
+	}
+	b.WriteString("  " + key + ":\n")
+	for _, x := range paths {
+		b.WriteString("    - " + strconv.Quote(x) + "\n")
+	}
 }
 
 func writeRules(b *strings.Builder, section string, rules []rule) {
