@@ -55,11 +55,33 @@ func addrOf(a tcpip.Address) netip.Addr {
 
 // decideOne asks the current policy about f; no policy denies.
 func (g *Gateway) decideOne(f policy.Flow) policy.Decision {
-	p := g.policy()
+	p := g.guardedPolicy()
 	if p == nil {
 		return policy.Decision{Verdict: policy.Deny, Rule: "default", Reason: "no policy loaded"}
 	}
 	return p.Decide(f)
+}
+
+// guardedPolicy pairs a policy from Config.Policy with its WithLocal copy.
+type guardedPolicy struct{ src, p *policy.Policy }
+
+// guardedPolicy returns the current policy with the gateway's own
+// addresses guarded (Policy.WithLocal: its prefixes and the fake-IP
+// pools), so that no policy, however it was built, can make the gateway
+// dial them: a flow to a fake address is a flow to its name, and anything
+// else there is the gateway itself. The copy is made once per policy the
+// source returns, not per flow. nil when there is no policy.
+func (g *Gateway) guardedPolicy() *policy.Policy {
+	src := g.policy()
+	if src == nil {
+		return nil
+	}
+	if c := g.guarded.Load(); c != nil && c.src == src {
+		return c.p
+	}
+	c := &guardedPolicy{src: src, p: src.WithLocal(g.own...)}
+	g.guarded.Store(c)
+	return c.p
 }
 
 // classify takes the pure first step of a decision. For an IP flow it is

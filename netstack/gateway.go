@@ -119,7 +119,10 @@ type Config struct {
 	// Network is the address plan; zero means DefaultNetwork.
 	Network Network
 	// Policy returns the current policy; it is called once per new flow,
-	// typically an atomic.Pointer's Load. A nil result denies.
+	// typically an atomic.Pointer's Load. A nil result denies. The gateway
+	// decides with the policy's WithLocal copy guarding Network's two
+	// prefixes and the fake-IP pools (FakePools), made once per policy
+	// returned: whatever the policy allows, nothing there is dialled.
 	Policy func() *policy.Policy
 	// Audit receives every decision; nil discards them. Each TCP or UDP
 	// flow gets one flow record: "allow" once its upstream is dialed
@@ -211,6 +214,12 @@ type Gateway struct {
 	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 	pcap   *pcapWriter
 
+	// own are the gateway's own addresses (its two prefixes and the
+	// fake-IP pools); guarded caches the current policy with them
+	// guarded (see guardedPolicy).
+	own     []netip.Prefix
+	guarded atomic.Pointer[guardedPolicy]
+
 	// ctx is cancelled by Close; every flow and dial runs under it.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -288,6 +297,8 @@ func New(cfg Config) (*Gateway, error) {
 		workers:    newWorkers(keptWorkers),
 		dnsSlots:   make(chan struct{}, dnsMaxInFlight),
 	}
+	v4pool, v6pool := FakePools()
+	g.own = []netip.Prefix{n.Prefix4, n.Prefix6, v4pool, v6pool}
 	if g.audit == nil {
 		g.audit = discard{}
 	}
