@@ -5,10 +5,12 @@ import (
 	"flag"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"strconv"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 )
 
@@ -25,21 +27,45 @@ func printPolicyError(e env, err error) {
 	e.errorf("%v", err)
 }
 
-// cmdCheck: nsgate check FILE.
+// ownPrefixes returns the gateway's own addresses for Policy.WithLocal:
+// the worker's subnets (v4, v6; masked here) and the fake-IP pools. No
+// policy rule opens them.
+func ownPrefixes(v4, v6 netip.Prefix) []netip.Prefix {
+	pool4, pool6 := netstack.FakePools()
+	return []netip.Prefix{v4.Masked(), v6.Masked(), pool4, pool6}
+}
+
+// cmdCheck: nsgate check FILE. It validates FILE as `run` would load it,
+// prints the warnings (including allow cidr rules that overlap the
+// gateway's own addresses under run's default network) and the normalized
+// summary, followed by the filesystem paths expanded for the caller.
 func cmdCheck(e env, args []string) int {
 	if len(args) != 1 || args[0] == "" || args[0][0] == '-' {
 		e.errorf("usage: nsgate check FILE")
 		return exitUsage
 	}
-	p, err := loadPolicy(args[0])
+	p, err := policy.Load(args[0])
 	if err != nil {
 		printPolicyError(e, err)
 		return exitUsage
 	}
+	p = p.WithLocal(ownPrefixes(guestV4, guestV6)...)
 	for _, w := range p.Warnings() {
 		fmt.Fprintln(e.stderr, "warning: "+w)
 	}
 	fmt.Fprint(e.stdout, p.Summary())
+	home, _ := os.UserHomeDir()
+	fs, err := p.Filesystem(home)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "warning: "+err.Error())
+		return 0
+	}
+	for _, w := range fs.Write {
+		fmt.Fprintln(e.stdout, "# filesystem write: "+w)
+	}
+	for _, h := range fs.Hide {
+		fmt.Fprintln(e.stdout, "# filesystem hide: "+h)
+	}
 	return 0
 }
 
@@ -79,12 +105,14 @@ func cmdExplain(e env, args []string) int {
 		e.errorf("explain: port %q: want 1 to 65535", portStr)
 		return exitUsage
 	}
-	p, err := loadPolicy(*file)
-	if err != nil {
-		printPolicyError(e, err)
-		return exitUsage
+	p := policy.DenyAll()
+	if *file != "" {
+		if p, err = policy.Load(*file); err != nil {
+			printPolicyError(e, err)
+			return exitUsage
+		}
 	}
-	d, err := p.WithLocal(guestV4.Masked(), guestV6.Masked()).Explain(pr, host, uint16(port))
+	d, err := p.WithLocal(ownPrefixes(guestV4, guestV6)...).Explain(pr, host, uint16(port))
 	if err != nil {
 		e.errorf("explain: %v", err)
 		return exitUsage
