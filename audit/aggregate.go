@@ -1,25 +1,93 @@
 package audit
 
 import (
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
-// Aggregation of repeated denials (SPEC §7, last bullet).
+// Aggregation: the worker cannot grow the log faster than a bound that
+// nsgate sets (SPEC §8, "The audit fails closed" and the volume bound).
 //
-// Deny events of type Flow, Packet and DNS are keyed by what makes them "the
-// same denial" for a reader: event type, action, protocol, source address
-// without its port, destination, host, rule (Packet: reason; DNS: qname,
-// qtype, rule). Within one window the first event of a key is logged at once
-// and later ones only bump a counter; when the window ends one record with
-// count = number folded is written. The table holds at most Options.AggKeys
-// keys; past that, new keys fold into one overflow entry per event type.
+// Every event a worker can repeat at will is keyed by what makes two of
+// them "the same record" for a reader:
+//
+//   - flow (deny): proto, source address without its port, destination,
+//     host, rule;
+//   - flow (allow): the same, plus the upstream dialled and the first
+//     refused answer;
+//   - packet (deny): proto, source without port, destination, reason;
+//   - dns: action, qname, qtype, rule and the first answer (the gateway
+//     gives at most one);
+//   - flow_end: the flow record it names, and its error;
+//   - l7: action, the flow record it names, host, sni, http_host, reason;
+//   - exec: action, path, reason (not the pid).
+//
+// Within one window (Options.Window, default 1 s) from a key's first event,
+// that event is written at once and later ones are counted; when the window
+// ends one record with count = number folded is written (a copy of the
+// first folded event). Denials of flows, packets and names are keyed from
+// their first occurrence, as they always have been. The other kinds (all
+// of the above but those denials) are first written one by one, as they
+// come, while the window's burst lasts: Options.Burst records per window
+// across all of them (default 256). So an ordinary run reads as it did
+// before, and a flood of them is keyed and folded as soon as it exceeds the
+// burst. Only actions "allow" and "deny" are aggregated (no other exists).
+//
+// Folded allowed flows still need a record for their flow_end and l7
+// records to name: Log returns the seq of the record that stands for them,
+// the first of their key's window, and the end-of-window aggregate names it
+// too (its "flow" member). Their flow_end records, all naming that seq,
+// fold in turn: the aggregate flow_end has count = flow ends folded,
+// bytes_out and bytes_in summed over them and duration_ms the longest, so
+// the totals per flow record stay exact.
+//
+// The table holds at most Options.AggKeys keys; past that, new keys fold
+// into one overflow entry per event type and action. So a window holds at
+// most Burst + AggKeys + a few overflow records written at once and as
+// many aggregates: a worker cannot cause more than about Burst + 2 ×
+// AggKeys records per window, whatever it does (docs/threat-model.md,
+// "Audit volume").
 
-// aggKey identifies one kind of denial. All fields are substrings of the
-// event's own fields, so building a key does not allocate.
+// aggKey identifies one kind of record. All fields are substrings of the
+// event's own fields, so building a key does not allocate. kind is the event
+// type and action (see kindOf); the meaning of a..g depends on the event
+// (see aggKeyOf). Few string members keep hashing it cheap.
 type aggKey struct {
-	event, action, proto, src, dst, host, rule, qname, qtype string
-	overflow                                                 bool
+	kind                uint8
+	overflow            bool
+	n                   uint64
+	a, b, c, d, e, f, g string
+}
+
+// Aggregation styles.
+const (
+	aggNone   = iota // written as it comes
+	aggDeny          // folds from the second occurrence in a window
+	aggRepeat        // written one by one while the window's burst lasts; then folds
+)
+
+// Event kinds of aggregation keys: the event type times 2, plus 1 for
+// "deny" (0: "allow"). Events with another action are not aggregated.
+const (
+	kindFlow = iota * 2
+	kindPacket
+	kindDNS
+	kindFlowEnd
+	kindL7
+	kindExec
+)
+
+// actionBit is 0 for "allow", 1 for "deny"; ok is false for other actions.
+func actionBit(action string) (bit uint8, ok bool) {
+	switch action {
+	case "allow":
+		return 0, true
+	case "deny":
+		return 1, true
+	}
+	return 0, false
 }
 
 // aggEntry is one key's state in the current window.
@@ -27,66 +95,172 @@ type aggEntry struct {
 	start time.Time // when the window for this key began
 	count uint64    // events folded since start
 	first Event     // the first event folded (nil while count is 0)
+	seq   uint64    // the record that stands for the key's events (0: none yet)
+	// flow_end sums over the folded events.
+	out, in, dur int64
 }
 
-// aggKeyOf returns the aggregation key of ev and true when ev is a deny event
-// that is aggregated. ev must already be normalized (no pointers).
-func aggKeyOf(ev Event) (aggKey, bool) {
+// aggStyle says how ev is aggregated, without building its key. ev must
+// already be normalized (no pointers).
+func aggStyle(ev Event) int {
+	var action string
 	switch e := ev.(type) {
 	case Flow:
-		if e.Action != "deny" {
-			return aggKey{}, false
-		}
-		return aggKey{event: "flow", action: e.Action, proto: e.Proto, src: HostOnly(e.Src),
-			dst: e.Dst, host: e.Host, rule: e.Rule}, true
+		action = e.Action
 	case Packet:
 		if e.Action != "deny" {
-			return aggKey{}, false
+			return aggNone
 		}
-		return aggKey{event: "packet", action: e.Action, proto: e.Proto, src: HostOnly(e.Src),
-			dst: e.Dst, rule: e.Reason}, true
+		return aggDeny
 	case DNS:
-		if e.Action != "deny" {
-			return aggKey{}, false
-		}
-		return aggKey{event: "dns", action: e.Action, qname: e.QName, qtype: e.QType, rule: e.Rule}, true
+		action = e.Action
+	case FlowEnd:
+		return aggRepeat
+	case L7:
+		action = e.Action
+	case Exec:
+		action = e.Action
+	default:
+		return aggNone
 	}
-	return aggKey{}, false
+	bit, ok := actionBit(action)
+	switch {
+	case !ok:
+		return aggNone
+	case bit == 1 && !isRepeatKind(ev):
+		return aggDeny
+	}
+	return aggRepeat
+}
+
+// isRepeatKind reports whether ev's denials fold like its other records
+// (l7, exec) rather than from their second occurrence (flow, dns).
+func isRepeatKind(ev Event) bool {
+	switch ev.(type) {
+	case L7, Exec:
+		return true
+	}
+	return false
+}
+
+// aggKeyOf returns the aggregation key of ev, which aggStyle says is
+// aggregated.
+func aggKeyOf(ev Event) aggKey {
+	switch e := ev.(type) {
+	case Flow:
+		bit, _ := actionBit(e.Action)
+		k := aggKey{kind: kindFlow + bit, a: e.Proto, b: HostOnly(e.Src), c: e.Dst, d: e.Host, e: e.Rule}
+		if bit == 0 {
+			k.f = e.Upstream
+			if len(e.Refused) > 0 {
+				k.g = e.Refused[0]
+			}
+		}
+		return k
+	case Packet:
+		return aggKey{kind: kindPacket + 1, a: e.Proto, b: HostOnly(e.Src), c: e.Dst, e: e.Reason}
+	case DNS:
+		bit, _ := actionBit(e.Action)
+		k := aggKey{kind: kindDNS + bit, a: e.QName, b: e.QType, e: e.Rule}
+		if len(e.Answer) > 0 {
+			k.c = e.Answer[0]
+			k.n = uint64(len(e.Answer))
+		}
+		return k
+	case FlowEnd:
+		return aggKey{kind: kindFlowEnd, n: e.FlowSeq, a: e.Error}
+	case L7:
+		bit, _ := actionBit(e.Action)
+		return aggKey{kind: kindL7 + bit, n: e.FlowSeq, a: e.Host, b: e.SNI, c: e.HTTPHost, d: e.Reason}
+	case Exec:
+		bit, _ := actionBit(e.Action)
+		return aggKey{kind: kindExec + bit, a: e.Path, b: e.Reason}
+	}
+	return aggKey{}
+}
+
+// standsFor reports whether a folded ev is represented by its key's first
+// record, whose seq Log then returns: an allowed flow, whose flow_end and
+// l7 records must name a flow record.
+func standsFor(ev Event) bool {
+	f, ok := ev.(Flow)
+	return ok && f.Action != "deny"
 }
 
 // overflowKey is the key that events of k's type fold into when the table is
 // full.
 func overflowKey(k aggKey) aggKey {
-	return aggKey{event: k.event, action: k.action, overflow: true}
+	return aggKey{kind: k.kind, overflow: true}
+}
+
+// fold counts ev into e.
+func (e *aggEntry) fold(ev Event) {
+	e.count++
+	if e.first == nil {
+		e.first = ev
+	}
+	if fe, ok := ev.(FlowEnd); ok {
+		e.out += fe.BytesOut
+		e.in += fe.BytesIn
+		e.dur = max(e.dur, fe.DurationMS)
+	}
+}
+
+// restart begins a new window at now.
+func (e *aggEntry) restart(now time.Time) {
+	*e = aggEntry{start: now}
 }
 
 // aggregateEvent returns the record written at the end of a window: the first
-// folded event with Count set. For an overflow entry the fields that differ
-// between the folded events are cleared, so the record does not claim that
-// every one of them had the first one's source, destination or name.
-func aggregateEvent(ev Event, n uint64, overflow bool) Event {
-	const why = "aggregate of distinct denials past the aggregation table bound"
-	switch e := ev.(type) {
+// folded event with Count set (and, for flow_end, the sums). For an overflow
+// entry the fields that differ between the folded events are cleared, so the
+// record does not claim that every one of them had the first one's source,
+// destination, name or path.
+func aggregateEvent(e *aggEntry, overflow bool) Event {
+	const why = "aggregate of distinct records past the aggregation table bound"
+	n := e.count
+	switch ev := e.first.(type) {
 	case Flow:
 		if overflow {
-			return Flow{Action: e.Action, Reason: why, Count: n}
+			ev = Flow{Action: ev.Action, Reason: why}
 		}
-		e.Count = n
-		return e
+		ev.Count = n
+		if ev.Action != "deny" {
+			ev.FlowSeq = e.seq
+		}
+		return ev
 	case Packet:
 		if overflow {
-			return Packet{Action: e.Action, Reason: why, Count: n}
+			return Packet{Action: ev.Action, Reason: why, Count: n}
 		}
-		e.Count = n
-		return e
+		ev.Count = n
+		return ev
 	case DNS:
 		if overflow {
-			return DNS{Action: e.Action, Count: n}
+			return DNS{Action: ev.Action, Count: n}
 		}
-		e.Count = n
-		return e
+		ev.Count = n
+		return ev
+	case FlowEnd:
+		out := FlowEnd{FlowSeq: ev.FlowSeq, BytesOut: e.out, BytesIn: e.in, DurationMS: e.dur, Error: ev.Error, Count: n}
+		if overflow {
+			out.FlowSeq, out.Error = 0, ""
+		}
+		return out
+	case L7:
+		if overflow {
+			return L7{Action: ev.Action, Reason: why, Count: n}
+		}
+		ev.Count = n
+		return ev
+	case Exec:
+		if overflow {
+			return Exec{Action: ev.Action, Reason: why, Count: n}
+		}
+		ev.Count = n
+		return ev
 	}
-	return ev
+	return e.first
 }
 
 // HostOnly strips a port from "ip:port" or "[ipv6]:port"; anything else is
@@ -107,8 +281,9 @@ func HostOnly(s string) string {
 
 // normalize replaces a pointer to one of this package's event types with
 // the value it points to, so that the Logger never holds memory the caller
-// may change and aggregation sees one representation. A nil pointer gives
-// nil. Other events are returned unchanged (and do not allocate).
+// may change and aggregation sees one representation, and clips
+// worker-controlled strings that may be long (see clipEvent). A nil pointer
+// gives nil. Other events are returned unchanged (and do not allocate).
 func normalize(ev Event) Event {
 	switch e := ev.(type) {
 	case *Start:
@@ -120,19 +295,67 @@ func normalize(ev Event) Event {
 	case *FlowEnd:
 		return derefOrNil(e)
 	case *L7:
-		return derefOrNil(e)
+		if e == nil {
+			return nil
+		}
+		return clipEvent(*e)
 	case *Packet:
 		return derefOrNil(e)
 	case *Exec:
-		return derefOrNil(e)
+		if e == nil {
+			return nil
+		}
+		return clipEvent(*e)
 	case *Inbound:
 		return derefOrNil(e)
 	case *Policy:
 		return derefOrNil(e)
 	case *Exit:
 		return derefOrNil(e)
+	case Exec, L7:
+		return clipEvent(e)
 	}
 	return ev
+}
+
+// MaxField bounds the strings of a record that the worker chooses and that
+// nothing else bounds: an exec's path and reason (a path may be 4 KiB, and
+// the reason quotes it), an l7 record's sni, http_host and reason. A longer
+// one is cut at MaxField bytes and marked "…(N more bytes)". With the
+// aggregation bound this bounds the bytes a worker can make nsgate write,
+// not only the records (docs/threat-model.md, "Audit volume"). Names
+// (qname, host) are at most 253 bytes by construction.
+const MaxField = 512
+
+// clipEvent clips ev's long worker-controlled strings (see MaxField). It
+// allocates only when one is too long.
+func clipEvent(ev Event) Event {
+	switch e := ev.(type) {
+	case Exec:
+		if len(e.Path) > MaxField || len(e.Reason) > MaxField {
+			e.Path, e.Reason = clip(e.Path), clip(e.Reason)
+			return e
+		}
+	case L7:
+		if len(e.SNI) > MaxField || len(e.HTTPHost) > MaxField || len(e.Reason) > MaxField {
+			e.SNI, e.HTTPHost, e.Reason = clip(e.SNI), clip(e.HTTPHost), clip(e.Reason)
+			return e
+		}
+	}
+	return ev
+}
+
+// clip cuts s to at most MaxField bytes (at a rune boundary) and says how
+// much was cut.
+func clip(s string) string {
+	if len(s) <= MaxField {
+		return s
+	}
+	cut := MaxField
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)-cut) + " more bytes)"
 }
 
 func derefOrNil[T Event](p *T) Event {

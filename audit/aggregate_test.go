@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 func TestFloodIsAggregated(t *testing.T) {
@@ -109,27 +111,42 @@ func TestAggregationKeys(t *testing.T) {
 		{"rule", "a different rule is a different reason", base, with(func(f *Flow) { f.Rule = "default" }), false},
 		{"host", "each refused name is reported", base, with(func(f *Flow) { f.Host = "evil.test" }), false},
 		{"proto", "udp and tcp are reported apart", base, with(func(f *Flow) { f.Proto = "udp" }), false},
-		{"allowed flows", "allowed flows are never folded: each has a flow_end",
-			with(func(f *Flow) { f.Action = "allow" }), with(func(f *Flow) { f.Action = "allow" }), false},
+		{"allowed flows", "allowed flows fold too (Log then returns the first one's seq)",
+			with(func(f *Flow) { f.Action = "allow" }), with(func(f *Flow) { f.Action = "allow"; f.Src = "10.0.2.100:2" }), true},
+		{"allowed flows upstream", "an allowed flow dialled elsewhere is another story",
+			with(func(f *Flow) { f.Action = "allow"; f.Upstream = "203.0.113.1:80" }), with(func(f *Flow) { f.Action = "allow"; f.Upstream = "203.0.113.2:80" }), false},
 		{"dns same", "repeated NXDOMAINs fold", dns, dns, true},
 		{"dns qtype", "A and AAAA are reported apart", dns, DNS{Action: "deny", QName: "evil.test", QType: "AAAA", Rule: "default"}, false},
 		{"dns qname", "each refused name is reported", dns, DNS{Action: "deny", QName: "evil2.test", QType: "A", Rule: "default"}, false},
-		{"dns allow", "allowed answers are never folded", DNS{Action: "allow", QName: "a.test", QType: "A"}, DNS{Action: "allow", QName: "a.test", QType: "A"}, false},
+		{"dns allow", "repeated allowed answers fold", DNS{Action: "allow", QName: "a.test", QType: "A", Answer: []string{"198.18.0.1"}}, DNS{Action: "allow", QName: "a.test", QType: "A", Answer: []string{"198.18.0.1"}}, true},
+		{"dns allow answer", "another answer is another record", DNS{Action: "allow", QName: "a.test", QType: "A", Answer: []string{"198.18.0.1"}}, DNS{Action: "allow", QName: "a.test", QType: "A", Answer: []string{"198.18.0.2"}}, false},
+		{"dns allow vs deny", "an answer and a refusal are apart", DNS{Action: "allow", QName: "a.test", QType: "A"}, DNS{Action: "deny", QName: "a.test", QType: "A"}, false},
 		{"packet same", "an ICMP flood folds", pkt, pkt, true},
 		{"packet reason", "packets have no rule; the reason tells them apart", pkt, Packet{Action: "deny", Proto: "icmp", Src: "10.0.2.100", Dst: "203.0.113.1", Reason: "icmp type 13"}, false},
 		{"flow then packet", "event types are keyed apart", Packet{Action: "deny", Proto: "tcp", Src: base.Src, Dst: base.Dst}, Flow{Action: "deny", Proto: "tcp", Src: base.Src, Dst: base.Dst}, false},
-		{"l7", "l7 denials are one per flow and never folded", L7{Action: "deny", FlowSeq: 1, Host: "a.test", SNI: "b.test"}, L7{Action: "deny", FlowSeq: 1, Host: "a.test", SNI: "b.test"}, false},
-		{"exec", "each exec attempt is recorded", Exec{Action: "deny", Path: "/bin/sh"}, Exec{Action: "deny", Path: "/bin/sh"}, false},
+		{"l7 same flow", "l7 records of folded flows (one flow record) fold", L7{Action: "deny", FlowSeq: 1, Host: "a.test", SNI: "b.test"}, L7{Action: "deny", FlowSeq: 1, Host: "a.test", SNI: "b.test"}, true},
+		{"l7 flows", "l7 records of distinct flows are apart", L7{Action: "deny", FlowSeq: 1, Host: "a.test", SNI: "b.test"}, L7{Action: "deny", FlowSeq: 2, Host: "a.test", SNI: "b.test"}, false},
+		{"exec", "repeated exec attempts fold, whatever the pid", Exec{Action: "deny", Path: "/bin/sh", PID: 1}, Exec{Action: "deny", Path: "/bin/sh", PID: 2}, true},
+		{"exec path", "each path is recorded", Exec{Action: "deny", Path: "/bin/sh"}, Exec{Action: "deny", Path: "/bin/bash"}, false},
+		{"exec action", "an allowed exec is apart from a refused one", Exec{Action: "allow", Path: "/bin/sh"}, Exec{Action: "deny", Path: "/bin/sh"}, false},
+		{"flow_end", "flow ends of one flow record fold", FlowEnd{FlowSeq: 3, BytesOut: 1}, FlowEnd{FlowSeq: 3, BytesOut: 2}, true},
+		{"flow_end flows", "flow ends of distinct flows are apart", FlowEnd{FlowSeq: 3}, FlowEnd{FlowSeq: 4}, false},
+		{"flow_end error", "a different error is a different story", FlowEnd{FlowSeq: 3}, FlowEnd{FlowSeq: 3, Error: "idle timeout"}, false},
+		{"inbound", "inbound connections come from the host, not the worker: never folded",
+			Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "s"}, Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "s"}, false},
 		{"pointer", "a pointer to an event is the same event", &dns, dns, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			l := newLogger(Options{Now: newFakeClock().Now})
+			// No burst: a repeat folds at once.
+			l := newLogger(Options{Now: newFakeClock().Now, Burst: -1})
 			if s := l.Log(tc.a); s != 1 {
 				t.Fatalf("first event seq %d, want 1", s)
 			}
 			s := l.Log(tc.b)
-			if folded := s == 0; folded != tc.folded {
+			// A folded event gets no seq of its own: 0, or the first
+			// one's for an allowed flow.
+			if folded := s != 2; folded != tc.folded {
 				t.Errorf("second event seq %d: folded = %v, want %v (%s)", s, folded, tc.folded, tc.why)
 			}
 		})
@@ -320,5 +337,241 @@ func TestHostOnly(t *testing.T) {
 		if got := HostOnly(tc.in); got != tc.want {
 			t.Errorf("%s: HostOnly(%q) = %q, want %q", tc.why, tc.in, got, tc.want)
 		}
+	}
+}
+
+// countLines counts the records written through it.
+type countLines struct {
+	mu sync.Mutex
+	n  int
+	b  bytes.Buffer
+}
+
+func (c *countLines) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.n += bytes.Count(p, []byte{'\n'})
+	return c.b.Write(p)
+}
+
+// accounted returns how many events the records stand for: 1 for a record
+// without count, count for an aggregate.
+func accounted(t *testing.T, log []byte) (records int, events uint64) {
+	t.Helper()
+	for _, line := range splitLines(log) {
+		records++
+		if c, ok := decode(t, line)["count"].(float64); ok {
+			events += uint64(c)
+		} else {
+			events++
+		}
+	}
+	return records, events
+}
+
+// TestAllowedDNSFloodIsBounded: a worker repeating `A app.test` and `AAAA
+// app.test` (allowed) as fast as it can gets a log bounded by windows ×
+// (burst + 2 × keys), and the records still account for every answer.
+func TestAllowedDNSFloodIsBounded(t *testing.T) {
+	const events, secs = 100_000, 5
+	var out countLines
+	clock := newFakeClock()
+	l := startMem(Options{Now: clock.Now, QueueLen: 1 << 20}, &out)
+	a := DNS{QName: "app.test", QType: "A", Action: "allow", Answer: []string{"198.18.0.1"}, Rule: "allow[0]"}
+	aaaa := DNS{QName: "app.test", QType: "AAAA", Action: "allow", Answer: []string{"fd6e:7367:6174::1"}, Rule: "allow[0]"}
+	step := secs * time.Second / events
+	for i := range events {
+		if i%2 == 0 {
+			l.Log(a)
+		} else {
+			l.Log(aaaa)
+		}
+		clock.Advance(step)
+		if i%(events/secs/2) == 0 {
+			l.sweep(false) // the writer's ticker, every half window
+		}
+	}
+	mustClose(t, l)
+	records, total := accounted(t, out.b.Bytes())
+	const keys, windows = 2, secs + 1
+	bound := windows * (defaultBurst + 2*keys)
+	t.Logf("%d allowed answers in %d s (%d per second): %d records, %d bytes (before: one record each)", events, secs, events/secs, records, out.b.Len())
+	if records > bound {
+		t.Errorf("%d records; want at most %d (windows %d × (burst %d + 2 × %d keys))", records, bound, windows, defaultBurst, keys)
+	}
+	if total != events {
+		t.Errorf("the records stand for %d answers, want %d", total, events)
+	}
+	if n, _, err := Verify(bytes.NewReader(out.b.Bytes()), nil); err != nil || n != records {
+		t.Errorf("Verify = %d, %v", n, err)
+	}
+}
+
+// TestWorstCaseRecordsPerWindow measures what a worker that varies every
+// record it causes can get written: a new key every time, each repeated
+// once more (so that it also gets an aggregate), denials and other kinds
+// mixed, as fast as it likes. The bound is Burst + 2 × AggKeys records per
+// window, plus two per overflow key, whatever the rate.
+func TestWorstCaseRecordsPerWindow(t *testing.T) {
+	var out countLines
+	clock := newFakeClock()
+	// A queue that always has room: the worst case (a full queue folds more).
+	l := startMem(Options{Now: clock.Now, QueueLen: 1 << 22}, &out)
+	const windows, perWindow = 5, 40_000
+	step := time.Second / perWindow
+	var counts []int
+	last := 0
+	for w := range windows {
+		for i := range perWindow {
+			var ev Event
+			name := fmt.Sprintf("n%d-%d.test", w, i/2) // each key twice
+			switch i / 2 % 4 {
+			case 0:
+				ev = DNS{QName: name, QType: "A", Action: "deny", Rule: "default"}
+			case 1:
+				ev = DNS{QName: name, QType: "A", Action: "allow", Answer: []string{"198.18.0.1"}, Rule: "allow[0]"}
+			case 2:
+				ev = Exec{Action: "deny", Path: "/tmp/" + name, Reason: "not in the exec allowlist"}
+			case 3:
+				ev = Flow{Action: "deny", Proto: "tcp", Src: "10.0.2.100:1", Dst: name + ":80", Rule: "default"}
+			}
+			l.Log(ev)
+			clock.Advance(step)
+			if i%(perWindow/2) == 0 {
+				l.sweep(false)
+			}
+		}
+		l.mu.Lock()
+		n := l.seq
+		l.mu.Unlock()
+		counts = append(counts, int(n)-last)
+		last = int(n)
+	}
+	mustClose(t, l)
+	bound := defaultBurst + 2*defaultAggKeys + 2*12
+	worst := 0
+	for _, c := range counts[1:] { // the first window starts with an empty table
+		worst = max(worst, c)
+	}
+	t.Logf("records per 1 s window with %d distinct events per second: %v (bound %d); %d bytes in all, %d per record", perWindow, counts, bound, out.b.Len(), out.b.Len()/max(out.n, 1))
+	if worst > bound {
+		t.Errorf("a window got %d records; the bound is %d", worst, bound)
+	}
+	if n, _, err := Verify(bytes.NewReader(out.b.Bytes()), nil); err != nil {
+		t.Errorf("Verify = %d, %v", n, err)
+	}
+}
+
+// TestFoldedFlowsStandForTheirRecord: folded allowed flows get the seq of
+// the record that stands for them, so their flow_end and l7 records name a
+// real flow record; the flow_end records fold too, with exact totals.
+func TestFoldedFlowsStandForTheirRecord(t *testing.T) {
+	var buf bytes.Buffer
+	clock := newFakeClock()
+	l := startMem(Options{Now: clock.Now, Burst: -1}, &buf)
+	flow := func(port int) Flow {
+		return Flow{Action: "allow", Proto: "tcp", Src: fmt.Sprintf("10.0.2.100:%d", port), Dst: "198.18.0.1:443", Host: "app.test",
+			Upstream: "203.0.113.10:443", Rule: "allow[0]", Reason: "host app.test"}
+	}
+	s1 := l.Log(flow(1000))
+	s2 := l.Log(flow(1001))
+	s3 := l.Log(flow(1002))
+	if s1 != 1 || s2 != s1 || s3 != s1 {
+		t.Fatalf("seqs %d %d %d; want every folded flow to get the first one's (1)", s1, s2, s3)
+	}
+	for i, port := range []int{1000, 1001, 1002} {
+		l.Log(L7{Action: "allow", FlowSeq: s1, Host: "app.test", SNI: "app.test"})
+		l.Log(FlowEnd{FlowSeq: s1, BytesOut: int64(100 * (i + 1)), BytesIn: int64(1000 * (i + 1)), DurationMS: int64(port - 990)})
+	}
+	mustClose(t, l)
+	lines := splitLines(buf.Bytes())
+	var got []map[string]any
+	for _, line := range lines {
+		got = append(got, decode(t, line))
+	}
+	if len(got) != 6 {
+		t.Fatalf("%d records, want 6 (flow, l7, flow_end, and the aggregate of each):\n%s", len(got), buf.String())
+	}
+	byEvent := map[string][]map[string]any{}
+	for _, m := range got {
+		byEvent[m["event"].(string)] = append(byEvent[m["event"].(string)], m)
+	}
+	aggFlow := byEvent["flow"][1]
+	if aggFlow["count"] != float64(2) || aggFlow["flow"] != float64(1) || aggFlow["src"] != "10.0.2.100:1001" {
+		t.Errorf("flow aggregate %v; want count 2, flow 1 (the record that stands for them), the first folded src", aggFlow)
+	}
+	first, agg := byEvent["flow_end"][0], byEvent["flow_end"][1]
+	if first["flow"] != float64(1) || first["bytes_out"] != float64(100) {
+		t.Errorf("first flow_end %v", first)
+	}
+	if agg["flow"] != float64(1) || agg["count"] != float64(2) || agg["bytes_out"] != float64(200+300) ||
+		agg["bytes_in"] != float64(2000+3000) || agg["duration_ms"] != float64(12) {
+		t.Errorf("flow_end aggregate %v; want flow 1, count 2, bytes summed (500 out, 5000 in), the longest duration (12)", agg)
+	}
+	if l7 := byEvent["l7"]; len(l7) != 2 || l7[1]["count"] != float64(2) {
+		t.Errorf("l7 records %v; want the first and an aggregate of 2", l7)
+	}
+	if n, _, err := Verify(bytes.NewReader(buf.Bytes()), nil); err != nil || n != 6 {
+		t.Errorf("Verify = %d, %v", n, err)
+	}
+}
+
+// TestBurst: repeats are written one by one while the window's burst lasts,
+// then keyed and folded; the next window has a burst of its own.
+func TestBurst(t *testing.T) {
+	var buf bytes.Buffer
+	clock := newFakeClock()
+	l := startMem(Options{Now: clock.Now, Burst: 3}, &buf)
+	ev := DNS{QName: "app.test", QType: "A", Action: "allow", Answer: []string{"198.18.0.1"}, Rule: "allow[0]"}
+	var seqs []uint64
+	for range 6 {
+		seqs = append(seqs, l.Log(ev))
+	}
+	if want := []uint64{1, 2, 3, 4, 0, 0}; fmt.Sprint(seqs) != fmt.Sprint(want) {
+		t.Errorf("seqs %v, want %v: three in the burst, then the key's first, then folded", seqs, want)
+	}
+	clock.Advance(1100 * time.Millisecond)
+	if s := l.Log(ev); s != 5 {
+		t.Errorf("next window: seq %d, want 5 (a new burst; the last window's aggregate comes with the sweep)", s)
+	}
+	// Denials of names are keyed from the first: no burst for them.
+	deny := DNS{QName: "evil.test", QType: "A", Action: "deny", Rule: "default"}
+	if s1, s2 := l.Log(deny), l.Log(deny); s1 == 0 || s2 != 0 {
+		t.Errorf("denials: %d %d; want the first written and the second folded", s1, s2)
+	}
+	mustClose(t, l)
+	if _, total := accounted(t, buf.Bytes()); total != 9 {
+		t.Errorf("records stand for %d events, want 9", total)
+	}
+}
+
+// TestLongFieldsAreClipped: the strings a worker chooses freely are cut at
+// MaxField bytes, so a record cannot be made huge.
+func TestLongFieldsAreClipped(t *testing.T) {
+	long := "/tmp/" + strings.Repeat("é", 3000) // 2-byte runes: the cut must not split one
+	var buf bytes.Buffer
+	l := startMem(Options{}, &buf)
+	l.Log(Exec{Action: "deny", Path: long, Reason: "cannot resolve " + long})
+	l.Log(&L7{Action: "deny", FlowSeq: 1, Host: "app.test", HTTPHost: long})
+	short := Exec{Action: "deny", Path: "/bin/sh"}
+	l.Log(short)
+	mustClose(t, l)
+	lines := splitLines(buf.Bytes())
+	for _, line := range lines[:2] {
+		if len(line) > 3*MaxField+400 {
+			t.Errorf("record of %d bytes: %.120s", len(line), line)
+		}
+	}
+	m := decode(t, lines[0])
+	path := m["path"].(string)
+	if !strings.HasPrefix(long, strings.SplitN(path, "…", 2)[0]) || !strings.HasSuffix(path, " more bytes)") || !utf8.ValidString(path) {
+		t.Errorf("clipped path %q", path)
+	}
+	if m := decode(t, lines[2]); m["path"] != "/bin/sh" {
+		t.Errorf("a short path changed: %v", m["path"])
+	}
+	var ev Event = short
+	if a := testing.AllocsPerRun(100, func() { normalize(ev) }); a != 0 {
+		t.Errorf("normalize of a short exec allocates %v times", a)
 	}
 }

@@ -44,15 +44,22 @@ type Flow struct {
 	// Refused lists resolved answers that the policy refused (name flows).
 	Refused []string `json:"refused,omitempty"`
 	Count   uint64   `json:"count,omitempty"`
+	// FlowSeq, on an aggregate of allowed flows only, is the seq of the
+	// record that stands for the folded flows: their flow_end and l7
+	// records name it (see aggregate.go).
+	FlowSeq uint64 `json:"flow,omitempty"`
 }
 
 // FlowEnd closes a flow that was allowed. FlowSeq is the seq of its Flow.
+// An aggregate (Count > 0) stands for Count flow ends of that flow record:
+// the bytes are their sums, the duration the longest.
 type FlowEnd struct {
 	FlowSeq    uint64 `json:"flow"`
 	BytesOut   int64  `json:"bytes_out"`
 	BytesIn    int64  `json:"bytes_in"`
 	DurationMS int64  `json:"duration_ms"`
 	Error      string `json:"error,omitempty"`
+	Count      uint64 `json:"count,omitempty"`
 }
 
 // L7 records a TLS SNI or HTTP Host check on a flow opened by name.
@@ -63,6 +70,7 @@ type L7 struct {
 	SNI      string `json:"sni,omitempty"`
 	HTTPHost string `json:"http_host,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	Count    uint64 `json:"count,omitempty"`
 }
 
 // Packet records a refused packet that is not a TCP/UDP flow (ICMP, other
@@ -82,6 +90,7 @@ type Exec struct {
 	Path   string `json:"path"`
 	PID    int    `json:"pid"`
 	Reason string `json:"reason,omitempty"`
+	Count  uint64 `json:"count,omitempty"`
 }
 
 // Inbound records a connection through a --publish forward.
@@ -117,7 +126,37 @@ func (Exit) EventName() string    { return "exit" }
 
 // Sink receives events. Implementations must be safe for concurrent use and
 // must not block the caller on I/O: Log returns the seq the record will
-// carry (0 if the record was folded into an aggregate).
+// carry; for an event folded into an aggregate, 0, or for an allowed flow
+// the seq of the record that stands for it (see aggregate.go).
 type Sink interface {
 	Log(Event) uint64
+}
+
+// Failer is implemented by a Sink that can fail, as the Logger does when a
+// record cannot be written. Failed is closed at the first failure; from
+// then on the gateway admits no new flow, DNS answers only refusals and no
+// exec is let through (the audit fails closed). A receive from Failed
+// without waiting costs two atomic loads, so checking it on every new flow
+// is cheap.
+type Failer interface {
+	Failed() <-chan struct{}
+}
+
+// FailedOf returns s's Failed channel, or nil (never ready) when s cannot
+// fail.
+func FailedOf(s Sink) <-chan struct{} {
+	if f, ok := s.(Failer); ok {
+		return f.Failed()
+	}
+	return nil
+}
+
+// IsFailed reports, without waiting, whether ch (from FailedOf) is closed.
+func IsFailed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
 }

@@ -143,3 +143,5 @@ func itoa(i int) string {
 	b, _ := json.Marshal(i)
 	return string(b)
 }
+
+func sleepMS(n int) { time.Sleep(time.Duration(n) * time.Millisecond) }

@@ -122,6 +122,12 @@ func countOf(ev Event) uint64 {
 		return e.Count
 	case DNS:
 		return e.Count
+	case FlowEnd:
+		return e.Count
+	case L7:
+		return e.Count
+	case Exec:
+		return e.Count
 	}
 	return 0
 }

@@ -21,3 +21,14 @@ func lockFile(f *os.File) error {
 	}
 	return nil
 }
+
+// isLocked reports whether another process holds an exclusive lock on f:
+// a running nsgate is appending to the log.
+func isLocked(f *os.File) bool {
+	err := unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB)
+	if err != nil {
+		return errors.Is(err, unix.EWOULDBLOCK)
+	}
+	unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	return false
+}

@@ -1,12 +1,14 @@
 package audit
 
 import (
-	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -21,18 +23,26 @@ type Options struct {
 	// caller decides when to set it (SPEC §2: when there is no --audit file,
 	// unless --quiet). It is written only by the Logger's writer goroutine,
 	// so it need not be safe for concurrent use, and a slow Human never
-	// blocks Log.
+	// blocks Log; one that blocks for Timeout fails the log. Its write
+	// errors are ignored (it is a view for people, not the record).
 	Human io.Writer
 	// Now is the clock for record times and aggregation windows; default
-	// time.Now. It is called with the Logger's mutex held.
+	// time.Now. It is called with the Logger's mutex held. (Timeouts use
+	// the real clock.)
 	Now func() time.Time
 	// Window is the aggregation window; default 1s.
 	Window time.Duration
 	// QueueLen bounds the records waiting for the writer; default 4096.
 	QueueLen int
 	// AggKeys bounds the aggregation table; default 4096. Past it, new kinds
-	// of denial fold into one overflow entry per event type.
+	// of record fold into one overflow entry per event type and action.
 	AggKeys int
+	// Burst is how many aggregated records other than denials of flows,
+	// packets and names (allowed flows and names, flow ends, l7 checks,
+	// execs) are written one by one in each window, as they come, before
+	// they are keyed and folded (see aggregate.go); default 256, negative
+	// for none.
+	Burst int
 	// Delay is how long the writer lets records gather after the first
 	// of them is queued before it writes them out; default 2ms, negative
 	// for none. Waking the writer for every record put it in the way of
@@ -40,14 +50,23 @@ type Options struct {
 	// the connection's path); a batch a few milliseconds old costs one
 	// wake-up and one write. A queue half full is written at once.
 	Delay time.Duration
+	// Timeout bounds how long the log may be stuck before it has failed:
+	// one write (or the fsync at Close) to the sink, Log waiting for room
+	// in a full queue, and Close waiting for the writer. Default 3s.
+	Timeout time.Duration
 }
 
 const (
 	defaultWindow   = time.Second
 	defaultQueueLen = 4096
 	defaultAggKeys  = 4096
+	defaultBurst    = 256
 	defaultDelay    = 2 * time.Millisecond
-	writeBufSize    = 64 << 10
+	defaultTimeout  = 3 * time.Second
+	// closeGrace is how long Close still waits for a writer that is stuck
+	// once the log has failed (or its deadline was forced).
+	closeGrace   = 250 * time.Millisecond
+	writeBufSize = 64 << 10
 )
 
 // item kinds.
@@ -70,28 +89,52 @@ type item struct {
 //
 // Log is safe for concurrent use and never waits on I/O: it assigns the seq
 // and appends to an in-memory queue under a short mutex (so queue order is
-// seq order); one writer goroutine marshals, chains, and writes through a
-// buffer that is flushed whenever the queue runs empty. When the queue is
-// full, aggregated denials (see aggregate.go) are folded into counters
-// instead of queued, and other events wait for room: the log never grows
+// seq order); one writer goroutine marshals, chains, and writes whole
+// records, in batches, whenever the queue runs empty or its buffer fills.
+// Repeated records are folded into counters (see aggregate.go); when the
+// queue is full, aggregated records are folded instead of queued, and other
+// events wait for room, at most Options.Timeout: the log never grows
 // without bound and never has a gap in seq.
 //
-// Close must be called to flush and fsync; after Close, Log drops events and
-// returns 0.
+// The log fails closed. The first write that fails (disk full, I/O error, a
+// reader that went away), a write or fsync that blocks for Timeout, or a
+// queue that does not drain within Timeout makes the Logger failed: Err says
+// why, Failed is closed, Log drops every later event (returning 0) and
+// nothing more is written. What was written stays verifiable: records are
+// written whole, and a regular file that a failed write left with part of a
+// record is cut back to the end of the last whole one. The caller stops
+// everything the log was recording (the gateway, DNS and the exec audit
+// check Failed themselves).
+//
+// Close must be called to flush and fsync; it is bounded by Timeout
+// whatever the sink does. After Close, Log drops events and returns 0.
 type Logger struct {
 	now      func() time.Time
 	window   time.Duration
 	queueLen int
 	aggKeys  int
+	burst    int
 	hardCap  int // queue bound for end-of-window aggregates
+	timeout  time.Duration
 
-	// Owned by the writer goroutine until it exits; then by Close.
-	out   *bufio.Writer // nil: no JSON log
-	file  *os.File      // the file under out when we own it (fsync, close)
-	fsync bool          // file is a regular file: fsync on Close
-	chain *chain        // nil when out is nil
-	human io.Writer
-	werr  error // first write error; writing stops after it
+	// The sink. Set before the writer starts; then owned by the writer
+	// goroutine until it exits, then by Close.
+	out      io.Writer // nil: no JSON log
+	name     string    // the sink in messages: the path, "stderr"
+	file     *os.File  // out, when it is a file we own (fsync, close)
+	regular  bool      // file is a regular file: cut back, fsync, head file
+	deadline bool      // file takes write deadlines (a FIFO, a socket)
+	headPath string    // the head file of a regular file (see headfile.go)
+	chain    *chain    // nil when out is nil
+	human    io.Writer
+	buf      []byte   // whole lines not yet written
+	marks    []string // the hash of each line in buf
+	hbuf     []byte   // human lines not yet written
+	size     int64    // regular: bytes of whole records in the file
+	// watch fails the log when one write or fsync blocks for timeout;
+	// watching names what it watches.
+	watch    *time.Timer
+	watching atomic.Pointer[string]
 
 	wake     chan struct{} // cap 1: the queue has records to write
 	delay    time.Duration
@@ -99,19 +142,27 @@ type Logger struct {
 	done     chan struct{} // closed by Close
 	finished chan struct{} // closed when the writer goroutine returns
 
-	// mu guards seq, pending, agg and closed. It is held only for
-	// bookkeeping, never across I/O.
-	mu      sync.Mutex
-	room    sync.Cond // on mu: signalled when the writer takes the queue or on Close
-	seq     uint64    // last seq assigned
-	pending []item
-	agg     map[aggKey]*aggEntry
-	closed  bool
+	// mu guards seq, pending, agg, free, the burst, closed and broken. It
+	// is held only for bookkeeping, never across I/O.
+	mu         sync.Mutex
+	room       sync.Cond // on mu: signalled when the writer takes the queue, on Close or failure
+	seq        uint64    // last seq assigned
+	pending    []item
+	agg        map[aggKey]*aggEntry
+	free       []*aggEntry // entries to reuse
+	burstStart time.Time
+	burstUsed  int
+	closed     bool
+	broken     bool // the log has failed
 
-	// headMu guards head and err, published by the writer.
-	headMu sync.Mutex
-	head   string
-	err    error
+	down   atomic.Bool   // = broken, for the writer's checks
+	failed chan struct{} // closed when the log fails
+
+	// headMu guards head, err and headErr.
+	headMu  sync.Mutex
+	head    string // hash of the last record written whole
+	err     error  // why the log failed
+	headErr error  // writing the head file failed
 
 	closeOnce sync.Once
 	closeHead string
@@ -123,29 +174,42 @@ type Logger struct {
 // path "" means no JSON log (only Options.Human lines); "-" means JSON lines
 // on stderr. Otherwise the file is opened with O_APPEND|O_CREATE, mode 0600,
 // and locked against a second nsgate appending to it. A non-empty regular
-// file is first verified with opts.Key; the new records continue its seq and
-// prev. A broken chain is refused with an error that wraps a *VerifyError
-// naming FILE:LINE.
+// file is first verified with opts.Key, and against its head file
+// (path + ".head", see headfile.go) when there is one; the new records
+// continue its seq and prev. A log that `nsgate audit verify` would not
+// accept is refused with an error that wraps a *VerifyError naming
+// FILE:LINE. For a regular file, the head file is written at once (it
+// anchors the records already there) and again by Close.
 func Open(path string, opts Options) (*Logger, error) {
 	l := newLogger(opts)
 	switch path {
 	case "":
 	case "-":
 		l.setOutput(os.Stderr, opts.Key, zeroHash, 0)
+		l.name = "stderr"
 	default:
 		f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 		if err != nil {
 			return nil, fmt.Errorf("open audit log: %w", err)
 		}
-		n, head, err := prepareFile(f, path, opts.Key)
+		st, err := prepareFile(f, path, opts.Key)
 		if err != nil {
 			f.Close()
 			return nil, err
 		}
-		fi, _ := f.Stat()
 		l.file = f
-		l.fsync = fi != nil && fi.Mode().IsRegular()
-		l.setOutput(f, opts.Key, head, uint64(n))
+		l.setOutput(f, opts.Key, st.head, uint64(st.records))
+		l.name = path
+		if st.regular {
+			l.regular = true
+			l.size = st.size
+			l.headPath = HeadFile(path)
+			l.headErr = writeHeadFile(l.headPath, st.head)
+		} else {
+			// A FIFO or a socket is pollable: a write that no reader
+			// takes returns at its deadline instead of blocking.
+			l.deadline = f.SetWriteDeadline(time.Time{}) == nil
+		}
 	}
 	go l.run()
 	return l, nil
@@ -159,38 +223,64 @@ func (l *Logger) setOutput(w io.Writer, key []byte, prev string, seq uint64) {
 	} else {
 		key = nil
 	}
-	l.out = bufio.NewWriterSize(w, writeBufSize)
+	l.out = w
 	l.chain = newChain(key, prev)
 	l.head = prev
 	l.seq = seq
 }
 
-// prepareFile locks f and verifies what it already holds. It returns the
-// number of records and the head to continue from.
-func prepareFile(f *os.File, path string, key []byte) (int, string, error) {
+// fileState is what prepareFile found in a log file.
+type fileState struct {
+	regular bool
+	records int
+	head    string
+	size    int64
+}
+
+// prepareFile locks f and verifies what it already holds, against its head
+// file too. It returns where to continue from.
+func prepareFile(f *os.File, path string, key []byte) (fileState, error) {
 	fi, err := f.Stat()
 	if err != nil {
-		return 0, "", fmt.Errorf("stat audit log: %w", err)
+		return fileState{}, fmt.Errorf("stat audit log: %w", err)
 	}
 	if !fi.Mode().IsRegular() {
 		// A pipe or device: nothing to read back or to lock.
-		return 0, zeroHash, nil
+		return fileState{head: zeroHash}, nil
 	}
 	if err := lockFile(f); err != nil {
-		return 0, "", fmt.Errorf("audit log %s: %w", path, err)
+		return fileState{}, fmt.Errorf("audit log %s: %w", path, err)
+	}
+	anchor, err := readHeadFile(HeadFile(path))
+	if err != nil {
+		return fileState{}, fmt.Errorf("refusing to append to %s: %w", path, err)
 	}
 	// Read only under the lock: a writer that held it may have appended
 	// since the Stat above. An empty file verifies as 0 records.
-	n, head, err := Verify(f, key)
+	sum, err := scan(f, key, anchor)
 	if err != nil {
 		var ve *VerifyError
 		if errors.As(err, &ve) {
 			ve.File = path
-			return 0, "", fmt.Errorf("refusing to append to a broken audit log: %w", ve)
+			return fileState{}, fmt.Errorf("refusing to append to a broken audit log: %w", ve)
 		}
-		return 0, "", fmt.Errorf("audit log %s: %w", path, err)
+		return fileState{}, fmt.Errorf("audit log %s: %w", path, err)
 	}
-	return n, head, nil
+	sum.AnchorFile = HeadFile(path)
+	// A log emptied or moved away starts afresh (rotation); one that lost
+	// records from its end, or grew by records nsgate did not write, is
+	// refused, so that appending never hides what happened to it.
+	if sum.Records > 0 {
+		if ve := sum.anchorError(); ve != nil {
+			ve.File = path
+			return fileState{}, fmt.Errorf("refusing to append to %s: %w", path, ve)
+		}
+	}
+	size, err := f.Seek(0, io.SeekEnd)
+	if err != nil {
+		return fileState{}, fmt.Errorf("audit log %s: %w", path, err)
+	}
+	return fileState{regular: true, records: sum.Records, head: sum.Head, size: size}, nil
 }
 
 // newLogger applies defaults; it does not start the writer.
@@ -200,10 +290,14 @@ func newLogger(opts Options) *Logger {
 		window:   opts.Window,
 		queueLen: opts.QueueLen,
 		aggKeys:  opts.AggKeys,
+		burst:    opts.Burst,
+		timeout:  opts.Timeout,
 		human:    opts.Human,
+		name:     "audit log",
 		wake:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		finished: make(chan struct{}),
+		failed:   make(chan struct{}),
 		agg:      make(map[aggKey]*aggEntry),
 		delay:    opts.Delay,
 	}
@@ -212,6 +306,8 @@ func newLogger(opts Options) *Logger {
 	}
 	l.kick = time.AfterFunc(time.Hour, l.wakeWriter)
 	l.kick.Stop()
+	l.watch = time.AfterFunc(time.Hour, l.stalled)
+	l.watch.Stop()
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -224,19 +320,27 @@ func newLogger(opts Options) *Logger {
 	if l.aggKeys <= 0 {
 		l.aggKeys = defaultAggKeys
 	}
+	if l.burst == 0 {
+		l.burst = defaultBurst
+	}
+	if l.timeout <= 0 {
+		l.timeout = defaultTimeout
+	}
 	// End-of-window aggregates may overshoot QueueLen by at most one
 	// record per table entry (plus the overflow entries).
-	l.hardCap = l.queueLen + l.aggKeys + 8
+	l.hardCap = l.queueLen + l.aggKeys + 32
 	l.room.L = &l.mu
 	return l
 }
 
-// Log records ev and returns its seq, or 0 when ev was folded into an
-// aggregate (a repeated denial within the window, or a denial that met a
-// full queue), when ev is nil, or after Close. It does no I/O. Aggregated
-// denials (Flow, Packet, DNS with Action "deny") never wait; other events
-// wait only while the queue is full, that is while the writer is QueueLen
-// records behind.
+// Log records ev and returns its seq. It returns 0 when ev was folded into
+// an aggregate (see aggregate.go) — except for an allowed flow, for which it
+// returns the seq of the record that stands for it —, when ev is nil, after
+// Close, and once the log has failed. It does no I/O. Aggregated events
+// never wait (but for an allowed flow that no record stands for yet: it
+// needs one); other events wait only while the queue is full, that is
+// while the writer is QueueLen records behind, and at most Timeout: then
+// the log has failed and Log returns 0.
 //
 // ev must not be changed after the call; a pointer to one of this package's
 // event types is copied.
@@ -245,57 +349,127 @@ func (l *Logger) Log(ev Event) uint64 {
 	if ev == nil {
 		return 0
 	}
-	k, aggregated := aggKeyOf(ev)
+	style := aggStyle(ev)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.closed {
+	if l.closed || l.broken {
 		return 0
 	}
-	if aggregated {
-		return l.logDenyLocked(ev, k, l.now())
+	if style != aggNone {
+		return l.logAggLocked(ev, style)
 	}
-	for len(l.pending) >= l.queueLen && !l.closed {
-		l.room.Wait()
-	}
-	if l.closed {
+	if !l.waitRoomLocked() {
 		return 0
 	}
 	if _, last := ev.(Exit); last {
 		// The exit record is the run's last word: write out the folded
-		// denials first so that nothing follows it.
+		// records first so that nothing follows it.
 		l.sweepLocked(true)
 	}
 	return l.enqueueLocked(item{ev: ev, t: l.now()})
 }
 
-// logDenyLocked applies the aggregation rules to one aggregated denial.
-func (l *Logger) logDenyLocked(ev Event, k aggKey, now time.Time) uint64 {
-	room := len(l.pending) < l.queueLen
-	e := l.agg[k]
-	if e == nil && len(l.agg) >= l.aggKeys {
-		k = overflowKey(k)
-		e = l.agg[k]
+// waitRoomLocked waits, at most Timeout, until the queue has room. It
+// reports false when the log was closed or has failed meanwhile; a queue
+// that stays full for Timeout fails the log.
+func (l *Logger) waitRoomLocked() bool {
+	if len(l.pending) < l.queueLen {
+		return true
 	}
-	if e != nil && room && now.Sub(e.start) >= l.window {
-		// This key's window is over: write its aggregate, start a new one.
-		if e.count > 0 {
-			l.enqueueAggLocked(k, e, now)
+	deadline := time.Now().Add(l.timeout)
+	t := time.AfterFunc(l.timeout, func() {
+		l.mu.Lock()
+		l.room.Broadcast()
+		l.mu.Unlock()
+	})
+	defer t.Stop()
+	for len(l.pending) >= l.queueLen && !l.closed && !l.broken {
+		if !time.Now().Before(deadline) {
+			l.failLocked(fmt.Errorf("write %s: %d records waited %v for the writer (is anything reading it?)", l.name, len(l.pending), l.timeout))
+			return false
 		}
-		e.start, e.count, e.first = now, 0, nil
+		l.room.Wait()
+	}
+	return !l.closed && !l.broken
+}
+
+// logAggLocked applies the aggregation rules (aggregate.go) to ev.
+func (l *Logger) logAggLocked(ev Event, style int) uint64 {
+	now := l.now()
+	if style == aggRepeat && len(l.pending) < l.queueLen && l.takeBurstLocked(now) {
+		// Within the burst: as it comes, without a key.
 		return l.enqueueLocked(item{ev: ev, t: now})
 	}
-	if e == nil {
-		e = &aggEntry{start: now}
-		l.agg[k] = e
-		if room {
-			return l.enqueueLocked(item{ev: ev, t: now})
+	k := aggKeyOf(ev)
+	for {
+		room := len(l.pending) < l.queueLen
+		key := k
+		e := l.agg[key]
+		if e == nil && len(l.agg) >= l.aggKeys {
+			key = overflowKey(key)
+			e = l.agg[key]
 		}
+		if e != nil {
+			if room && now.Sub(e.start) >= l.window {
+				// This key's window is over: write its aggregate, start a new one.
+				if e.count > 0 {
+					l.enqueueAggLocked(key, e, now)
+				}
+				e.restart(now)
+				e.seq = l.enqueueLocked(item{ev: ev, t: now})
+				return e.seq
+			}
+			e.fold(ev)
+			if standsFor(ev) {
+				return e.seq
+			}
+			return 0
+		}
+		if room || !standsFor(ev) {
+			e = l.newEntryLocked(now)
+			l.agg[key] = e
+			if room {
+				e.seq = l.enqueueLocked(item{ev: ev, t: now})
+				return e.seq
+			}
+			e.fold(ev)
+			return 0
+		}
+		// An allowed flow needs a record that stands for it: wait for room.
+		if !l.waitRoomLocked() {
+			return 0
+		}
+		now = l.now()
 	}
-	e.count++
-	if e.first == nil {
-		e.first = ev
+}
+
+// takeBurstLocked takes one repeat from the window's burst, if any is left.
+func (l *Logger) takeBurstLocked(now time.Time) bool {
+	if l.burst <= 0 {
+		return false
 	}
-	return 0
+	if now.Sub(l.burstStart) >= l.window {
+		l.burstStart, l.burstUsed = now, 0
+	}
+	if l.burstUsed >= l.burst {
+		return false
+	}
+	l.burstUsed++
+	return true
+}
+
+// newEntryLocked returns an entry whose window starts at now, reusing one
+// the sweep freed.
+func (l *Logger) newEntryLocked(now time.Time) *aggEntry {
+	var e *aggEntry
+	if n := len(l.free); n > 0 {
+		e = l.free[n-1]
+		l.free = l.free[:n-1]
+	} else {
+		e = new(aggEntry)
+	}
+	e.restart(now)
+	return e
 }
 
 // enqueueLocked assigns the next seq to it and queues it.
@@ -326,7 +500,7 @@ func (l *Logger) enqueueAggLocked(k aggKey, e *aggEntry, now time.Time) {
 	if k.overflow {
 		kind = kindOverflow
 	}
-	l.enqueueLocked(item{ev: aggregateEvent(e.first, e.count, k.overflow), t: now, kind: kind, n: e.count})
+	l.enqueueLocked(item{ev: aggregateEvent(e, k.overflow), t: now, kind: kind, n: e.count})
 }
 
 // sweep ends the windows that are over (all of them when final) and queues
@@ -339,6 +513,9 @@ func (l *Logger) sweep(final bool) {
 }
 
 func (l *Logger) sweepLocked(final bool) {
+	if l.broken {
+		return
+	}
 	now := l.now()
 	for k, e := range l.agg {
 		if !final && now.Sub(e.start) < l.window {
@@ -351,16 +528,15 @@ func (l *Logger) sweepLocked(final bool) {
 			l.enqueueAggLocked(k, e, now)
 		}
 		delete(l.agg, k)
+		*e = aggEntry{}
+		l.free = append(l.free, e)
 	}
 }
 
 // run is the writer goroutine.
 func (l *Logger) run() {
 	defer close(l.finished)
-	period := l.window / 2
-	if period < time.Millisecond {
-		period = time.Millisecond
-	}
+	period := max(l.window/2, time.Millisecond)
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	var batch []item
@@ -371,6 +547,8 @@ func (l *Logger) run() {
 			l.sweep(false)
 		case <-l.done:
 			l.drain(&batch)
+			l.flush()
+			l.sync()
 			return
 		}
 		l.drain(&batch)
@@ -399,78 +577,223 @@ func (l *Logger) drain(batch *[]item) {
 	}
 }
 
-// write emits one record: the JSON line, then the human line.
+// write adds one record to the buffers: the JSON line, then the human line.
 func (l *Logger) write(it *item) {
-	if l.out != nil && l.werr == nil {
+	if l.out != nil && !l.down.Load() {
 		line := l.chain.record(it.seq, it.t, it.ev)
-		l.out.Write(line)
-		if err := l.out.WriteByte('\n'); err != nil {
-			l.setErr(fmt.Errorf("write audit log: %w", err))
+		l.buf = append(l.buf, line...)
+		l.buf = append(l.buf, '\n')
+		l.marks = append(l.marks, l.chain.prev)
+		if len(l.buf) >= writeBufSize {
+			l.flushJSON()
 		}
-		l.headMu.Lock()
-		l.head = l.chain.prev
-		l.headMu.Unlock()
 	}
-	if l.human == nil {
+	if l.human == nil || l.down.Load() {
 		return
 	}
-	var s string
 	switch it.kind {
 	case kindEvent:
 		if !isDeny(it.ev) {
 			return
 		}
-		s = FormatHuman(it.ev)
+		l.hbuf = append(l.hbuf, FormatHuman(it.ev)...)
 	case kindAggr:
-		s = "nsgate: " + humanBody(it.ev) + fmt.Sprintf(" (%d more like this in the last %s)", it.n, windowWords(l.window))
+		if !isDeny(it.ev) {
+			return
+		}
+		l.hbuf = append(l.hbuf, "nsgate: "+humanBody(it.ev)+fmt.Sprintf(" (%d more like this in the last %s)", it.n, windowWords(l.window))...)
 	case kindOverflow:
-		s = fmt.Sprintf("nsgate: %s %s: %d more of differing kinds in the last %s (too many distinct denials to list)",
+		if !isDeny(it.ev) {
+			return
+		}
+		l.hbuf = fmt.Appendf(l.hbuf, "nsgate: %s %s: %d more of differing kinds in the last %s (too many distinct denials to list)",
 			actionOf(it.ev), it.ev.EventName(), it.n, windowWords(l.window))
 	}
-	io.WriteString(l.human, s+"\n")
+	l.hbuf = append(l.hbuf, '\n')
+	if len(l.hbuf) >= writeBufSize {
+		l.flushHuman()
+	}
 }
 
-// flush pushes buffered lines to the file (the queue is idle).
+// flush writes out the buffered lines (the queue is idle).
 func (l *Logger) flush() {
-	if l.out == nil || l.werr != nil {
+	l.flushJSON()
+	l.flushHuman()
+}
+
+// flushJSON writes the buffered records with one write. When the write
+// fails, the records it wrote whole stay; a regular file is cut back to the
+// end of the last of them, so that no torn line is left; and the log has
+// failed.
+func (l *Logger) flushJSON() {
+	if len(l.buf) == 0 {
 		return
 	}
-	if err := l.out.Flush(); err != nil {
-		l.setErr(fmt.Errorf("write audit log: %w", err))
+	defer func() {
+		l.buf = l.buf[:0]
+		clear(l.marks)
+		l.marks = l.marks[:0]
+	}()
+	if l.down.Load() {
+		return
+	}
+	if l.deadline {
+		l.file.SetWriteDeadline(time.Now().Add(l.timeout))
+	}
+	l.arm(&l.name)
+	n, err := l.out.Write(l.buf)
+	l.watch.Stop()
+	n = min(max(n, 0), len(l.buf))
+	if err == nil && n < len(l.buf) {
+		err = io.ErrShortWrite
+	}
+	whole := len(l.buf)
+	if err != nil {
+		whole = bytes.LastIndexByte(l.buf[:n], '\n') + 1
+	}
+	if whole > 0 {
+		k := len(l.marks)
+		if whole < len(l.buf) {
+			k = bytes.Count(l.buf[:whole], []byte{'\n'})
+		}
+		l.headMu.Lock()
+		l.head = l.marks[k-1]
+		l.headMu.Unlock()
+		l.size += int64(whole)
+	}
+	if err == nil {
+		return
+	}
+	err = l.writeError(err)
+	if l.regular && n > whole {
+		if terr := l.file.Truncate(l.size); terr != nil {
+			err = fmt.Errorf("%w; cutting its torn last record off failed too: %v", err, terr)
+		}
+	}
+	l.fail(err)
+}
+
+var humanName = "human-readable lines"
+
+// flushHuman writes the buffered human lines. A write error drops them; a
+// write that blocks for the timeout fails the log (the watch).
+func (l *Logger) flushHuman() {
+	if len(l.hbuf) == 0 {
+		return
+	}
+	if !l.down.Load() {
+		l.arm(&humanName)
+		l.human.Write(l.hbuf)
+		l.watch.Stop()
+	}
+	l.hbuf = l.hbuf[:0]
+}
+
+// sync fsyncs a regular file, under the watch.
+func (l *Logger) sync() {
+	if !l.regular || l.down.Load() {
+		return
+	}
+	l.arm(&l.name)
+	err := l.file.Sync()
+	l.watch.Stop()
+	if err != nil {
+		l.fail(fmt.Errorf("sync %s: %w", l.name, err))
 	}
 }
 
-func (l *Logger) setErr(err error) {
-	l.werr = err
+// arm starts the watch for one write or fsync to what.
+func (l *Logger) arm(what *string) {
+	l.watching.Store(what)
+	l.watch.Reset(l.timeout)
+}
+
+// stalled runs when a write or fsync has blocked for the timeout.
+func (l *Logger) stalled() {
+	what := l.name
+	if p := l.watching.Load(); p != nil {
+		what = *p
+	}
+	l.fail(fmt.Errorf("write %s: blocked for %v (is anything reading it?)", what, l.timeout))
+}
+
+// writeError makes err name the sink.
+func (l *Logger) writeError(err error) error {
+	var pe *fs.PathError
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fmt.Errorf("write %s: blocked for %v (is anything reading it?)", l.name, l.timeout)
+	case errors.As(err, &pe):
+		return &fs.PathError{Op: pe.Op, Path: l.name, Err: pe.Err}
+	}
+	return fmt.Errorf("write %s: %w", l.name, err)
+}
+
+// fail makes the log failed with err; the first failure is the one kept.
+func (l *Logger) fail(err error) {
+	l.mu.Lock()
+	l.failLocked(err)
+	l.mu.Unlock()
+}
+
+func (l *Logger) failLocked(err error) {
+	if l.broken {
+		return
+	}
+	l.broken = true
+	l.down.Store(true)
+	clear(l.pending)
+	l.pending = l.pending[:0]
+	l.room.Broadcast()
 	l.headMu.Lock()
-	if l.err == nil {
-		l.err = err
-	}
+	l.err = err
 	l.headMu.Unlock()
+	close(l.failed)
 }
 
-// Head returns the hash of the last record written so far (hex SHA-256 of its
-// line), which lags Log by the queue; 64 zeros before the first record; ""
-// when there is no JSON log. Safe for concurrent use.
+// Failed returns a channel that is closed when the log fails (see Logger).
+// Safe for concurrent use.
+func (l *Logger) Failed() <-chan struct{} { return l.failed }
+
+// Head returns the hash of the last record written whole so far (hex
+// SHA-256 of its line), which lags Log by the queue and the batch; 64 zeros
+// before the first record; "" when there is no JSON log. Safe for
+// concurrent use.
 func (l *Logger) Head() string {
 	l.headMu.Lock()
 	defer l.headMu.Unlock()
+	if l.out == nil {
+		return ""
+	}
 	return l.head
 }
 
-// Err returns the first error met writing the log, or nil. After a write
-// error the Logger stops writing JSON lines (the chain on disk would be
-// broken anyway) but keeps accepting events. Safe for concurrent use.
+// Err returns why the log failed, or nil: the first write, fsync or close
+// error, or the stall, that made it fail. The error names the file, e.g.
+// "write audit.jsonl: no space left on device". Safe for concurrent use.
 func (l *Logger) Err() error {
 	l.headMu.Lock()
 	defer l.headMu.Unlock()
 	return l.err
 }
 
+// HeadFileErr returns the error met writing the head file (at Open or at
+// Close), or nil. It is not a failure of the log: the records are intact,
+// only their anchor could not be written. Safe for concurrent use.
+func (l *Logger) HeadFileErr() error {
+	l.headMu.Lock()
+	defer l.headMu.Unlock()
+	return l.headErr
+}
+
 // Close writes pending aggregates and every queued record, flushes, fsyncs
-// and closes the file (not stderr), and returns the last record's hash (see
-// Head) and the first error met. It waits for the writer. Safe to call more
-// than once; later calls return the same results.
+// and closes the file (not stderr), writes the head file of a regular file
+// (atomically, mode 0600), and returns the last record's hash (see Head) and
+// the error that made the log fail, if any. It waits for the writer at
+// most Timeout (a quarter of a second once the log has failed); a writer
+// still stuck then, in a write to a FIFO nobody reads, say, has its write
+// deadline forced, and the log has failed. Safe to call more than once;
+// later calls return the same results.
 func (l *Logger) Close() (head string, err error) {
 	l.closeOnce.Do(func() {
 		l.mu.Lock()
@@ -479,17 +802,44 @@ func (l *Logger) Close() (head string, err error) {
 		l.room.Broadcast()
 		l.mu.Unlock()
 		close(l.done)
-		<-l.finished
 		l.kick.Stop()
-		l.flush()
-		if l.file != nil {
-			if l.fsync && l.werr == nil {
-				if err := l.file.Sync(); err != nil {
-					l.setErr(fmt.Errorf("sync audit log: %w", err))
-				}
+		wait := l.timeout
+		if l.down.Load() {
+			wait = closeGrace
+		}
+		stuck := false
+		t := time.NewTimer(wait)
+		select {
+		case <-l.finished:
+		case <-t.C:
+			what := l.name
+			if p := l.watching.Load(); p != nil {
+				what = *p
 			}
-			if err := l.file.Close(); err != nil && l.werr == nil {
-				l.setErr(fmt.Errorf("close audit log: %w", err))
+			l.fail(fmt.Errorf("write %s: blocked for %v at exit (is anything reading it?)", what, wait))
+			if l.deadline {
+				l.file.SetWriteDeadline(time.Unix(1, 0))
+			}
+			select {
+			case <-l.finished:
+			case <-time.After(closeGrace):
+				// Still in a write that no deadline reaches: leave the
+				// file to it; the process is about to exit.
+				stuck = true
+			}
+		}
+		t.Stop()
+		l.watch.Stop()
+		if !stuck && l.file != nil {
+			if err := l.file.Close(); err != nil {
+				l.fail(fmt.Errorf("close %s: %w", l.name, err))
+			}
+		}
+		if !stuck && l.headPath != "" {
+			if err := writeHeadFile(l.headPath, l.Head()); err != nil {
+				l.headMu.Lock()
+				l.headErr = err
+				l.headMu.Unlock()
 			}
 		}
 		l.closeHead, l.closeErr = l.Head(), l.Err()

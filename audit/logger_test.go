@@ -153,7 +153,7 @@ func TestReopenRefusesBrokenLog(t *testing.T) {
 				return joinLines(ls)
 			}, 2, "mac mismatch"},
 		{"truncated", "a crash mid-write leaves half a line", nil,
-			func(ls [][]byte) []byte { b := joinLines(ls); return b[:len(b)-10] }, 3, "truncated line"},
+			func(ls [][]byte) []byte { b := joinLines(ls); return b[:len(b)-10] }, 3, "torn last record"},
 		{"wrong key", "appending with another key would mix two chains of trust", []byte("another-key-0123456789"),
 			func(ls [][]byte) []byte { return joinLines(ls) }, 1, "mac mismatch"},
 	}
@@ -280,7 +280,8 @@ func TestConcurrentLogKeepsSeqContiguous(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				var ev Event = Flow{Action: "allow", Proto: "tcp", Src: fmt.Sprintf("10.0.2.100:%d", g), Dst: "198.18.0.1:443", Rule: "allow[0]"}
+				// Inbound records are never aggregated: each gets its seq.
+				var ev Event = Inbound{Action: "allow", Listen: "127.0.0.1:8080", Dst: "10.0.2.100:80", Src: fmt.Sprintf("127.0.0.1:%d", g)}
 				if i%10 == 0 {
 					// Distinct denials: each is the first of its key.
 					ev = Flow{Action: "deny", Proto: "tcp", Src: "10.0.2.100:1", Dst: fmt.Sprintf("203.0.113.%d:%d", g, i), Rule: "default"}

@@ -25,15 +25,35 @@ type VerifyError struct {
 	File string // the log's path when known (VerifyFile, Open); else ""
 	Line int    // 1-based line number of the first broken record
 	Msg  string // what is wrong, e.g. "seq 5, want 4", "mac mismatch"
+	// Torn is set when Line is the log's last line and has no newline: a
+	// write was cut short. Offset is where that line starts (the size of
+	// the records before it) and Head the hash of the last of those.
+	Torn   bool
+	Offset int64
+	Head   string
 }
 
-// Error returns "FILE:LINE: Msg", or "line LINE: Msg" without a File.
+// Error returns "FILE:LINE: Msg", or "line LINE: Msg" without a File. For a
+// torn last record it also says what happened and what to do.
 func (e *VerifyError) Error() string {
+	where := fmt.Sprintf("line %d", e.Line)
 	if e.File != "" {
-		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+		where = fmt.Sprintf("%s:%d", e.File, e.Line)
 	}
-	return fmt.Sprintf("line %d: %s", e.Line, e.Msg)
+	if !e.Torn {
+		return where + ": " + e.Msg
+	}
+	file := e.File
+	if file == "" {
+		file = "FILE"
+	}
+	return fmt.Sprintf("%s: %s: the log was cut mid-write (a crash, a full disk, an older nsgate); "+
+		"the %d records before it verify (head %s): to keep the log, cut the torn line off with `truncate -s %d %s`, "+
+		"or move the file aside to start a new log", where, e.Msg, e.Line-1, e.Head, e.Offset, file)
 }
+
+// tornMsg is VerifyError.Msg for a last line without its newline.
+const tornMsg = "torn last record (no newline)"
 
 // Verify reads an audit log from r and checks its chain: each line is one
 // JSON object whose seq is 1 on the first line and one more on each next
@@ -41,14 +61,18 @@ func (e *VerifyError) Error() string {
 // is the hex SHA-256 of the previous line (64 zeros on the first), and, when
 // key is not empty, whose mac is present, last, and the HMAC-SHA256 of the line
 // without it. A line that has a mac is accepted without a key (the chain is
-// still checked). The input must end with a newline.
+// still checked; Check says so). The input must end with a newline: a last
+// line without one is a torn record (VerifyError.Torn).
 //
 // What a chain proves: without a key, any change to a record other than the
 // last breaks the next record's prev (or the record itself); a change to the
 // last record, or its removal, changes only the head, so it is caught by
-// comparing the head with one anchored elsewhere (nsgate prints it on exit).
-// With a key, each record's mac covers it, so a change anywhere is caught by
-// whoever holds the key; removing trailing records still needs the anchor.
+// comparing the head with one anchored elsewhere (the head file nsgate
+// writes next to the log, or the head it prints on exit; see Check). With
+// a key, each record's mac covers it, so a change anywhere is caught by
+// whoever holds the key; but a key does not help against removing records
+// from the end: what is left is still a valid keyed log. Only the anchor
+// catches that.
 //
 // It returns the number of records and the head (hex SHA-256 of the last
 // line; 64 zeros for an empty log). At the first broken record it returns a
@@ -56,50 +80,104 @@ func (e *VerifyError) Error() string {
 // returned wrapped, not as a *VerifyError. It reads r to the end (or to the
 // first broken record) and does not retain it.
 func Verify(r io.Reader, key []byte) (n int, head string, err error) {
+	s, err := scan(r, key, "")
+	return s.Records, s.Head, err
+}
+
+// Summary is what Check found in a log besides a valid chain: what the
+// chain cannot tell, said out loud.
+type Summary struct {
+	Records int    // records verified
+	Head    string // hash of the last of them
+	// MACs counts records that carry a mac; MACsChecked says a key was
+	// given, so every record's mac was checked.
+	MACs        int
+	MACsChecked bool
+	// Runs counts start records. LastStart is the line of the last one
+	// (0: none). Closed says the last record is an exit record: the run
+	// ended as nsgate ends it. Unclosed lists (up to 20 of) the start
+	// records that follow a record other than exit, that is runs before
+	// which one was not closed; UnclosedRuns counts them all.
+	Runs         int
+	LastStart    int
+	Closed       bool
+	Unclosed     []int
+	UnclosedRuns int
+	// Anchor is the head Check compared the log with: --head, or the head
+	// file (AnchorFile); "" for none. AnchorLine is the line whose hash it
+	// is (0 when no line has it, or it is 64 zeros: the empty log).
+	Anchor     string
+	AnchorFile string
+	AnchorLine int
+	// Live says a running nsgate holds the log (it is being written).
+	// Writing says its last line was incomplete when read (Live only):
+	// Records stops before it.
+	Live    bool
+	Writing bool
+}
+
+// scan is Verify, also filling in the Summary's counts and the line of
+// anchor (when not "").
+func scan(r io.Reader, key []byte, anchor string) (s Summary, err error) {
 	br := bufio.NewReader(r)
 	v := verifier{prev: zeroHash}
 	if len(key) > 0 {
 		v.mac = hmac.New(sha256.New, key)
+		s.MACsChecked = true
 	}
-	var buf []byte
+	s.Anchor = anchor
+	var (
+		buf    []byte
+		offset int64
+		last   string // event of the previous record
+	)
+	defer func() { s.Head = v.prev }()
 	for lineNo := 1; ; lineNo++ {
 		var complete bool
 		buf, complete, err = readLine(br, buf[:0])
 		if err != nil && err != io.EOF {
 			if errors.Is(err, errLineTooLong) {
-				return n, v.prev, &VerifyError{Line: lineNo, Msg: err.Error()}
+				return s, &VerifyError{Line: lineNo, Msg: err.Error()}
 			}
-			return n, v.prev, fmt.Errorf("read audit log: %w", err)
+			return s, fmt.Errorf("read audit log: %w", err)
 		}
 		if err == io.EOF && len(buf) == 0 {
-			return n, v.prev, nil
+			s.Closed = s.Records > 0 && last == "exit"
+			return s, nil
 		}
 		if !complete {
-			return n, v.prev, &VerifyError{Line: lineNo, Msg: "truncated line (no newline at the end of the log)"}
+			return s, &VerifyError{Line: lineNo, Msg: tornMsg, Torn: true, Offset: offset, Head: v.prev}
 		}
 		if msg := v.check(buf, uint64(lineNo)); msg != "" {
-			return n, v.prev, &VerifyError{Line: lineNo, Msg: msg}
+			return s, &VerifyError{Line: lineNo, Msg: msg}
 		}
 		sum := sha256.Sum256(buf)
 		v.prev = hex.EncodeToString(sum[:])
-		n++
+		offset += int64(len(buf)) + 1
+		s.Records++
+		if v.hasMac {
+			s.MACs++
+		}
+		if v.event == "start" {
+			if lineNo > 1 && last != "exit" {
+				s.UnclosedRuns++
+				if len(s.Unclosed) < 20 {
+					s.Unclosed = append(s.Unclosed, lineNo)
+				}
+			}
+			s.Runs++
+			s.LastStart = lineNo
+		}
+		last = v.event
+		if anchor != "" && v.prev == anchor {
+			s.AnchorLine = lineNo
+		}
 	}
 }
 
 // VerifyFile is Verify on the file at path; a *VerifyError it returns has
-// File set to path. `nsgate audit verify [--key FILE] FILE` (SPEC §2) prints
-// from its results:
-//
-//	n, head, err := audit.VerifyFile(file, key)
-//	var ve *audit.VerifyError
-//	switch {
-//	case errors.As(err, &ve): // the chain is broken
-//		fmt.Fprintln(stderr, ve) // "FILE:LINE: what is wrong"; exit 1
-//	case err != nil: // the file could not be opened or read
-//		fmt.Fprintln(stderr, "nsgate:", err) // exit 2
-//	default:
-//		fmt.Fprintf(stdout, "ok: %d records, head %s\n", n, head) // exit 0
-//	}
+// File set to path. Check does more (the head file, whether the log was
+// closed, whether macs were checked); `nsgate audit verify` uses it.
 func VerifyFile(path string, key []byte) (n int, head string, err error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -112,6 +190,156 @@ func VerifyFile(path string, key []byte) (n int, head string, err error) {
 		ve.File = path
 	}
 	return n, head, err
+}
+
+// Check verifies the log at path as `nsgate audit verify` does (SPEC §2):
+// the chain (Verify, with key when not nil), then the end of the log
+// against an anchor: head when not "" (it must be the log's head), else the
+// head file next to the log (HeadFile) when there is one. It returns a
+// *VerifyError (File set) for the first thing that is wrong:
+//
+//   - a broken record, or a torn last line (unless a running nsgate is
+//     writing it: then Summary.Writing);
+//   - a head that is not the anchored one: records were removed from the
+//     end, or the last one changed;
+//   - with a head file, an empty log (its records were removed), or
+//     records after the anchored one that end with an exit record (nsgate
+//     rewrites the head file when it closes the log, so something else
+//     added them).
+//
+// Other errors (the file cannot be opened or read) are returned wrapped.
+// What the chain cannot tell is in the Summary: Notes and Warnings render
+// it.
+func Check(path string, key []byte, head string) (Summary, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Summary{}, fmt.Errorf("open audit log: %w", err)
+	}
+	defer f.Close()
+	live := isLocked(f)
+	anchor, anchorFile := head, ""
+	if anchor == "" {
+		hf := HeadFile(path)
+		a, err := readHeadFile(hf)
+		if err != nil {
+			return Summary{}, &VerifyError{File: hf, Line: 1, Msg: err.Error()}
+		}
+		if a != "" {
+			anchor, anchorFile = a, hf
+		}
+	}
+	s, err := scan(f, key, anchor)
+	s.Live, s.AnchorFile = live, anchorFile
+	var ve *VerifyError
+	if errors.As(err, &ve) {
+		ve.File = path
+		if ve.Torn && live {
+			s.Writing = true
+			return s, nil
+		}
+	}
+	if err != nil {
+		return s, err
+	}
+	if ve := s.anchorError(); ve != nil {
+		ve.File = path
+		return s, ve
+	}
+	return s, nil
+}
+
+// anchorError says what is wrong between the log and its anchor, or nil.
+func (s *Summary) anchorError() *VerifyError {
+	switch {
+	case s.Anchor == "" || s.Anchor == s.Head:
+		return nil
+	case s.AnchorFile == "":
+		// --head: the head printed at exit; the log must end there.
+		msg := fmt.Sprintf("head %s does not match the anchored head %s (the log was truncated or its last record changed)", s.Head, s.Anchor)
+		if s.AnchorLine > 0 {
+			msg = fmt.Sprintf("head %s does not match the anchored head %s, which is the head of line %d: %d records were added after it",
+				s.Head, s.Anchor, s.AnchorLine, s.Records-s.AnchorLine)
+		}
+		return &VerifyError{Line: s.Records, Msg: msg}
+	case s.Records == 0:
+		return &VerifyError{Line: 1, Msg: fmt.Sprintf("the log is empty, but %s anchors head %s: its records were removed (a rotated log leaves its head file behind: move it along)",
+			s.AnchorFile, s.Anchor)}
+	case s.Anchor == zeroHash || s.AnchorLine > 0:
+		if !s.Closed || s.Live {
+			return nil // a run still open, or killed: Warnings say so
+		}
+		return &VerifyError{Line: s.Records, Msg: fmt.Sprintf("%s anchors line %d, but %d records follow it, ending with an exit record: "+
+			"nsgate rewrites the head file when it closes the log, so they were added by something else (or by an nsgate that could not write %s)",
+			s.AnchorFile, s.AnchorLine, s.Records-s.AnchorLine, s.AnchorFile)}
+	}
+	return &VerifyError{Line: s.Records, Msg: fmt.Sprintf("no record has the head %s anchored in %s: records were removed from the end of the log, or changed (its last record has head %s)",
+		s.Anchor, s.AnchorFile, s.Head)}
+}
+
+// Notes are what Check confirmed beyond the chain, one line each, for
+// stdout after the "ok" line.
+func (s *Summary) Notes() []string {
+	var out []string
+	switch {
+	case s.Anchor == "":
+	case s.Anchor == s.Head && s.AnchorFile != "":
+		out = append(out, fmt.Sprintf("anchored: the head matches %s (nothing was cut from the end)", s.AnchorFile))
+	case s.Anchor == s.Head:
+		out = append(out, "anchored: the head matches --head (nothing was cut from the end)")
+	}
+	if s.MACsChecked && s.Records > 0 {
+		out = append(out, fmt.Sprintf("MACs checked: all %d records", s.Records))
+	}
+	return out
+}
+
+// Warnings are what Check could not confirm, one line each, for stderr;
+// none of them makes the log broken.
+func (s *Summary) Warnings(file string) []string {
+	var out []string
+	if s.Writing {
+		out = append(out, fmt.Sprintf("warning: %s:%d: the last record is still being written by the running nsgate; only the %d before it were verified",
+			file, s.Records+1, s.Records))
+	}
+	for _, line := range s.Unclosed {
+		out = append(out, fmt.Sprintf("warning: %s:%d: the run before this start record has no exit record (nsgate was killed, or its audit log failed)", file, line))
+	}
+	if n := s.UnclosedRuns - len(s.Unclosed); n > 0 {
+		out = append(out, fmt.Sprintf("warning: %s: %d more runs have no exit record", file, n))
+	}
+	if s.Records > 0 && !s.Closed {
+		from := ""
+		if s.LastStart > 0 {
+			from = fmt.Sprintf(" (from line %d)", s.LastStart)
+		}
+		var end string
+		switch {
+		case s.Live:
+			end = "a running nsgate holds the log: the run is in progress"
+		case s.Anchor != "" && s.Anchor == s.Head:
+			end = "nsgate was killed or its audit log failed; the anchored head is its last record, so nothing was cut from its end"
+		case s.AnchorLine > 0 || s.Anchor == zeroHash:
+			end = fmt.Sprintf("nsgate was killed or its audit log failed, or records were cut from its end: the anchor (%s) covers only lines up to %d", s.anchorName(), s.AnchorLine)
+		default:
+			end = "nsgate is still running, was killed, or its audit log failed; or the log was cut after its last record: nothing anchors its end (compare the head with the one nsgate printed at exit)"
+		}
+		out = append(out, fmt.Sprintf("warning: %s: not closed: the last run%s has no exit record: %s", file, from, end))
+	} else if s.Records > 0 && s.Anchor == "" {
+		out = append(out, fmt.Sprintf("warning: %s: nothing anchors the end of the log (no %s, no --head): whole runs cut from its end would go unseen",
+			file, HeadFile(file)))
+	}
+	if s.MACs > 0 && !s.MACsChecked {
+		out = append(out, fmt.Sprintf("warning: %s: %d of %d records carry a MAC, but no --key was given: MACs not checked (only the hash chain was)",
+			file, s.MACs, s.Records))
+	}
+	return out
+}
+
+func (s *Summary) anchorName() string {
+	if s.AnchorFile != "" {
+		return s.AnchorFile
+	}
+	return "--head"
 }
 
 var errLineTooLong = fmt.Errorf("line longer than %d bytes", maxLineLen)
@@ -141,6 +369,10 @@ func readLine(br *bufio.Reader, buf []byte) (line []byte, complete bool, err err
 type verifier struct {
 	prev string    // hash of the previous line
 	mac  hash.Hash // nil: macs are not checked
+
+	// Of the line just checked: its event, and whether it has a mac.
+	event  string
+	hasMac bool
 
 	members []member // scratch, reused across lines
 }
@@ -180,6 +412,8 @@ func (v *verifier) check(line []byte, want uint64) string {
 	if ev == "" {
 		return "event is empty"
 	}
+	v.event = ev
+	_, v.hasMac = lookup(members, "mac")
 	prev, msg := stringMember(members, "prev")
 	if msg != "" {
 		return msg

@@ -142,8 +142,8 @@ func TestVerifyCatchesTruncation(t *testing.T) {
 			// Cut inside the line, and just before its newline.
 			for _, cut := range []int{end + 1, end + len(line)/2, end + len(line)} {
 				_, got, msg := verifyErr(t, orig[:cut], key)
-				if got != i+1 || !strings.HasPrefix(msg, "truncated line") {
-					t.Errorf("cut at %d (line %d): Verify line %d %q, want truncated line at %d", cut, i+1, got, msg, i+1)
+				if got != i+1 || !strings.HasPrefix(msg, "torn last record") {
+					t.Errorf("cut at %d (line %d): Verify line %d %q, want a torn last record at %d", cut, i+1, got, msg, i+1)
 				}
 			}
 			end += len(line) + 1
@@ -195,7 +195,7 @@ func TestVerifyMessages(t *testing.T) {
 		{"mac in upper case", macAt(l1, strings.ToUpper) + "\n", testKey, 1, "mac is not 64 lower-case hex digits"},
 		{"mac not last", l1[:len(l1)-1] + `,"x":1}` + "\n", testKey, 1, "mac is not the last member"},
 		{"mac changed", macAt(l1, func(m string) string { return "f" + m[1:] }) + "\n", testKey, 1, "mac mismatch"},
-		{"no newline at the end", l1, testKey, 1, "truncated line"},
+		{"no newline at the end", l1, testKey, 1, "torn last record (no newline)"},
 		{"an over-long line", strings.Repeat("x", maxLineLen+10) + "\n", nil, 1, "line longer than"},
 	}
 	for _, tc := range cases {
