@@ -53,7 +53,9 @@ type Config struct {
 	// resolution, so the holder may swap policies atomically at any time.
 	// A nil result denies every name.
 	Policy func() *policy.Policy
-	// Audit receives one dns event per query. Nil: no audit.
+	// Audit receives one dns event per query. Nil: no audit. When it can
+	// fail (audit.Failer) and has failed, every query is refused (REFUSED)
+	// from then on: the audit fails closed.
 	Audit audit.Sink
 	// Upstream overrides the resolvers used by Resolve ("ip:port", tried
 	// in order). Empty: the policy's dns.upstream, else the nameservers
@@ -89,6 +91,7 @@ type Config struct {
 type Server struct {
 	policy   func() *policy.Policy
 	audit    audit.Sink
+	failed   <-chan struct{} // closed when the audit has failed
 	upstream []string
 	resolv   string
 	exchange func(ctx context.Context, server string, msg []byte) ([]byte, error)
@@ -148,6 +151,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		policy:   cfg.Policy,
 		audit:    cfg.Audit,
+		failed:   audit.FailedOf(cfg.Audit),
 		upstream: append([]string(nil), cfg.Upstream...),
 		resolv:   cfg.ResolvConfPath,
 		exchange: cfg.Exchange,
@@ -275,6 +279,11 @@ func readEDNS(p *dnsmessage.Parser) (bool, uint16) {
 
 // answer decides one well-formed query and builds the reply.
 func (s *Server) answer(h dnsmessage.Header, q *dnsmessage.Question) reply {
+	if audit.IsFailed(s.failed) {
+		// The audit log cannot record an answer: refuse them all.
+		s.stats.denied.Add(1)
+		return newReply(h, dnsmessage.RCodeRefused, q)
+	}
 	qtype := TypeString(q.Type)
 	raw := q.Name.String()
 	if q.Class != dnsmessage.ClassINET {

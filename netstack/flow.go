@@ -90,6 +90,9 @@ func (g *Gateway) guardedPolicy() *policy.Policy {
 // before anything is dialed.
 func (g *Gateway) classify(proto policy.Proto, src, dst netip.AddrPort) (p plan, needResolve bool) {
 	p = plan{proto: proto, src: src, dst: dst}
+	if g.auditRefuses(&p) {
+		return p, false
+	}
 	if g.names != nil {
 		if name, ok := g.names.NameOf(dst.Addr()); ok {
 			p.host = name

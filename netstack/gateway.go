@@ -131,7 +131,9 @@ type Config struct {
 	// says why (the policy's reason, or "limit: ...", "resolve: ...",
 	// "dial: ..." for an allowed flow that could not be served). Packets
 	// the filter refuses (ICMP, other IP protocols, spoofed sources,
-	// malformed input) get packet records. Log must not block.
+	// malformed input) get packet records. Log must not block. When the
+	// sink can fail (audit.Failer) and has failed, no new flow is admitted
+	// (auditgate.go).
 	Audit audit.Sink
 	// Names serves DNS at the DNS addresses and maps fake addresses back
 	// to names. nil: no DNS service, and DNS packets are flows like any
@@ -237,6 +239,9 @@ type Gateway struct {
 	// ended by the shutdown.
 	closing atomic.Bool
 
+	// auditFailed is closed when the audit log has failed (auditgate.go).
+	auditFailed <-chan struct{}
+
 	// workers runs per-flow work on kept goroutines (workers.go).
 	workers *workers
 
@@ -305,6 +310,7 @@ func New(cfg Config) (*Gateway, error) {
 	if g.dial == nil {
 		g.dial = (&net.Dialer{}).DialContext
 	}
+	g.auditFailed = audit.FailedOf(cfg.Audit)
 	if err := g.build(cfg); err != nil {
 		cancel()
 		g.closeListeners()

@@ -17,8 +17,12 @@ import (
 // add_hostfwd). network is "tcp" or "udp"; guest must be one of the
 // worker's addresses. The worker sees the connection come from the
 // gateway (10.0.2.2 or fd00::2). Safe for concurrent use; blocks until the
-// worker answers the handshake or ctx is done.
+// worker answers the handshake or ctx is done. Once the audit log has
+// failed it refuses (auditgate.go).
 func (g *Gateway) DialGuest(ctx context.Context, network string, guest netip.AddrPort) (net.Conn, error) {
+	if g.auditDown() {
+		return nil, fmt.Errorf("dial guest %s: %s", guest, auditFailedReason)
+	}
 	a := guest.Addr().Unmap()
 	var src netip.Addr
 	proto := ipv4.ProtocolNumber

@@ -90,6 +90,11 @@ func (g *Gateway) openTCP(r *tcp.ForwarderRequest) (run func(), ok bool) {
 		return nil, false
 	}
 
+	if g.auditRefuses(&p) {
+		up.Close()
+		g.refuseTCP(r, &p)
+		return nil, false
+	}
 	g.countDecision(&p)
 	seq := g.record(&p, target)
 	start := time.Now()

@@ -105,6 +105,11 @@ func (g *Gateway) runUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer, 
 		return
 	}
 
+	if g.auditRefuses(p) {
+		up.Close()
+		g.refuseUDP(p, quote)
+		return
+	}
 	g.countDecision(p)
 	seq := g.record(p, target)
 	start := time.Now()
