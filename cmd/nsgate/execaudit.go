@@ -5,6 +5,8 @@ import (
 	"os"
 	"sync"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
 )
@@ -12,9 +14,18 @@ import (
 // execAudit serves the exec notifier's listener (sent by the sandbox init
 // in run, by the guard child in guard) and writes one `exec` audit record
 // per attempt (SPEC §6, §8). Its methods are safe for concurrent use.
+//
+// The audit fails closed: once the log has failed, no exec runs. The
+// server's report comes before the kernel is told to go on, and the server
+// can only be told to refuse by its own checks, so an exec it would let
+// through is stopped by killing its caller (SIGKILL to a task that waits
+// in the notifier, so its pid cannot have been reused) before the answer;
+// and the server is closed, after which the kernel fails every exec of
+// the worker with ENOSYS.
 type execAudit struct {
-	log  *audit.Logger
-	plan guard.Plan
+	log    *audit.Logger
+	failed <-chan struct{}
+	plan   guard.Plan
 
 	mu  sync.Mutex
 	srv *guard.ExecServer // nil until serve
@@ -23,7 +34,7 @@ type execAudit struct {
 // newExecAudit prepares to audit execs against plan (the allowlist the
 // guard enforces).
 func newExecAudit(log *audit.Logger, plan guard.Plan) *execAudit {
-	return &execAudit{log: log, plan: plan}
+	return &execAudit{log: log, failed: audit.FailedOf(log), plan: plan}
 }
 
 // serve starts answering on listener; it has the shape of
@@ -40,7 +51,20 @@ func (a *execAudit) serve(listener *os.File) error {
 		return errors.New("a second exec listener")
 	}
 	a.srv = srv
+	if a.failed != nil {
+		go a.closeOnFailure(srv)
+	}
 	return nil
+}
+
+// closeOnFailure closes srv when the audit log fails (unless it stops
+// first).
+func (a *execAudit) closeOnFailure(srv *guard.ExecServer) {
+	select {
+	case <-a.failed:
+		a.close()
+	case <-srv.Done():
+	}
 }
 
 func (a *execAudit) record(ev guard.ExecEvent) {
@@ -49,6 +73,10 @@ func (a *execAudit) record(ev guard.ExecEvent) {
 		action = "allow"
 	}
 	a.log.Log(audit.Exec{Action: action, Path: ev.Path, PID: ev.PID, Reason: ev.Reason})
+	if ev.Allow && audit.IsFailed(a.failed) {
+		// Not recorded, so not run.
+		unix.Kill(ev.PID, unix.SIGKILL)
+	}
 }
 
 // close stops the server; call it once the worker is gone (or will not

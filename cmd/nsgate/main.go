@@ -153,7 +153,8 @@ Usage:
   nsgate check FILE                        validate a policy file
   nsgate explain --policy FILE [--proto tcp|udp] DEST:PORT
                                            the decision for one destination
-  nsgate audit verify [--key FILE] FILE    verify an audit log's hash chain
+  nsgate audit verify [--key FILE] [--head HASH] FILE
+                                           verify an audit log's hash chain
   nsgate guard [flags] -- COMMAND          only the exec/syscall guard
   nsgate lab [--evidence DIR] [--browser PATH]
                                            the built-in security lab

@@ -9,7 +9,6 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 )
@@ -122,52 +121,4 @@ func cmdExplain(e env, args []string) int {
 		return 0
 	}
 	return 1
-}
-
-// cmdAudit: nsgate audit verify [--key FILE] [--head HASH] FILE.
-func cmdAudit(e env, args []string) int {
-	if len(args) == 0 || args[0] != "verify" {
-		e.errorf("usage: nsgate audit verify [--key FILE] FILE")
-		return exitUsage
-	}
-	fs := flag.NewFlagSet("nsgate audit verify", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	keyFile := fs.String("key", "", "HMAC key `FILE` the log was written with")
-	anchor := fs.String("head", "", "expected head `HASH` (as printed at exit), so that a changed or dropped last record is caught too")
-	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return exitUsage
-	}
-	if fs.NArg() != 1 {
-		e.errorf("usage: nsgate audit verify [--key FILE] FILE")
-		return exitUsage
-	}
-	var key []byte
-	if *keyFile != "" {
-		k, err := audit.LoadKey(*keyFile)
-		if err != nil {
-			e.errorf("audit verify: %v", err)
-			return exitUsage
-		}
-		key = k
-	}
-	name := fs.Arg(0)
-	n, head, err := audit.VerifyFile(name, key)
-	var ve *audit.VerifyError
-	switch {
-	case errors.As(err, &ve):
-		fmt.Fprintln(e.stderr, ve)
-		return 1
-	case err != nil:
-		e.errorf("audit verify: %v", err)
-		return exitUsage
-	}
-	if *anchor != "" && *anchor != head {
-		fmt.Fprintf(e.stderr, "%s:%d: head %s does not match the anchored head %s (the log was truncated or its last record changed)\n", name, n, head, *anchor)
-		return 1
-	}
-	fmt.Fprintf(e.stdout, "ok: %d records, head %s\n", n, head)
-	return 0
 }

@@ -88,7 +88,9 @@ func cmdSlirp4netns(e env, args []string) int {
 	}
 	h, err := startSlirp(e, cfg, os.Getenv)
 	if err != nil {
-		fmt.Fprintf(e.stderr, "nsgate slirp4netns: %v\n", err)
+		if h.log == nil || h.log.Err() == nil { // else close printed the cause
+			fmt.Fprintf(e.stderr, "nsgate slirp4netns: %v\n", err)
+		}
 		return slirp.ExitFailure
 	}
 	return h.serve()
@@ -379,7 +381,9 @@ func outboundAddr(s string, v6 bool) (netip.Addr, error) {
 }
 
 // serve runs until the exit fd hangs up or SIGINT, SIGTERM or SIGHUP
-// arrives, then shuts down and returns 0.
+// arrives, then shuts down and returns 0; or until the audit log fails,
+// then shuts down (the audit fails closed: the container's network stops)
+// and returns 1 after one line naming the cause.
 func (h *slirpHelper) serve() int {
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
@@ -391,9 +395,9 @@ func (h *slirpHelper) serve() int {
 	select {
 	case <-sigs:
 	case <-hup:
+	case <-h.log.Failed():
 	}
-	h.close(0)
-	return 0
+	return h.close(0)
 }
 
 // waitHangup closes done once fd reports hang-up or an error (slirp4netns
@@ -419,8 +423,9 @@ func waitHangup(fd int, done chan<- struct{}) {
 }
 
 // close stops everything that was started, in reverse order, and ends the
-// audit log with an exit record.
-func (h *slirpHelper) close(code int) {
+// audit log with an exit record. It returns code, or slirp.ExitFailure when
+// the audit log failed.
+func (h *slirpHelper) close(code int) int {
 	if h.api != nil {
 		h.api.Close()
 	}
@@ -435,15 +440,10 @@ func (h *slirpHelper) close(code int) {
 		h.tapFD = -1
 	}
 	if h.log == nil {
-		return
+		return code
 	}
-	h.log.Log(audit.Exit{Code: code})
-	head, err := h.log.Close()
-	if err != nil {
-		h.e.errorf("audit log: %v", err)
-		return
+	if !closeAudit(h.e, h.log, h.auditPath, code, "the container's network was stopped") {
+		return slirp.ExitFailure
 	}
-	if h.auditPath != "" {
-		fmt.Fprintf(h.e.stderr, "nsgate: audit head %s\n", head)
-	}
+	return code
 }
