@@ -103,10 +103,16 @@ func Configure(ifc Iface) error {
 		if gw.Is6() {
 			dst = netip.PrefixFrom(netip.IPv6Unspecified(), 0)
 		}
+		// The gateway is on the link by construction: onlink, so the
+		// kernel does not look for a route to it first. Without it an
+		// IPv6 default route could be refused ("no route to host") while
+		// the address's own prefix route was still being set up by the
+		// kernel's address-configuration work after the link came up.
 		r := &netlink.Route{
 			LinkIndex: link.Attrs().Index,
 			Dst:       prefixToIPNet(dst),
 			Gw:        gw.AsSlice(),
+			Flags:     int(netlink.FLAG_ONLINK),
 		}
 		if err := netlink.RouteAdd(r); err != nil {
 			return fmt.Errorf("add default route via %s: %w", gw, err)
