@@ -50,6 +50,15 @@ allow:
     proto: any
   - cidr: ::/0
     proto: any
+  # 0.0.0.0/0 and ::/0 do not open the special ranges: name them.
+  - {cidr: 10.0.0.0/8, proto: any}
+  - {cidr: 100.64.0.0/10, proto: any}
+  - {cidr: 127.0.0.0/8, proto: any}
+  - {cidr: 169.254.0.0/16, proto: any}
+  - {cidr: 172.16.0.0/12, proto: any}
+  - {cidr: 192.168.0.0/16, proto: any}
+  - {cidr: "::1/128", proto: any}
+  - {cidr: "fc00::/7", proto: any}
   - host: "*.test"
     proto: any
   - host: "*.ok.test"
