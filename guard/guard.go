@@ -77,11 +77,30 @@ type Config struct {
 	// BestEffort (--exec-guard=best-effort): a layer the kernel lacks is
 	// reported by Apply instead of being an error.
 	BestEffort bool
+	// Writes, when set, limits where the worker may write, with Landlock's
+	// write rights (write, truncate, make, remove, refer): granted below
+	// Writes.Paths and, for writing existing files only, on
+	// Writes.Devices; refused everywhere else (EACCES). nil leaves writes
+	// as the file system's permissions and mounts make them (as `nsgate
+	// guard` does inside a container).
+	Writes *WriteRules `json:",omitempty"`
 	// PathEnv is the PATH used to resolve Command[0] and the program of a
 	// "#!/usr/bin/env NAME" script; empty means this process's $PATH.
 	// Relative entries (including empty ones) are ignored: the worker's
 	// working directory is not trusted.
 	PathEnv string
+}
+
+// WriteRules are the places the worker may write (Config.Writes). Every
+// path must exist when Apply runs.
+type WriteRules struct {
+	// Paths are files and directory trees where every write right is
+	// granted (a file: write and truncate).
+	Paths []string `json:",omitempty"`
+	// Devices are files and directory trees where existing files may be
+	// written and truncated, but nothing created, removed or renamed
+	// (e.g. /dev/null, /dev/pts, /proc). Missing ones are skipped.
+	Devices []string `json:",omitempty"`
 }
 
 // Plan is the resolved allowlist. Resolve returns it; it is a plain value
@@ -187,3 +206,40 @@ func (e *MissingLayerError) Error() string {
 
 // ErrNoCommand is returned by Resolve for an empty Config.Command.
 var ErrNoCommand = errors.New("exec guard: no command")
+
+// shellNames are the base names of programs that run whatever commands
+// they are given: a shell allowed as some script's #! interpreter lets
+// the worker run any command line the allowlist's programs permit.
+var shellNames = map[string]bool{
+	"sh": true, "dash": true, "bash": true, "ash": true, "zsh": true, "ksh": true,
+	"mksh": true, "yash": true, "fish": true, "csh": true, "tcsh": true, "busybox": true,
+}
+
+// ShellInterpreter is a shell the allowlist holds only because a script
+// needs it.
+type ShellInterpreter struct {
+	Shell  string // the shell's canonical path
+	Script string // the script whose #! line (directly or through env) names it
+}
+
+// ShellInterpreters returns the shells that Resolve added to the allowlist
+// silently, as the #! interpreter of a script (the command or an
+// --exec-allow file), e.g. a browser installed as a sh wrapper script. A
+// shell the user named itself (as the command or an --exec-allow entry)
+// is not listed.
+func (p Plan) ShellInterpreters() []ShellInterpreter {
+	var out []ShellInterpreter
+	for _, a := range p.Allow {
+		why := p.Why[a]
+		script, ok := strings.CutPrefix(why, "#! interpreter of ")
+		if !ok {
+			rest, ok2 := strings.CutPrefix(why, "program that ")
+			script, _, ok = strings.Cut(rest, " runs through env")
+			ok = ok && ok2
+		}
+		if ok && shellNames[filepath.Base(a)] {
+			out = append(out, ShellInterpreter{Shell: a, Script: script})
+		}
+	}
+	return out
+}

@@ -98,7 +98,7 @@ func (p Plan) Apply(cfg Config) (degraded []string, err error) {
 		return nil, fmt.Errorf("exec guard: set no_new_privs: %w", err)
 	}
 	if sup.LandlockABI > 0 {
-		if err := p.applyLandlock(sup.LandlockABI, cfg.AllowUnix); err != nil {
+		if err := p.applyLandlock(sup.LandlockABI, cfg.AllowUnix, cfg.Writes); err != nil {
 			return nil, fmt.Errorf("exec guard: landlock: %w", err)
 		}
 	}
@@ -110,17 +110,19 @@ func (p Plan) Apply(cfg Config) (degraded []string, err error) {
 	return degraded, nil
 }
 
-// applyLandlock restricts execution to p.Allow. The ruleset handles the
-// execute right (plus REFER and, without AllowUnix, unix-socket rights; see
-// below), so every other file access stays as it was.
+// applyLandlock restricts execution to p.Allow and, with w, writing to
+// w's paths. The ruleset handles the execute right (plus REFER, the write
+// rights with w and, without AllowUnix, unix-socket rights; see below), so
+// every other file access stays as it was.
 //
 // Any ruleset that handles a file-system right also denies moving or
 // linking files between directories (REFER) unless a rule grants it.
-// From ABI 2 on we grant it on "/", which keeps rename(2) and link(2)
-// working; the kernel still refuses a move or link that would make a file
-// executable (into an allowed directory from outside), because REFER never
-// lets a file gain rights. On ABI 1 such cross-directory moves fail with
-// EXDEV, which is safe and which programs usually handle by copying.
+// From ABI 2 on we grant it where writing is allowed (on "/" without w),
+// which keeps rename(2) and link(2) working there; the kernel still
+// refuses a move or link that would make a file executable (into an
+// allowed directory from outside), because REFER never lets a file gain
+// rights. On ABI 1 such cross-directory moves fail with EXDEV, which is
+// safe and which programs usually handle by copying.
 //
 // Without AllowUnix the seccomp filter refuses socket(AF_UNIX), but a
 // datagram socket from socketpair(2) can still send to any unconnected
@@ -129,12 +131,26 @@ func (p Plan) Apply(cfg Config) (degraded []string, err error) {
 // to an abstract socket created outside the domain), from ABI 9 the
 // RESOLVE_UNIX right, handled and granted nowhere (the same for pathname
 // sockets). Sockets created inside the domain (socketpair) are unaffected.
-func (p Plan) applyLandlock(abi int, allowUnix bool) error {
+func (p Plan) applyLandlock(abi int, allowUnix bool, w *WriteRules) error {
 	exec := landlock.AccessFSSet(llsys.AccessFSExecute)
 	refer := landlock.AccessFSSet(llsys.AccessFSRefer)
 	cfg := landlock.Config{HandledAccessFS: exec}
 	rules := []landlock.Rule{landlock.PathAccess(exec, p.Allow...)}
-	if abi >= 2 {
+	switch {
+	case w != nil:
+		dirRights, fileRights := writeRights(abi)
+		cfg.HandledAccessFS |= dirRights
+		for _, path := range w.Paths {
+			r := dirRights
+			if st, err := os.Stat(path); err == nil && !st.IsDir() {
+				r = fileRights
+			}
+			rules = append(rules, landlock.PathAccess(r, path))
+		}
+		for _, path := range w.Devices {
+			rules = append(rules, landlock.PathAccess(fileRights, path).IgnoreIfMissing())
+		}
+	case abi >= 2:
 		cfg.HandledAccessFS |= refer
 		rules = append(rules, landlock.PathAccess(refer, "/"))
 	}
@@ -147,6 +163,23 @@ func (p Plan) applyLandlock(abi int, allowUnix bool) error {
 		}
 	}
 	return cfg.Restrict(rules...)
+}
+
+// writeRights are Landlock's write rights that ABI abi knows: all of them
+// (for directories), and those that apply to a file.
+func writeRights(abi int) (dir, file landlock.AccessFSSet) {
+	file = llsys.AccessFSWriteFile
+	if abi >= 3 {
+		file |= llsys.AccessFSTruncate
+	}
+	dir = file | llsys.AccessFSRemoveDir | llsys.AccessFSRemoveFile |
+		llsys.AccessFSMakeChar | llsys.AccessFSMakeDir | llsys.AccessFSMakeReg |
+		llsys.AccessFSMakeSock | llsys.AccessFSMakeFifo | llsys.AccessFSMakeBlock |
+		llsys.AccessFSMakeSym
+	if abi >= 2 {
+		dir |= llsys.AccessFSRefer
+	}
+	return dir, file
 }
 
 // Writable returns the entries of p.Allow that the calling process could

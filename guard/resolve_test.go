@@ -379,3 +379,31 @@ func TestEnvProgram(t *testing.T) {
 		}
 	}
 }
+
+func TestShellInterpreters(t *testing.T) {
+	dir := t.TempDir()
+	sh, err := filepath.EvalSymlinks("/bin/sh")
+	if err != nil {
+		t.Skip("no /bin/sh:", err)
+	}
+	wrapper := filepath.Join(dir, "browser")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec true\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := Resolve(Config{Command: []string{wrapper}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := plan.ShellInterpreters()
+	if len(got) != 1 || got[0].Shell != sh || got[0].Script != wrapper {
+		t.Errorf("ShellInterpreters() = %+v, want %s for %s (a wrapper script brings in a shell silently)", got, sh, wrapper)
+	}
+	// A shell the user asked for by name is no surprise.
+	plan, err = Resolve(Config{Command: []string{"/bin/sh", "-c", "true"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := plan.ShellInterpreters(); len(got) != 0 {
+		t.Errorf("ShellInterpreters() = %+v for sh as the command, want none", got)
+	}
+}

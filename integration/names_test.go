@@ -185,7 +185,9 @@ func TestL7Checks(t *testing.T) {
 		ca := inet.CAFile()
 		log := filepath.Join(dir, "l7.jsonl")
 		run := func(args ...string) result {
-			return runNsgate(t, m, append([]string{"run", "--policy", pol, "--audit", log, "--"}, args...)...)
+			// The CA lies in the caller's /tmp, which the worker's view
+			// replaces: show it read-only.
+			return runNsgate(t, m, append([]string{"run", "--policy", pol, "--audit", log, "--ro", ca, "--"}, args...)...)
 		}
 		if r := run("curl", "-sS", "--max-time", "5", "--cacert", ca, "https://app.test:8443/"); r.code != 0 || !strings.Contains(r.stdout, "hello from app over tls") {
 			t.Errorf("HTTPS to app.test: exit %d %q", r.code, r.stdout)

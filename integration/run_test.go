@@ -226,6 +226,7 @@ func TestRunExitStatus(t *testing.T) {
 // remains.
 func TestRunKilledLeavesNothing(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
+		before := tmpEntries(t)
 		marker := fmt.Sprintf("%d.%03d", 900+time.Now().Nanosecond()%99, time.Now().Nanosecond()%1000)
 		cmd := nsgateCmd(m, "run", "--exec-allow", "/usr/bin/sleep", "--", "sh", "-c", "sleep "+marker+" & sleep "+marker)
 		var errb bytes.Buffer
@@ -258,7 +259,29 @@ func TestRunKilledLeavesNothing(t *testing.T) {
 			}
 			time.Sleep(20 * time.Millisecond)
 		}
+		// nsgate keeps its set-up files (the worker's resolv.conf) in a
+		// tmpfs that is never attached to the host: nothing is left in
+		// /tmp after a kill -9.
+		for name := range tmpEntries(t) {
+			if !before[name] && strings.HasPrefix(name, "nsgate-") {
+				t.Errorf("/tmp/%s appeared during the run and outlived nsgate", name)
+			}
+		}
 	})
+}
+
+// tmpEntries lists /tmp.
+func tmpEntries(t *testing.T) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		m[e.Name()] = true
+	}
+	return m
 }
 
 // procsWith lists the pids whose command line contains s.

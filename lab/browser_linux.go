@@ -66,16 +66,16 @@ func runBrowser(ctx context.Context, cfg Config, polFile, auditPath, work string
 		br.err = fmt.Errorf("pick a port for CDP: %w", err)
 		return br
 	}
+	// The worker's $HOME is a private tmpfs at this path, and the
+	// profile lives in it: nothing of the browser's stays behind.
 	home := filepath.Join(work, "browser-home")
-	profile := filepath.Join(work, "browser-profile")
-	for _, d := range []string{home, profile} {
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			br.err = err
-			return br
-		}
+	profile := filepath.Join(home, "profile")
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		br.err = err
+		return br
 	}
 
-	args := []string{"run", "--policy", polFile, "--audit", auditPath,
+	args := []string{"run", "--policy", polFile, "--audit", auditPath, "--ro", work,
 		"--publish", "127.0.0.1:" + strconv.Itoa(hostPort) + ":" + strconv.Itoa(browserDevToolsPort),
 		"--allow-unix", "--exec-allow", chromium}
 	if crash := filepath.Join(filepath.Dir(chromium), "chrome_crashpad_handler"); fileExists(crash) {
@@ -306,7 +306,7 @@ func closeBrowser(ctx context.Context, base string) error {
 
 // waitDevTools waits until Chromium's DevTools answer through the
 // published port, or nsgate run exits, or 30 seconds pass.
-func waitDevTools(ctx context.Context, base string, exited <-chan error) error {
+func waitDevTools(ctx context.Context, base string, exited chan error) error {
 	cl := &http.Client{Timeout: 2 * time.Second}
 	deadline := time.Now().Add(30 * time.Second)
 	var last error
@@ -324,6 +324,8 @@ func waitDevTools(ctx context.Context, base string, exited <-chan error) error {
 		last = err
 		select {
 		case err := <-exited:
+			// Put it back: finish reads the exit status too.
+			exited <- err
 			return fmt.Errorf("nsgate run exited before Chromium's DevTools answered: %v", err)
 		case <-ctx.Done():
 			return ctx.Err()

@@ -142,7 +142,10 @@ func Run(ctx context.Context, cfg Config) int {
 	ev.Policy = PolicyInfo{File: polFile, SHA256: pol.SHA256(), Text: string(polText)}
 
 	auditPath := filepath.Join(cfg.Evidence, EvidenceAudit)
-	args := []string{"run", "--policy", polFile, "--audit", auditPath}
+	// The worker sees the work directory (the fake internet's CA and the
+	// host-side unix socket it attacks) read-only; the policy in it stays
+	// hidden, as nsgate's own files always are.
+	args := []string{"run", "--policy", polFile, "--audit", auditPath, "--ro", work}
 	env := withoutSealMarkers(os.Environ())
 	switch cfg.Break {
 	case BreakMetadata:

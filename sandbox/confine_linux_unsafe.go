@@ -67,6 +67,30 @@ func dropOwnCapabilities() error {
 	return allThreads("set no_new_privs", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
 }
 
+// dropInitCapabilities leaves every thread of init, and the worker it will
+// fork, with no capabilities: ambient cleared, the bounding set emptied
+// (so an exec as uid 0 cannot regain any), permitted, effective and
+// inheritable zeroed, and no_new_privs set. All threads, not only the one
+// that forks the worker: the worker runs as init's uid and may open init's
+// /proc/1/mem, so init must hold nothing the worker does not.
+func dropInitCapabilities() error {
+	if err := allThreads("clear ambient capabilities", unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0); err != nil {
+		return err
+	}
+	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
+		err := allThreads("drop bounding capability", unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
+		if err != nil && !errors.Is(err, unix.EINVAL) {
+			return err
+		}
+	}
+	hdr := &unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	data := new([2]unix.CapUserData)
+	if err := allThreads("drop capabilities", unix.SYS_CAPSET, uintptr(unsafe.Pointer(hdr)), uintptr(unsafe.Pointer(&data[0])), 0); err != nil {
+		return err
+	}
+	return allThreads("set no_new_privs", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0)
+}
+
 // installFilterAllThreads sets no_new_privs and installs prog with
 // SECCOMP_FILTER_FLAG_TSYNC, which puts it (and no_new_privs) on every
 // thread at once; this works in cgo binaries too.

@@ -55,14 +55,14 @@ func InitMain(apply ApplyGuard) int {
 		return 125
 	}
 
-	degraded, err := setupMounts(&spec)
+	degraded, err := applyView(&spec.View)
 	if err != nil {
-		return fail(err)
+		return fail(viewError(err))
 	}
 	if spec.Hostname != "" {
 		unix.Sethostname([]byte(spec.Hostname))
 	}
-	if err := dropCapabilities(); err != nil {
+	if err := dropInitCapabilities(); err != nil {
 		return fail(err)
 	}
 	argv := append([]string(nil), spec.Argv...)
@@ -139,76 +139,4 @@ func reap(worker int) int {
 			return 128 + int(ws.Signal())
 		}
 	}
-}
-
-// setupMounts makes the worker's mount namespace private, gives it a /proc
-// for its own PID namespace, binds the gateway's resolv.conf, and makes the
-// writable scratch directories noexec. It returns the parts that could not
-// be done but are not required.
-func setupMounts(spec *Spec) (degraded []string, err error) {
-	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
-		return nil, fmt.Errorf("make mounts private: %w", err)
-	}
-	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
-		degraded = append(degraded, "proc")
-	}
-	if spec.ResolvConf != "" {
-		if err := unix.Mount(spec.ResolvConf, "/etc/resolv.conf", "", unix.MS_BIND, ""); err != nil {
-			return nil, fmt.Errorf("bind resolv.conf: %w", err)
-		}
-	}
-	for _, dir := range spec.NoExecDirs {
-		if err := remountNoExec(dir); err != nil {
-			degraded = append(degraded, "noexec:"+dir)
-		}
-	}
-	return degraded, nil
-}
-
-// remountNoExec bind-mounts dir onto itself and remounts it noexec,
-// nosuid and nodev, keeping the flags the kernel locks in a user namespace.
-func remountNoExec(dir string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return err
-	}
-	if err := unix.Mount(dir, dir, "", unix.MS_BIND|unix.MS_REC, ""); err != nil {
-		return err
-	}
-	flags := uintptr(unix.MS_BIND | unix.MS_REMOUNT | unix.MS_NOEXEC | unix.MS_NOSUID | unix.MS_NODEV)
-	for _, f := range [][2]uintptr{
-		{unix.ST_RDONLY, unix.MS_RDONLY},
-		{unix.ST_NOATIME, unix.MS_NOATIME},
-		{unix.ST_NODIRATIME, unix.MS_NODIRATIME},
-		{unix.ST_RELATIME, unix.MS_RELATIME},
-	} {
-		if uintptr(st.Flags)&f[0] != 0 {
-			flags |= f[1]
-		}
-	}
-	return unix.Mount("", dir, "", flags, "")
-}
-
-// dropCapabilities leaves the calling thread, and the worker it will fork,
-// with no capabilities: ambient and inheritable cleared, the bounding set
-// emptied (so an exec as uid 0 cannot regain any), permitted and effective
-// zeroed, and no_new_privs set.
-func dropCapabilities() error {
-	if err := unix.Prctl(unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0); err != nil {
-		return fmt.Errorf("clear ambient capabilities: %w", err)
-	}
-	for c := 0; c <= unix.CAP_LAST_CAP; c++ {
-		if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("drop capability %d from bounding set: %w", c, err)
-		}
-	}
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var data [2]unix.CapUserData
-	if err := unix.Capset(&hdr, &data[0]); err != nil {
-		return fmt.Errorf("drop capabilities: %w", err)
-	}
-	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-		return fmt.Errorf("set no_new_privs: %w", err)
-	}
-	return nil
 }

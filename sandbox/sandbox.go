@@ -58,15 +58,10 @@ type Spec struct {
 	Root bool
 	// Iface is the worker's network interface.
 	Iface tun.Iface
-	// ResolvConf, when set, is bind-mounted read-only over /etc/resolv.conf
-	// in the worker's mount namespace.
-	ResolvConf string
+	// View is the worker's file system (see View and PlanView).
+	View View
 	// Hostname is set in the worker's UTS namespace when non-empty.
 	Hostname string
-	// NoExecDirs are remounted noexec (with nosuid, nodev) in the worker's
-	// mount namespace where the kernel allows it; failures are tolerated
-	// and reported back.
-	NoExecDirs []string
 	// GuardSpec is opaque data for the guard that cmd installs with
 	// SetGuardFactory; sandbox only carries it.
 	GuardSpec []byte

@@ -11,7 +11,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"path/filepath"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -35,14 +35,16 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 // runFlags are the flags of `nsgate run`.
 type runFlags struct {
 	policy, audit, auditKey, pcap string
-	publish, execAllow            listFlag
+	publish, execAllow, rw, ro    listFlag
+	home                          string
 	allowUserns, allowUnix, root  bool
 	mtu                           uint
 	maxFlows                      int
 	ipv6, quiet                   bool
 	execGuard                     string
-	// unsafeBreak disables one enforcement layer. Hidden: only `nsgate lab
-	// --break` uses it, to show that the lab notices a missing layer.
+	// unsafeBreak disables enforcement layers (comma-separated). Hidden:
+	// only tests and `nsgate lab --break` use it, to show that a missing
+	// layer is noticed (or that another layer holds alone).
 	unsafeBreak string
 }
 
@@ -60,6 +62,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxFlows, "max-flows", netstack.DefaultMaxFlows, "concurrent TCP flows the worker may hold open; more are refused (audited)")
 	fs.BoolVar(&f.ipv6, "ipv6", true, "give the worker IPv6 (--ipv6=false: IPv4 only)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no human-readable denial lines on stderr")
+	fs.Var(&f.rw, "rw", "host `PATH` (file or directory) the worker may write (repeatable); the rest of the host is read-only")
+	fs.Var(&f.ro, "ro", "host `PATH` the worker may read where the view would hide it: below /tmp, /var/tmp, /dev/shm or $HOME (repeatable)")
+	fs.StringVar(&f.home, "home", "", "host `DIR` to be the worker's $HOME, writable (default: a private, empty tmpfs)")
 	fs.StringVar(&f.execGuard, "exec-guard", "strict", "`strict`, or best-effort: start even if Landlock or seccomp is missing (audited)")
 }
 
@@ -124,10 +129,12 @@ func (f *runFlags) validate() error {
 	if f.maxFlows < 1 || f.maxFlows > 1<<20 {
 		return fmt.Errorf("--max-flows %d out of range (1 to %d)", f.maxFlows, 1<<20)
 	}
-	switch f.unsafeBreak {
-	case "", "metadata":
-	default:
-		return fmt.Errorf("--unsafe-break %q: only metadata can be broken", f.unsafeBreak)
+	for _, b := range strings.Split(f.unsafeBreak, ",") {
+		switch b {
+		case "", "metadata", breakFSReadOnly, breakFSLandlock:
+		default:
+			return fmt.Errorf("--unsafe-break %q: only metadata, %s and %s can be broken (comma-separated)", f.unsafeBreak, breakFSReadOnly, breakFSLandlock)
+		}
 	}
 	switch f.execGuard {
 	case "strict", "best-effort":
@@ -137,17 +144,14 @@ func (f *runFlags) validate() error {
 	return nil
 }
 
-// loadPolicy reads and parses a policy file; "" gives deny-all. The error
-// lists every problem, one FILE:LINE:COL line each.
+// loadPolicy reads and parses a policy file (a regular file of bounded
+// size: see policy.Load); "" gives deny-all. The error lists every
+// problem, one FILE:LINE:COL line each.
 func loadPolicy(path string) (*policy.Policy, error) {
 	if path == "" {
 		return policy.DenyAll(), nil
 	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read policy: %w", err)
-	}
-	return policy.Parse(path, data)
+	return policy.Load(path)
 }
 
 // runner holds one `nsgate run` while it lives.
@@ -157,7 +161,8 @@ type runner struct {
 	argv    []string
 	pol     atomic.Pointer[policy.Policy]
 	log     *audit.Logger
-	tmpDir  string
+	aw      *auditWatch       // ends the worker when the audit log fails (auditwatch.go)
+	fs      policy.Filesystem // the policy's filesystem section at start
 	cleanup []func()
 }
 
@@ -172,7 +177,9 @@ func newRunner(e env, f *runFlags, argv []string) (*runner, error) {
 }
 
 func (r *runner) fail(err error) int {
-	r.e.errorf("%v", err)
+	if !r.aw.failed() { // else finish prints the audit failure, the cause
+		r.e.errorf("%v", err)
+	}
 	r.finish(exitFailure)
 	return exitFailure
 }
@@ -197,6 +204,7 @@ func (r *runner) run() int {
 		return exitFailure
 	}
 	r.log = log
+	r.aw = watchAudit(log, r.f.audit)
 
 	degraded, err := guardPreflight(r.f.execGuard == "best-effort")
 	if err != nil {
@@ -226,23 +234,36 @@ func (r *runner) run() int {
 	if err != nil {
 		return r.fail(err)
 	}
-	gspec, err := json.Marshal(gcfg)
+	for _, si := range plan.ShellInterpreters() {
+		// Said even with --quiet: it is about what the allowlist means.
+		r.e.errorf("warning: %s is a script run by the shell %s, so the worker may run that shell with any command line; to avoid it, run the program the script starts instead", si.Script, si.Shell)
+	}
+	// The pcap exists before the worker's view is built, so that the view
+	// hides it.
+	var pcap *bufio.Writer
+	if r.f.pcap != "" {
+		pf, err := os.OpenFile(r.f.pcap, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return r.fail(fmt.Errorf("pcap: %w", err))
+		}
+		pcap = bufio.NewWriterSize(pf, 1<<20)
+		// Runs after the gateway has stopped writing (cleanup is last).
+		r.cleanup = append(r.cleanup, func() { pcap.Flush(); pf.Close() })
+	}
+	view, err := r.view(plan)
 	if err != nil {
 		return r.fail(err)
 	}
-
-	dir, err := os.MkdirTemp("", "nsgate-")
+	gcfg.Writes = workerWrites(view)
+	if r.f.broken(breakFSReadOnly) {
+		view.KeepHostWritable = true
+	}
+	if r.f.broken(breakFSLandlock) {
+		gcfg.Writes = nil
+	}
+	gspec, err := json.Marshal(gcfg)
 	if err != nil {
-		return r.fail(fmt.Errorf("temporary directory: %w", err))
-	}
-	r.tmpDir = dir
-	resolv := filepath.Join(dir, "resolv.conf")
-	conf := "nameserver 10.0.2.3\n"
-	if r.f.ipv6 {
-		conf += "nameserver fd00::3\n"
-	}
-	if err := os.WriteFile(resolv, []byte(conf), 0o644); err != nil {
-		return r.fail(fmt.Errorf("write resolv.conf: %w", err))
+		return r.fail(err)
 	}
 
 	ifc := tun.Iface{Name: "tun0", MTU: uint32(r.f.mtu), Addrs: []netip.Prefix{guestV4}, Gateways: []netip.Addr{gwV4}}
@@ -251,18 +272,18 @@ func (r *runner) run() int {
 		ifc.Gateways = append(ifc.Gateways, gwV6)
 	}
 	spec := sandbox.Spec{
-		Argv:       r.argv,
-		Root:       r.f.root,
-		Iface:      ifc,
-		ResolvConf: resolv,
-		Hostname:   "nsgate",
-		GuardSpec:  gspec,
-		NoExecDirs: noExecDirs(plan.Allow),
+		Argv:      r.argv,
+		Root:      r.f.root,
+		Iface:     ifc,
+		View:      view,
+		Hostname:  "nsgate",
+		GuardSpec: gspec,
 	}
 	child, err := sandbox.Start(spec, sandbox.Stdio{Stdin: r.e.stdin, Stdout: r.e.stdout, Stderr: r.e.stderr})
 	if err != nil {
 		return r.fail(err)
 	}
+	r.aw.worker(func() { child.Signal(syscall.SIGKILL) }) // the audit fails closed
 	r.cleanup = append(r.cleanup, func() { syscall.Close(child.TunFD) })
 	ea := newExecAudit(r.log, plan) // exec audit: serves init's exec notifier (execaudit.go)
 	child.ExecListener = ea.serve
@@ -287,16 +308,8 @@ func (r *runner) run() int {
 		IPv6:   r.f.ipv6,
 		Limits: netstack.Limits{MaxFlows: r.f.maxFlows},
 	}
-	if r.f.pcap != "" {
-		pf, err := os.OpenFile(r.f.pcap, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
-			child.Kill()
-			return r.fail(fmt.Errorf("pcap: %w", err))
-		}
-		bw := bufio.NewWriterSize(pf, 1<<20)
-		// Runs after the gateway has stopped writing (cleanup is last).
-		r.cleanup = append(r.cleanup, func() { bw.Flush(); pf.Close() })
-		cfg.Pcap = bw
+	if pcap != nil {
+		cfg.Pcap = pcap
 	}
 	gw, err := netstack.New(cfg)
 	if err != nil {
@@ -317,10 +330,23 @@ func (r *runner) run() int {
 	sigs := make(chan os.Signal, 8)
 	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
 	defer signal.Stop(sigs)
+	// Reloads run on a goroutine of their own, so that reading the file
+	// never holds up forwarding a signal; SIGHUPs that arrive while one
+	// runs are folded into one more.
+	reloads := make(chan struct{}, 1)
+	defer close(reloads)
+	go func() {
+		for range reloads {
+			r.reload()
+		}
+	}()
 	go func() {
 		for s := range sigs {
 			if s == syscall.SIGHUP {
-				r.reload()
+				select {
+				case reloads <- struct{}{}:
+				default:
+				}
 				continue
 			}
 			child.Signal(s)
@@ -344,18 +370,17 @@ func (r *runner) run() int {
 		fwds.Close()
 	}
 	gw.Close()
-	r.finish(code)
-	return code
+	return r.finish(code)
 }
 
 // store makes p the policy in force, with the gateway's own subnets
 // guarded (and, for the lab's --break metadata only, without the metadata
 // step).
 func (r *runner) store(p *policy.Policy) {
-	if r.f.unsafeBreak == "metadata" {
+	if r.f.broken("metadata") {
 		p = p.WithoutMetadataStep()
 	}
-	r.pol.Store(p.WithLocal(guestV4.Masked(), guestV6.Masked()))
+	r.pol.Store(p.WithLocal(ownPrefixes(guestV4, guestV6)...))
 }
 
 // reload re-reads the policy file (SIGHUP). A bad policy is refused and the
@@ -370,61 +395,93 @@ func (r *runner) reload() {
 		r.log.Log(audit.Policy{Action: "deny", Error: err.Error()})
 		return
 	}
+	if fs, err := p.Filesystem(os.Getenv("HOME")); err != nil || !slices.Equal(fs.Write, r.fs.Write) || !slices.Equal(fs.Hide, r.fs.Hide) {
+		r.e.errorf("reload: the filesystem section changed; the worker's view stays as it started, the new one applies to the next run")
+	}
 	r.store(p)
 	r.log.Log(audit.Policy{Action: "allow", PolicySHA256: p.SHA256()})
 }
 
-// finish writes the exit record, closes the log and prints its head.
-func (r *runner) finish(code int) {
+// finish writes the exit record, closes the log and prints its head, or
+// the one line saying why the log failed. It returns the exit status:
+// code, or 125 when the audit log failed (auditwatch.go).
+func (r *runner) finish(code int) int {
 	for i := len(r.cleanup) - 1; i >= 0; i-- {
 		r.cleanup[i]()
 	}
-	if r.tmpDir != "" {
-		os.RemoveAll(r.tmpDir)
+	return r.aw.finish(r.e, code)
+}
+
+// broken reports whether --unsafe-break names layer.
+func (f *runFlags) broken(layer string) bool {
+	return slices.Contains(strings.Split(f.unsafeBreak, ","), layer)
+}
+
+// The two layers of the worker's read-only host, each of which the tests
+// switch off alone (--unsafe-break) to show that the other holds by itself.
+const (
+	breakFSReadOnly = "fs-readonly" // no read-only remount of the host
+	breakFSLandlock = "fs-landlock" // no Landlock write rules
+)
+
+// view plans the worker's file system: the host read-only but for --rw
+// and the policy's filesystem.write, private scratch directories and home
+// (or --home), and nsgate's own files hidden.
+func (r *runner) view(plan guard.Plan) (sandbox.View, error) {
+	conf := "nameserver 10.0.2.3\n"
+	if r.f.ipv6 {
+		conf += "nameserver fd00::3\n"
 	}
-	if r.log == nil {
-		return
+	var own []string
+	for _, p := range []string{r.f.policy, r.f.auditKey, r.f.pcap} {
+		if p != "" {
+			own = append(own, p)
+		}
 	}
-	r.log.Log(audit.Exit{Code: code})
-	head, err := r.log.Close()
+	if r.f.audit != "" && r.f.audit != "-" {
+		own = append(own, r.f.audit, r.f.audit+".head")
+	}
+	fs, err := r.pol.Load().Filesystem(os.Getenv("HOME"))
 	if err != nil {
-		r.e.errorf("audit log: %v", err)
-		return
+		return sandbox.View{}, fmt.Errorf("policy %s: %w", r.f.policy, err)
 	}
-	if r.f.audit != "" {
-		fmt.Fprintf(r.e.stderr, "nsgate: audit head %s\n", head)
+	r.fs = fs
+	cwd, _ := os.Getwd()
+	v, err := sandbox.PlanView(sandbox.ViewConfig{
+		Writable:   append(append([]string(nil), r.f.rw...), fs.Write...),
+		Hide:       fs.Hide,
+		ReadOnly:   r.f.ro,
+		Home:       os.Getenv("HOME"),
+		HomeDir:    r.f.home,
+		UID:        os.Getuid(),
+		Exec:       plan.Allow,
+		Own:        own,
+		ResolvConf: conf,
+		Cwd:        cwd,
+	})
+	if err != nil {
+		return sandbox.View{}, fmt.Errorf("run: %w", err)
 	}
+	return v, nil
 }
 
-// noExecDirs are the writable scratch directories made noexec in the
-// worker's mount namespace, as a second layer under the exec allowlist. A
-// directory holding something the allowlist names is left alone, so an
-// allowed program in /tmp still runs (Landlock still confines it).
-func noExecDirs(allow []string) []string {
-	dirs := []string{"/tmp", "/var/tmp", "/dev/shm", os.TempDir()}
-	if h, err := os.UserHomeDir(); err == nil && h != "/" {
-		dirs = append(dirs, h)
-	}
-	var out []string
-	seen := map[string]bool{}
-	for _, d := range dirs {
-		if st, err := os.Stat(d); err == nil && st.IsDir() && !seen[d] && !holdsAny(d, allow) {
-			seen[d] = true
-			out = append(out, d)
-		}
-	}
-	return out
-}
+// workerDevices are the files the worker may write without being able to
+// create or remove anything there: the character devices every program
+// expects, its terminal, and its own /proc.
+var workerDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts", "/proc"}
 
-// holdsAny reports whether any path in paths is dir or lies below it.
-func holdsAny(dir string, paths []string) bool {
-	dir = strings.TrimSuffix(dir, "/")
-	for _, p := range paths {
-		if p == dir || strings.HasPrefix(p, dir+"/") || dir == "" {
-			return true
-		}
+// workerWrites are the exec guard's write rules for v: the places the view
+// makes writable, and the devices.
+func workerWrites(v sandbox.View) *guard.WriteRules {
+	w := &guard.WriteRules{Devices: workerDevices}
+	w.Paths = append(w.Paths, v.Writable...)
+	for _, s := range v.Scratch {
+		w.Paths = append(w.Paths, s.Path)
 	}
-	return false
+	if v.Home != "" {
+		w.Paths = append(w.Paths, v.Home)
+	}
+	return w
 }
 
 // publish opens the --publish forwards: listeners on the host that relay

@@ -1,0 +1,301 @@
+//go:build integration
+
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The worker's file system view: the host read-only but for --rw, private
+// scratch directories and home, every writable place noexec, and nsgate's
+// own files hidden. Each test checks what the worker saw and what the host
+// holds afterwards.
+
+// mkdirFor makes dir/name owned by the mode's user.
+func mkdirFor(t *testing.T, m mode, dir, name string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.MkdirAll(p, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if m.uid >= 0 {
+		if err := os.Chown(p, m.uid, m.gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p
+}
+
+// hostDir makes a directory that the mode's user may write by its
+// permissions, outside the directories the worker's view replaces (a path
+// below /tmp would land in the worker's private /tmp).
+func hostDir(t *testing.T, m mode) string {
+	t.Helper()
+	d, err := os.MkdirTemp("/var/lib", "nsgate-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	os.Chmod(d, 0o755)
+	if m.uid >= 0 {
+		if err := os.Chown(d, m.uid, m.gid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return d
+}
+
+// runWithHome runs nsgate with $HOME set to home.
+func runWithHome(t *testing.T, m mode, home string, args ...string) result {
+	t.Helper()
+	cmd := nsgateCmd(m, args...)
+	cmd.Env = append(cmd.Env, "HOME="+home)
+	r := runBounded(t, cmd, 60*time.Second, "nsgate "+strings.Join(args, " "), nil)
+	t.Logf("HOME=%s nsgate %s -> %d\nstdout: %s\nstderr: %s", home, strings.Join(args, " "), r.code, r.stdout, r.stderr)
+	return r
+}
+
+func TestViewWritable(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		rw := mkdirFor(t, m, dir, "rw")
+		home := mkdirFor(t, m, dir, "home")
+		writeFile(t, home, ".host-profile", "the caller's own file\n")
+		outside := filepath.Join(hostDir(t, m), "outside")
+		script := strings.Join([]string{
+			// the --rw directory is writable, and what is written there lands on the host
+			`echo data > ` + rw + `/out.txt && echo rw-ok`,
+			// the home is private and starts empty
+			`for f in "$HOME"/* "$HOME"/.[!.]*; do [ -e "$f" ] && echo "home-has $f"; done`,
+			`echo 'echo planted' > "$HOME"/.bashrc && echo home-write-ok`,
+			// the rest of the host is read-only
+			`(echo x > ` + outside + `) 2>/dev/null || echo outside-refused`,
+			`(echo x > /etc/nsgate-view-test) 2>/dev/null || echo etc-refused`,
+			`(: > ` + home + `/.host-profile) 2>/dev/null || echo home-path-refused`,
+		}, "\n")
+		r := runWithHome(t, m, home, "run", "--rw", rw, "--", "/bin/sh", "-c", script)
+		if r.code != 0 {
+			t.Fatalf("exit %d", r.code)
+		}
+		for _, want := range []string{"rw-ok", "home-write-ok", "outside-refused", "etc-refused"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("worker output lacks %q", want)
+			}
+		}
+		if strings.Contains(r.stdout, "home-has") {
+			t.Errorf("the worker's home was not empty: %q", r.stdout)
+		}
+		if b, err := os.ReadFile(filepath.Join(rw, "out.txt")); err != nil || string(b) != "data\n" {
+			t.Errorf("--rw file on the host: %q, %v; want \"data\\n\"", b, err)
+		}
+		if _, err := os.Stat(filepath.Join(home, ".bashrc")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the worker's .bashrc reached the caller's real home (stat: %v)", err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(home, ".host-profile")); string(b) != "the caller's own file\n" {
+			t.Errorf("the caller's file in its home changed: %q", b)
+		}
+		if _, err := os.Stat(outside); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("a file outside --rw was created on the host (stat: %v)", err)
+		}
+		if _, err := os.Stat("/etc/nsgate-view-test"); !errors.Is(err, os.ErrNotExist) {
+			os.Remove("/etc/nsgate-view-test")
+			t.Errorf("a file was created in the host's /etc")
+		}
+	})
+}
+
+// TestViewHomeDir: --home gives a persistent, writable home.
+func TestViewHomeDir(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		home := mkdirFor(t, m, dir, "home")
+		keep := mkdirFor(t, m, dir, "keep")
+		r := runWithHome(t, m, home, "run", "--home", keep, "--", "/bin/sh", "-c", `echo kept > "$HOME"/note && echo ok`)
+		if r.code != 0 || !strings.Contains(r.stdout, "ok") {
+			t.Fatalf("exit %d stdout %q", r.code, r.stdout)
+		}
+		if b, err := os.ReadFile(filepath.Join(keep, "note")); err != nil || string(b) != "kept\n" {
+			t.Errorf("--home file on the host: %q, %v", b, err)
+		}
+		if _, err := os.Stat(filepath.Join(home, "note")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("the note reached $HOME's own path on the host (stat: %v)", err)
+		}
+	})
+}
+
+// TestViewNoExecWhereWritable: every place the worker can write refuses
+// to run programs and to map libraries as code.
+func TestViewNoExecWhereWritable(t *testing.T) {
+	libc := "/lib/x86_64-linux-gnu/libc.so.6"
+	if _, err := os.Stat(libc); err != nil {
+		libc = "/lib/aarch64-linux-gnu/libc.so.6"
+	}
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		rw := mkdirFor(t, m, dir, "rw")
+		home := mkdirFor(t, m, dir, "home")
+		var script []string
+		places := []string{"/tmp", "/var/tmp", "/dev/shm", "$HOME", rw}
+		for i, p := range places {
+			script = append(script,
+				fmt.Sprintf(`cp /usr/bin/true %s/t%d && { %s/t%d && echo "ran-%d" || echo "refused-%d"; }`, p, i, p, i, i, i),
+				fmt.Sprintf(`cp %s %s/l%d.so && LD_PRELOAD=%s/l%d.so /usr/bin/true 2>&1 | grep -q 'cannot be preloaded' && echo "preload-refused-%d"`, libc, p, i, p, i, i))
+		}
+		r := runWithHome(t, m, home, "run", "--rw", rw,
+			"--exec-allow", "/usr/bin/cp", "--exec-allow", "/usr/bin/true", "--exec-allow", "/usr/bin/grep",
+			"--", "/bin/sh", "-c", strings.Join(script, "\n"))
+		for i, p := range places {
+			if !strings.Contains(r.stdout, fmt.Sprintf("refused-%d", i)) || strings.Contains(r.stdout, fmt.Sprintf("ran-%d", i)) {
+				t.Errorf("a program copied to %s was not refused", p)
+			}
+			if !strings.Contains(r.stdout, fmt.Sprintf("preload-refused-%d", i)) {
+				t.Errorf("LD_PRELOAD of a library copied to %s was not refused", p)
+			}
+		}
+	})
+}
+
+// TestViewHidesNsgateFiles: the policy, the audit log and its folder, the
+// audit key, the pcap and the policy's filesystem.hide paths (also inside
+// a --rw tree) cannot be read, written or removed by the worker, even when
+// their folder is shown to it.
+func TestViewHidesNsgateFiles(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		logs := mkdirFor(t, m, dir, "logs")
+		tree := mkdirFor(t, m, dir, "tree")
+		secret := writeFile(t, tree, "secret.txt", "do not read\n")
+		pol := writeFile(t, dir, "policy.yaml", "version: 1\nfilesystem:\n  hide: ["+secret+"]\n")
+		key := writeFile(t, dir, "audit.key", "0123456789abcdef0123456789abcdef\n")
+		log := filepath.Join(logs, "audit.jsonl")
+		pcap := filepath.Join(dir, "cap.pcap")
+		for _, p := range []string{pol, key, secret} {
+			os.Chmod(p, 0o600)
+			if m.uid >= 0 {
+				os.Chown(p, m.uid, m.gid)
+			}
+		}
+		var script []string
+		for i, p := range []string{pol, key, log, pcap, secret} {
+			script = append(script,
+				fmt.Sprintf(`if read -r line < %s; then echo "read-%d $line"; fi`, p, i),
+				fmt.Sprintf(`(echo x >> %s) 2>/dev/null && echo "wrote-%d"`, p, i),
+				fmt.Sprintf(`rm -f %s 2>/dev/null && [ ! -e %s ] && echo "removed-%d"`, p, p, i))
+		}
+		script = append(script,
+			`for f in `+logs+`/*; do [ -e "$f" ] && echo "listed $f"; done`,
+			`echo made > `+tree+`/new.txt && echo tree-writable`)
+		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--audit-key", key, "--pcap", pcap,
+			"--ro", dir, "--rw", tree, "--exec-allow", "/usr/bin/rm",
+			"--", "/bin/sh", "-c", strings.Join(script, "\n"))
+		if r.code != 0 {
+			t.Fatalf("exit %d", r.code)
+		}
+		for _, bad := range []string{"read-", "wrote-", "removed-", "listed "} {
+			if strings.Contains(r.stdout, bad) {
+				t.Errorf("the worker got at a hidden file: %q", r.stdout)
+			}
+		}
+		if !strings.Contains(r.stdout, "tree-writable") {
+			t.Errorf("the --rw tree around the hidden file was not writable: %q", r.stdout)
+		}
+		if b, _ := os.ReadFile(secret); string(b) != "do not read\n" {
+			t.Errorf("the hidden file changed on the host: %q", b)
+		}
+		verify := runNsgate(t, mode{name: "root", uid: -1, gid: -1}, "audit", "verify", "--key", key, log)
+		if verify.code != 0 {
+			t.Errorf("the audit log does not verify after the run: %s %s", verify.stdout, verify.stderr)
+		}
+	})
+}
+
+// TestViewRefusesNsgateFilesInWritable: nsgate's own files in a path the
+// worker may write are refused at start, with the fix named.
+func TestViewRefusesNsgateFilesInWritable(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		r := runNsgate(t, m, "run", "--audit", filepath.Join(dir, "audit.jsonl"), "--rw", dir, "--", "true")
+		if r.code != 125 || !strings.Contains(r.stderr, "lies in the writable path") {
+			t.Errorf("exit %d stderr %q; want 125 naming the writable path", r.code, r.stderr)
+		}
+		ran := filepath.Join(dir, "bin")
+		os.Mkdir(ran, 0o755)
+		copyExec(t, "/usr/bin/true", filepath.Join(ran, "tool"))
+		r = runNsgate(t, m, "run", "--rw", ran, "--", filepath.Join(ran, "tool"))
+		if r.code != 125 || !strings.Contains(r.stderr, "could replace the program") {
+			t.Errorf("exit %d stderr %q; want 125: a program the worker may run lies in --rw", r.code, r.stderr)
+		}
+	})
+}
+
+// TestRunPolicyNotAFile: a policy that is not a regular file fails at
+// once with one line, never a hang.
+func TestRunPolicyNotAFile(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		fifo := filepath.Join(dir, "policy.fifo")
+		if err := syscall.Mkfifo(fifo, 0o666); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{"/dev/zero", fifo} {
+			r := runNsgate(t, m, "run", "--policy", p, "--", "true")
+			if r.code != 125 || !strings.Contains(r.stderr, "not a regular file") || bytes.Count([]byte(r.stderr), []byte("\n")) != 1 {
+				t.Errorf("--policy %s: exit %d stderr %q; want 125 and one line saying it is not a regular file", p, r.code, r.stderr)
+			}
+		}
+	})
+}
+
+// TestViewEachLayerHolds: the host is read-only to the worker twice, by
+// the read-only remount and by Landlock's write rules. With either one
+// switched off the other still refuses a write to the host; with both off
+// the write goes through, which shows the check can fail.
+func TestViewEachLayerHolds(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		target := hostDir(t, m)
+		for _, tc := range []struct {
+			broken string
+			wrote  bool
+		}{
+			{"fs-readonly", false},
+			{"fs-landlock", false},
+			{"fs-readonly,fs-landlock", true},
+		} {
+			t.Run(tc.broken, func(t *testing.T) {
+				file := filepath.Join(target, strings.ReplaceAll(tc.broken, ",", "+"))
+				r := runNsgate(t, m, "run", "--unsafe-break", tc.broken, "--", "/bin/sh", "-c", "echo x > "+file+" && echo wrote")
+				_, statErr := os.Stat(file)
+				if got := statErr == nil; got != tc.wrote || strings.Contains(r.stdout, "wrote") != tc.wrote {
+					t.Errorf("with %s off: the write reached the host: %v (stdout %q); want %v", tc.broken, got, r.stdout, tc.wrote)
+				}
+			})
+		}
+	})
+}
+
+// TestInitHoldsNoCapabilities: the worker runs as init's uid and can read
+// init's /proc entries (even its memory), so no thread of init may keep a
+// capability the worker lacks once the worker runs.
+func TestInitHoldsNoCapabilities(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		r := runNsgate(t, m, "run", "--", "/bin/sh", "-c",
+			`for f in /proc/1/task/*/status; do while read -r k v; do case $k in CapPrm:|CapEff:|CapInh:|CapAmb:) echo "$f $k $v";; esac; done < "$f"; done`)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		if r.code != 0 || len(lines) < 4 {
+			t.Fatalf("exit %d, %d lines; want the capability sets of every init thread", r.code, len(lines))
+		}
+		for _, l := range lines {
+			if !strings.HasSuffix(l, " 0000000000000000") {
+				t.Errorf("an init thread holds capabilities: %s", l)
+			}
+		}
+	})
+}

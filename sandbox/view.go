@@ -1,0 +1,296 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// View is the worker's file system, as init builds it in the worker's
+// mount namespace (applyView):
+//
+//   - the host's whole mount tree, read-only (recursively);
+//   - a fresh /proc for the worker's PID namespace;
+//   - Scratch directories as private, empty tmpfs mounts;
+//   - Home as a private tmpfs, or HomeFrom bound read-write at Home;
+//   - Writable host paths bound read-write at their own paths (also when
+//     they lie below a scratch directory or Home);
+//   - ReadOnly host paths (--ro paths and programs the worker may run
+//     that lie in a scratch directory or Home) bound read-only at their
+//     own paths;
+//   - Hide paths covered: a directory by an empty, read-only tmpfs that
+//     nobody may list, a file by an empty, unreadable file;
+//   - /etc/resolv.conf replaced by ResolvConf.
+//
+// Every mount the worker can write to is noexec, nosuid and nodev. The
+// sources of the binds are taken before anything is covered, so a path
+// below a scratch directory or Home still comes from the host.
+//
+// View is plain data (it travels to init as JSON). Build it with
+// PlanView, which checks the paths on the host.
+type View struct {
+	Writable []string `json:",omitempty"`
+	Scratch  []Scratch
+	Home     string   `json:",omitempty"`
+	HomeFrom string   `json:",omitempty"`
+	ReadOnly []string `json:",omitempty"`
+	Hide     []string `json:",omitempty"`
+	// ResolvConf is the content bound over /etc/resolv.conf ("" leaves it).
+	ResolvConf string `json:",omitempty"`
+	// Cwd is the worker's working directory, entered once the view is
+	// built; when it does not exist there, Home, else "/".
+	Cwd string `json:",omitempty"`
+	// KeepHostWritable skips the read-only remount of the host (only for
+	// tests that show the Landlock write rules hold alone).
+	KeepHostWritable bool `json:",omitempty"`
+}
+
+// Scratch is a directory that becomes a private tmpfs.
+type Scratch struct {
+	Path string
+	Mode fs.FileMode // permission bits and sticky bit of the tmpfs root
+}
+
+// ViewConfig is what PlanView builds a View from: what the user asked for
+// and what nsgate must keep to itself.
+type ViewConfig struct {
+	// Writable are host paths the worker may write (--rw, the policy's
+	// filesystem.write). Each must exist.
+	Writable []string
+	// ReadOnly are host paths the worker may read even where the view
+	// would not show them (below a scratch directory or the private home;
+	// --ro). Each must exist. Elsewhere they change nothing: the host is
+	// read-only anyway.
+	ReadOnly []string
+	// Home is the worker's $HOME path (the caller's); "" or "/": none.
+	Home string
+	// HomeDir, when set, is a host directory to be the worker's home,
+	// read-write (--home DIR); otherwise Home is a private tmpfs.
+	HomeDir string
+	// UID is the caller's uid on the host, for /run/user/UID.
+	UID int
+	// Exec are the canonical files and directories the worker may execute
+	// (the exec guard's allowlist).
+	Exec []string
+	// Own are nsgate's own files (policy, audit log, its key, the pcap,
+	// the lab's evidence folder): hidden, with the directory that holds
+	// each file where hiding it takes nothing from the worker (see
+	// PlanView), and refused when they lie in a writable path.
+	Own []string
+	// Hide are further paths to hide (the policy's filesystem.hide).
+	Hide []string
+	// ResolvConf is the worker's /etc/resolv.conf content.
+	ResolvConf string
+	// Cwd is the caller's working directory.
+	Cwd string
+}
+
+// scratchDirs are the directories that become private tmpfs mounts, with
+// the mode of their new root; /run/user/UID is added by PlanView.
+var scratchDirs = []Scratch{
+	{Path: "/tmp", Mode: fs.ModeSticky | 0o777},
+	{Path: "/var/tmp", Mode: fs.ModeSticky | 0o777},
+	{Path: "/dev/shm", Mode: fs.ModeSticky | 0o777},
+}
+
+// PlanView checks cfg against the host and returns the View to apply. It
+// refuses (with an error naming the path and the fix):
+//   - a writable path that does not exist, or "/";
+//   - nsgate's own files inside a writable path or the --home directory
+//     (the worker could move or replace them);
+//   - an exec allowlist entry inside a writable path or the --home
+//     directory (the worker could replace the program it is allowed to
+//     run).
+//
+// Exec entries inside a scratch directory or the private home are bound
+// read-only at their paths, so the worker still finds them and cannot
+// change them.
+func PlanView(cfg ViewConfig) (View, error) {
+	var v View
+	for _, w := range cfg.Writable {
+		c, err := canonicalExisting(w)
+		if err != nil {
+			return View{}, fmt.Errorf("writable path %s: %w", w, err)
+		}
+		if c == "/" {
+			return View{}, fmt.Errorf("writable path %s: the whole host cannot be writable", w)
+		}
+		v.Writable = append(v.Writable, c)
+	}
+	v.Writable = uniqueSorted(v.Writable)
+	var readOnly []string
+	for _, r := range cfg.ReadOnly {
+		c, err := canonicalExisting(r)
+		if err != nil {
+			return View{}, fmt.Errorf("read-only path %s: %w", r, err)
+		}
+		readOnly = append(readOnly, c)
+	}
+
+	for _, s := range scratchDirs {
+		if isDir(s.Path) {
+			v.Scratch = append(v.Scratch, s)
+		}
+	}
+	if run := "/run/user/" + strconv.Itoa(cfg.UID); isDir(run) {
+		v.Scratch = append(v.Scratch, Scratch{Path: run, Mode: 0o700})
+	}
+	if h := filepath.Clean(cfg.Home); cfg.Home != "" && h != "/" {
+		// Home keeps its path even when it is a link: $HOME names it.
+		v.Home = h
+		if c, err := filepath.EvalSymlinks(h); err == nil {
+			v.Home = c
+		}
+	}
+	writable := append([]string(nil), v.Writable...)
+	if cfg.HomeDir != "" {
+		if v.Home == "" {
+			return View{}, errors.New("--home: there is no $HOME to put it at (set HOME)")
+		}
+		c, err := canonicalExisting(cfg.HomeDir)
+		if err != nil {
+			return View{}, fmt.Errorf("--home %s: %w", cfg.HomeDir, err)
+		}
+		if !isDir(c) {
+			return View{}, fmt.Errorf("--home %s: not a directory", cfg.HomeDir)
+		}
+		if c == "/" {
+			return View{}, fmt.Errorf("--home %s: the whole host cannot be writable", cfg.HomeDir)
+		}
+		v.HomeFrom = c
+		writable = append(writable, c)
+	}
+
+	// Places that are private to the worker: exec entries there are bound
+	// read-only from the host.
+	private := make([]string, 0, len(v.Scratch)+1)
+	for _, s := range v.Scratch {
+		private = append(private, s.Path)
+	}
+	if v.Home != "" {
+		private = append(private, v.Home)
+	}
+	for _, r := range readOnly {
+		if within(r, private) != "" && within(r, writable) == "" {
+			v.ReadOnly = append(v.ReadOnly, r)
+		}
+	}
+	for _, e := range cfg.Exec {
+		if w := within(e, writable); w != "" {
+			return View{}, fmt.Errorf("the worker may execute %s, which lies in the writable path %s: it could replace the program; move the program out of %s or do not make %s writable", e, w, w, w)
+		}
+		if within(e, private) != "" {
+			v.ReadOnly = append(v.ReadOnly, e)
+		}
+	}
+	v.ReadOnly = uniqueSorted(v.ReadOnly)
+
+	// nsgate's own files: refused in a writable path; hidden, and so is
+	// the directory holding each, unless the worker needs that directory
+	// (its working directory, home, a scratch, writable or executable
+	// path lies in it), in which case only the file is hidden.
+	needed := append(append(append(append([]string(nil), writable...), readOnly...), private...), cfg.Exec...)
+	if cfg.Cwd != "" {
+		needed = append(needed, filepath.Clean(cfg.Cwd))
+	}
+	for _, o := range cfg.Own {
+		c := canonicalOrClean(o)
+		if w := within(c, writable); w != "" {
+			return View{}, fmt.Errorf("%s lies in the writable path %s: the worker could move or replace it; keep nsgate's files outside the paths the worker may write", o, w)
+		}
+		v.Hide = append(v.Hide, c)
+		if isDir(c) {
+			continue
+		}
+		if d := filepath.Dir(c); d != "/" && !holdsAny(d, needed) {
+			v.Hide = append(v.Hide, d)
+		}
+	}
+	for _, h := range cfg.Hide {
+		v.Hide = append(v.Hide, canonicalOrClean(h))
+	}
+	v.Hide = uniqueSorted(v.Hide)
+	v.ResolvConf = cfg.ResolvConf
+	v.Cwd = cfg.Cwd
+	return v, nil
+}
+
+// canonicalExisting returns the absolute path of p with every symlink
+// resolved; p must exist.
+func canonicalExisting(p string) (string, error) {
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return "", err
+	}
+	c, err := filepath.EvalSymlinks(a)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", errors.New("no such file or directory")
+		}
+		return "", err
+	}
+	return c, nil
+}
+
+// canonicalOrClean resolves p if it exists, else returns it absolute and
+// clean (a path that does not exist yet cannot be hidden, and init skips
+// it, but it still must not be written: see PlanView).
+func canonicalOrClean(p string) string {
+	if c, err := canonicalExisting(p); err == nil {
+		return c
+	}
+	a, err := filepath.Abs(p)
+	if err != nil {
+		return filepath.Clean(p)
+	}
+	return a
+}
+
+func isDir(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.IsDir()
+}
+
+// within returns the entry of dirs that p is or lies below ("" if none).
+func within(p string, dirs []string) string {
+	for _, d := range dirs {
+		if p == d || d == "/" || strings.HasPrefix(p, d+"/") {
+			return d
+		}
+	}
+	return ""
+}
+
+// holdsAny reports whether any of paths is dir or lies below it.
+func holdsAny(dir string, paths []string) bool {
+	for _, p := range paths {
+		if within(p, []string{dir}) != "" {
+			return true
+		}
+	}
+	return false
+}
+
+func uniqueSorted(s []string) []string {
+	sort.Strings(s)
+	out := s[:0]
+	for i, x := range s {
+		if i == 0 || x != s[i-1] {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+// depth is the number of components of a clean absolute path ("/" is 0).
+func depth(p string) int {
+	if p == "/" {
+		return 0
+	}
+	return strings.Count(p, "/")
+}

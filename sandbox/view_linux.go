@@ -1,0 +1,280 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+
+	"golang.org/x/sys/unix"
+)
+
+// Attribute sets for the mounts init makes.
+const (
+	// attrWorkerWritable: what every mount the worker can write carries.
+	attrWorkerWritable = unix.MOUNT_ATTR_NOEXEC | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+	// attrReadOnly: host binds the worker may only read (and execute).
+	attrReadOnly = unix.MOUNT_ATTR_RDONLY | unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV
+)
+
+// step is one mount placed at a path of the worker's view.
+type step struct {
+	path string
+	// tree is a detached mount (open_tree clone) to attach at path; -1
+	// for a fresh tmpfs of mode.
+	tree int
+	mode os.FileMode
+	// file: the mount point is a file (created empty if missing).
+	file bool
+}
+
+// applyView builds v in init's mount namespace, which must be init's own
+// (CLONE_NEWNS) and not shared with anything else. It needs the new mount
+// API (Linux 5.12: open_tree, move_mount, mount_setattr, fsopen). It
+// returns the parts it could do without (a fresh /proc, which a container
+// runtime's masked /proc can refuse: the worker then keeps the host's,
+// read-only). On error the namespace may be half built and init must not
+// start the worker.
+func applyView(v *View) (degraded []string, err error) {
+	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
+		return nil, fmt.Errorf("make mounts private: %w", err)
+	}
+	// A detached tmpfs for the files init places in the view (the
+	// resolv.conf, the empty file that hides files); it is never
+	// attached, so nothing is left on disk, whatever happens to nsgate.
+	stage, err := stagingTmpfs()
+	if err != nil {
+		return nil, fmt.Errorf("staging tmpfs: %w", err)
+	}
+	defer unix.Close(stage)
+
+	// 1. Take every bind source from the host before anything covers it.
+	var steps []step
+	defer func() {
+		for _, s := range steps {
+			if s.tree >= 0 {
+				unix.Close(s.tree)
+			}
+		}
+	}()
+	for _, w := range v.Writable {
+		t, err := cloneTree(w, attrWorkerWritable, 0)
+		if err != nil {
+			return nil, fmt.Errorf("writable path %s: %w", w, err)
+		}
+		steps = append(steps, step{path: w, tree: t, file: !isDir(w)})
+	}
+	for _, r := range v.ReadOnly {
+		t, err := cloneTree(r, attrReadOnly, 0)
+		if err != nil {
+			return nil, fmt.Errorf("read-only bind %s: %w", r, err)
+		}
+		steps = append(steps, step{path: r, tree: t, file: !isDir(r)})
+	}
+	if v.Home != "" {
+		if v.HomeFrom != "" {
+			t, err := cloneTree(v.HomeFrom, attrWorkerWritable, 0)
+			if err != nil {
+				return nil, fmt.Errorf("home %s: %w", v.HomeFrom, err)
+			}
+			steps = append(steps, step{path: v.Home, tree: t})
+		} else {
+			steps = append(steps, step{path: v.Home, tree: -1, mode: 0o700})
+		}
+	}
+	for _, s := range v.Scratch {
+		steps = append(steps, step{path: s.Path, tree: -1, mode: s.Mode})
+	}
+
+	// 2. The host, read-only: every mount of the tree at once.
+	if !v.KeepHostWritable {
+		ro := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+		if err := unix.MountSetattr(unix.AT_FDCWD, "/", unix.AT_RECURSIVE, &ro); err != nil {
+			return nil, fmt.Errorf("make the host read-only: %w", err)
+		}
+	}
+
+	// 3. The worker's own /proc (after step 2: it must stay writable for
+	// the worker's /proc/self files).
+	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		degraded = append(degraded, "proc")
+	}
+
+	// 4. Scratch, home, binds: outer paths first, so a bind below a
+	// scratch directory lands on the new tmpfs. Mount points missing in
+	// a tmpfs are created there.
+	sort.SliceStable(steps, func(i, j int) bool { return depth(steps[i].path) < depth(steps[j].path) })
+	for i := range steps {
+		s := &steps[i]
+		if err := mountPoint(s.path, s.file); err != nil {
+			return nil, fmt.Errorf("mount point %s: %w", s.path, err)
+		}
+		if s.tree < 0 {
+			opts := fmt.Sprintf("mode=%#o", unixMode(s.mode))
+			if err := unix.Mount("tmpfs", s.path, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, opts); err != nil {
+				return nil, fmt.Errorf("private tmpfs on %s: %w", s.path, err)
+			}
+			continue
+		}
+		if err := unix.MoveMount(s.tree, "", unix.AT_FDCWD, s.path, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+			return nil, fmt.Errorf("bind %s: %w", s.path, err)
+		}
+		unix.Close(s.tree)
+		s.tree = -1
+	}
+
+	// 5. Hidden paths, last, so that one inside a writable path stays
+	// hidden. A path the view does not have needs nothing.
+	for _, h := range v.Hide {
+		st, err := os.Lstat(h)
+		if err != nil {
+			continue
+		}
+		if err := hide(stage, h, st.IsDir()); err != nil {
+			return nil, fmt.Errorf("hide %s: %w", h, err)
+		}
+	}
+
+	// 6. The gateway's resolver.
+	if v.ResolvConf != "" {
+		if err := placeFile(stage, "resolv.conf", v.ResolvConf, 0o644, "/etc/resolv.conf"); err != nil {
+			return nil, fmt.Errorf("bind resolv.conf: %w", err)
+		}
+	}
+
+	// 7. Enter the working directory again by name: the old one may be
+	// covered now, and a descriptor into a covered directory would reach
+	// what the view hides.
+	for _, d := range []string{v.Cwd, v.Home, "/"} {
+		if d != "" && unix.Chdir(d) == nil {
+			break
+		}
+	}
+	return degraded, nil
+}
+
+// stagingTmpfs returns a detached tmpfs mount (a descriptor of its root).
+func stagingTmpfs() (int, error) {
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen: %w", err)
+	}
+	defer unix.Close(fsfd)
+	for k, val := range map[string]string{"mode": "0755", "size": "1m", "nr_inodes": "64"} {
+		if err := unix.FsconfigSetString(fsfd, k, val); err != nil {
+			return -1, fmt.Errorf("fsconfig %s: %w", k, err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, fmt.Errorf("fsconfig create: %w", err)
+	}
+	m, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOEXEC|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1, fmt.Errorf("fsmount: %w", err)
+	}
+	fd, err := unix.Openat(m, hideEmpty, unix.O_CREAT|unix.O_EXCL|unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		unix.Close(m)
+		return -1, fmt.Errorf("create %s: %w", hideEmpty, err)
+	}
+	unix.Close(fd)
+	return m, nil
+}
+
+// cloneTree returns a detached copy of the mount tree at path (with its
+// submounts), with attrs set on every mount of it.
+func cloneTree(path string, set, clr uint64) (int, error) {
+	t, err := unix.OpenTree(unix.AT_FDCWD, path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_RECURSIVE)
+	if err != nil {
+		return -1, fmt.Errorf("open_tree: %w", err)
+	}
+	a := unix.MountAttr{Attr_set: set, Attr_clr: clr}
+	if err := unix.MountSetattr(t, "", unix.AT_EMPTY_PATH|unix.AT_RECURSIVE, &a); err != nil {
+		unix.Close(t)
+		return -1, fmt.Errorf("mount_setattr: %w", err)
+	}
+	return t, nil
+}
+
+// placeFile writes content to name in the staging tmpfs and binds it,
+// read-only, over target.
+func placeFile(stage int, name, content string, mode uint32, target string) error {
+	fd, err := unix.Openat(stage, name, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, mode)
+	if err != nil {
+		return err
+	}
+	_, err = unix.Write(fd, []byte(content))
+	unix.Close(fd)
+	if err != nil {
+		return err
+	}
+	return bindFrom(stage, name, target)
+}
+
+// bindFrom binds name of the staging tmpfs, read-only, over target.
+func bindFrom(stage int, name, target string) error {
+	t, err := unix.OpenTree(stage, name, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("open_tree: %w", err)
+	}
+	defer unix.Close(t)
+	a := unix.MountAttr{Attr_set: attrReadOnly | unix.MOUNT_ATTR_NOEXEC}
+	if err := unix.MountSetattr(t, "", unix.AT_EMPTY_PATH, &a); err != nil {
+		return fmt.Errorf("mount_setattr: %w", err)
+	}
+	return unix.MoveMount(t, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS)
+}
+
+// hideEmpty is the staging file bound over hidden files: empty, mode 0.
+const hideEmpty = "hidden"
+
+// hide covers path: a directory with an empty read-only tmpfs of mode 0,
+// a file with an empty file of mode 0.
+func hide(stage int, path string, dir bool) error {
+	if dir {
+		return unix.Mount("tmpfs", path, "tmpfs",
+			unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0,size=4k,nr_inodes=1")
+	}
+	return bindFrom(stage, hideEmpty, path)
+}
+
+// mountPoint makes sure path exists as a directory (or, with file, a
+// file). Only a missing one is created, which works where the parent is
+// writable: inside a private tmpfs.
+func mountPoint(path string, file bool) error {
+	if _, err := os.Lstat(path); err == nil {
+		return nil
+	}
+	if !file {
+		return os.MkdirAll(path, 0o755)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	return f.Close()
+}
+
+// unixMode turns a FileMode's permission and sticky bits into mode_t.
+func unixMode(m os.FileMode) uint32 {
+	u := uint32(m.Perm())
+	if m&os.ModeSticky != 0 {
+		u |= unix.S_ISVTX
+	}
+	return u
+}
+
+// errNoMountAPI explains a kernel without the new mount API.
+var errNoMountAPI = errors.New("the worker's file system view needs Linux 5.12 or later (open_tree, move_mount, mount_setattr)")
+
+// viewError adds the fix to an ENOSYS from the mount API.
+func viewError(err error) error {
+	if errors.Is(err, unix.ENOSYS) {
+		return fmt.Errorf("%w: %v", errNoMountAPI, err)
+	}
+	return err
+}

@@ -1,0 +1,135 @@
+package sandbox
+
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// viewFixture is a host-like tree: a project with an exec-allowed tool, a
+// home, and a folder for nsgate's own files.
+type viewFixture struct {
+	root, proj, home, own, tool string
+}
+
+func newViewFixture(t *testing.T) viewFixture {
+	t.Helper()
+	root := t.TempDir()
+	f := viewFixture{
+		root: root,
+		proj: filepath.Join(root, "proj"),
+		home: filepath.Join(root, "home"),
+		own:  filepath.Join(root, "nsgate"),
+		tool: filepath.Join(root, "bin", "tool"),
+	}
+	for _, d := range []string{f.proj, f.home, f.own, filepath.Dir(f.tool)} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range []string{f.tool, filepath.Join(f.own, "policy.yaml"), filepath.Join(f.proj, "audit.jsonl")} {
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return f
+}
+
+func TestPlanViewRefuses(t *testing.T) {
+	f := newViewFixture(t)
+	for _, tc := range []struct {
+		name, why, want string
+		cfg             ViewConfig
+	}{
+		{name: "missing rw", why: "a writable path must exist: a typo must not silently give nothing",
+			cfg: ViewConfig{Writable: []string{filepath.Join(f.root, "nope")}}, want: "no such file"},
+		{name: "rw root", why: "the whole host writable would undo the view",
+			cfg: ViewConfig{Writable: []string{"/"}}, want: "whole host"},
+		{name: "own file in rw", why: "the worker could move the audit log and put its own in place",
+			cfg: ViewConfig{Writable: []string{f.proj}, Own: []string{filepath.Join(f.proj, "audit.jsonl")}}, want: "lies in the writable path"},
+		{name: "exec in rw", why: "the worker could replace a program it may run",
+			cfg: ViewConfig{Writable: []string{filepath.Dir(f.tool)}, Exec: []string{f.tool}}, want: "could replace the program"},
+		{name: "exec in --home", why: "--home is writable too",
+			cfg: ViewConfig{Home: f.home, HomeDir: f.root, Exec: []string{f.tool}}, want: "could replace the program"},
+		{name: "own in --home", why: "--home is writable too",
+			cfg: ViewConfig{Home: f.home, HomeDir: f.own, Own: []string{filepath.Join(f.own, "policy.yaml")}}, want: "lies in the writable path"},
+		{name: "--home a file", why: "a home is a directory",
+			cfg: ViewConfig{Home: f.home, HomeDir: f.tool}, want: "not a directory"},
+		{name: "--home without HOME", why: "there is no path to put it at",
+			cfg: ViewConfig{HomeDir: f.own}, want: "no $HOME"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := PlanView(tc.cfg)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("PlanView: err %v, want one containing %q (%s)", err, tc.want, tc.why)
+			}
+		})
+	}
+}
+
+func TestPlanView(t *testing.T) {
+	f := newViewFixture(t)
+	policy := filepath.Join(f.own, "policy.yaml")
+	audit := filepath.Join(f.proj, "audit.jsonl")
+	work := filepath.Join(f.root, "work")
+	link := filepath.Join(f.root, "link")
+	if err := os.Mkdir(work, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(work, link); err != nil {
+		t.Fatal(err)
+	}
+	v, err := PlanView(ViewConfig{
+		Writable: []string{link, work},
+		Home:     f.home,
+		Exec:     []string{"/usr/bin/true", f.tool},
+		Own:      []string{policy, audit},
+		Hide:     []string{filepath.Join(f.home, ".ssh")},
+		Cwd:      f.proj,
+		UID:      os.Getuid(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(v.Writable, []string{work}) {
+		t.Errorf("Writable = %q, want the link resolved and deduplicated: %q", v.Writable, work)
+	}
+	if v.Home != f.home || v.HomeFrom != "" {
+		t.Errorf("Home = %q from %q, want a private %q", v.Home, v.HomeFrom, f.home)
+	}
+	// t.TempDir lies below /tmp, a scratch directory: the tool must be
+	// bound read-only, /usr/bin/true needs nothing.
+	if !slices.Contains(v.ReadOnly, f.tool) || slices.Contains(v.ReadOnly, "/usr/bin/true") {
+		t.Errorf("ReadOnly = %q, want %q (in a private /tmp) and not /usr/bin/true", v.ReadOnly, f.tool)
+	}
+	for _, want := range []string{policy, f.own, audit, filepath.Join(f.home, ".ssh")} {
+		if !slices.Contains(v.Hide, want) {
+			t.Errorf("Hide = %q, missing %q", v.Hide, want)
+		}
+	}
+	// The audit log's folder is the working directory: only the file is
+	// hidden.
+	if slices.Contains(v.Hide, f.proj) {
+		t.Errorf("Hide = %q holds the working directory %q", v.Hide, f.proj)
+	}
+	var scratch []string
+	for _, s := range v.Scratch {
+		scratch = append(scratch, s.Path)
+	}
+	if !slices.Contains(scratch, "/tmp") {
+		t.Errorf("Scratch = %q, want /tmp", scratch)
+	}
+}
+
+func TestPlanViewHomeDir(t *testing.T) {
+	f := newViewFixture(t)
+	v, err := PlanView(ViewConfig{Home: f.home, HomeDir: f.proj, Exec: []string{f.tool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v.Home != f.home || v.HomeFrom != f.proj {
+		t.Errorf("Home = %q from %q, want %q from %q", v.Home, v.HomeFrom, f.home, f.proj)
+	}
+}
