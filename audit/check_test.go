@@ -1,3 +1,5 @@
+//go:build linux
+
 package audit
 
 import (
@@ -247,5 +249,34 @@ func TestOpenChecksTheHeadFile(t *testing.T) {
 	mustClose(t, l)
 	if _, err := Check(path, nil, ""); err != nil {
 		t.Errorf("Check of the new log: %v", err)
+	}
+}
+
+// TestHeadFileFollowsTheDirectory: the head file is written next to the log
+// even when its path no longer leads there, as after the Podman helper has
+// confined itself in a new root (here: the directory is renamed).
+func TestHeadFileFollowsTheDirectory(t *testing.T) {
+	base := t.TempDir()
+	dir := base + "/logs"
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	l := mustOpen(t, dir+"/audit.jsonl", Options{})
+	l.Log(Start{})
+	moved := base + "/moved"
+	if err := os.Rename(dir, moved); err != nil {
+		t.Fatal(err)
+	}
+	l.Log(Exit{})
+	head := mustClose(t, l)
+	if err := l.HeadFileErr(); err != nil {
+		t.Errorf("HeadFileErr: %v", err)
+	}
+	s, err := Check(moved+"/audit.jsonl", nil, "")
+	if err != nil || s.Anchor != head || s.Head != head {
+		t.Errorf("Check after the move = %+v, %v; want the head file to anchor %s", s, err, head)
+	}
+	if ents, _ := os.ReadDir(moved); len(ents) != 2 {
+		t.Errorf("files left in the log's directory: %v", ents)
 	}
 }

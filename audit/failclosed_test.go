@@ -1,3 +1,5 @@
+//go:build linux
+
 package audit
 
 import (
@@ -106,7 +108,7 @@ func openWith(t *testing.T, path string, opts Options, wrap func(*os.File) io.Wr
 	l := newLogger(opts)
 	l.file = f
 	l.setOutput(wrap(f), opts.Key, st.head, uint64(st.records))
-	l.name, l.regular, l.size, l.headPath = path, true, st.size, HeadFile(path)
+	l.name, l.regular, l.size, l.head1 = path, true, st.size, openHeadFile(HeadFile(path))
 	go l.run()
 	return l
 }

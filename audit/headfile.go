@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 )
 
@@ -41,61 +40,37 @@ func readHeadFile(path string) (string, error) {
 	return fields[0], nil
 }
 
-// writeHeadFile replaces the head file at path with head, atomically (a
-// new file renamed over the old). When that fails and a head file is
-// already there, it is overwritten in place instead: a head always has the
-// same length, so that needs no new space, and the anchor stays right when
-// the disk is full (which is when the log fails).
-func writeHeadFile(path, head string) error {
+// headFile writes one log's head file, in the directory the log was opened
+// in: on Linux it holds that directory open and works relative to it, so
+// that the head file is still written next to the log after nsgate has
+// changed its root (the Podman helper confines itself in a new root once
+// the log is open) or after the directory was renamed.
+type headFile struct {
+	path string // for messages
+	name string // the head file's base name
+	dir  int    // the log's directory (O_PATH), or -1: work by path
+}
+
+// writeHead replaces the head file with head, atomically (a new file renamed
+// over the old). When that fails and a head file is already there, it is
+// overwritten in place instead: a head always has the same length, so that
+// needs no new space, and the anchor stays right when the disk is full
+// (which is when the log fails).
+func (h *headFile) writeHead(head string) error {
 	content := head + "\n"
-	err := writeHeadFileAtomic(path, content)
+	err := h.replace(content)
 	if err == nil {
 		return nil
 	}
-	f, oerr := os.OpenFile(path, os.O_WRONLY, 0)
-	if oerr != nil {
-		return err
+	if h.overwrite(content) == nil {
+		return nil
 	}
-	fi, serr := f.Stat()
-	if serr != nil || !fi.Mode().IsRegular() || fi.Size() != int64(len(content)) {
-		f.Close()
-		return err
-	}
-	_, werr := f.WriteAt([]byte(content), 0)
-	if werr == nil {
-		werr = f.Sync()
-	}
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	if werr != nil {
-		return err
-	}
-	return nil
+	return fmt.Errorf("write head file %s: %w", h.path, err)
 }
 
-func writeHeadFileAtomic(path, content string) error {
-	f, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
-	if err != nil {
-		return fmt.Errorf("write head file: %w", err)
-	}
-	tmp := f.Name()
-	_, err = f.WriteString(content)
-	if err == nil {
-		err = f.Chmod(0o600)
-	}
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write head file %s: %w", path, err)
-	}
-	return nil
+// writeHeadFile writes the head file at path (see headFile.writeHead).
+func writeHeadFile(path, head string) error {
+	h := openHeadFile(path)
+	defer h.close()
+	return h.writeHead(head)
 }

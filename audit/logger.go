@@ -124,7 +124,7 @@ type Logger struct {
 	file     *os.File  // out, when it is a file we own (fsync, close)
 	regular  bool      // file is a regular file: cut back, fsync, head file
 	deadline bool      // file takes write deadlines (a FIFO, a socket)
-	headPath string    // the head file of a regular file (see headfile.go)
+	head1    *headFile // the head file of a regular file (see headfile.go)
 	chain    *chain    // nil when out is nil
 	human    io.Writer
 	buf      []byte   // whole lines not yet written
@@ -203,8 +203,8 @@ func Open(path string, opts Options) (*Logger, error) {
 		if st.regular {
 			l.regular = true
 			l.size = st.size
-			l.headPath = HeadFile(path)
-			l.headErr = writeHeadFile(l.headPath, st.head)
+			l.head1 = openHeadFile(HeadFile(path))
+			l.headErr = l.head1.writeHead(st.head)
 		} else {
 			// A FIFO or a socket is pollable: a write that no reader
 			// takes returns at its deadline instead of blocking.
@@ -835,12 +835,12 @@ func (l *Logger) Close() (head string, err error) {
 				l.fail(fmt.Errorf("close %s: %w", l.name, err))
 			}
 		}
-		if !stuck && l.headPath != "" {
-			if err := writeHeadFile(l.headPath, l.Head()); err != nil {
-				l.headMu.Lock()
-				l.headErr = err
-				l.headMu.Unlock()
-			}
+		if !stuck && l.head1 != nil {
+			err := l.head1.writeHead(l.Head())
+			l.head1.close()
+			l.headMu.Lock()
+			l.headErr = err
+			l.headMu.Unlock()
 		}
 		l.closeHead, l.closeErr = l.Head(), l.Err()
 	})

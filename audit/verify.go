@@ -268,9 +268,13 @@ func (s *Summary) anchorError() *VerifyError {
 		if !s.Closed || s.Live {
 			return nil // a run still open, or killed: Warnings say so
 		}
-		return &VerifyError{Line: s.Records, Msg: fmt.Sprintf("%s anchors line %d, but %d records follow it, ending with an exit record: "+
+		what := fmt.Sprintf("line %d", s.AnchorLine)
+		if s.AnchorLine == 0 {
+			what = "the empty log"
+		}
+		return &VerifyError{Line: s.Records, Msg: fmt.Sprintf("%s anchors %s, but %d records follow it, ending with an exit record: "+
 			"nsgate rewrites the head file when it closes the log, so they were added by something else (or by an nsgate that could not write %s)",
-			s.AnchorFile, s.AnchorLine, s.Records-s.AnchorLine, s.AnchorFile)}
+			s.AnchorFile, what, s.Records-s.AnchorLine, s.AnchorFile)}
 	}
 	return &VerifyError{Line: s.Records, Msg: fmt.Sprintf("no record has the head %s anchored in %s: records were removed from the end of the log, or changed (its last record has head %s)",
 		s.Anchor, s.AnchorFile, s.Head)}
