@@ -3,7 +3,7 @@
 // Package integration holds nsgate's end-to-end tests. Every test runs in
 // a sealed network namespace that TestMain creates by re-executing the
 // test binary: it holds only lo, with the fake internet's addresses on it,
-// so no packet can leave the machine (../shared/TESTING.md).
+// so no packet can leave the machine.
 package integration
 
 import (
