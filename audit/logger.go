@@ -790,9 +790,9 @@ func (l *Logger) HeadFileErr() error {
 // and closes the file (not stderr), writes the head file of a regular file
 // (atomically, mode 0600), and returns the last record's hash (see Head) and
 // the error that made the log fail, if any. It waits for the writer at
-// most Timeout (a quarter of a second once the log has failed); a writer
-// still stuck then, in a write to a FIFO nobody reads, say, has its write
-// deadline forced, and the log has failed. Safe to call more than once;
+// most Timeout (a quarter of a second once the log has failed, before or
+// while it waits); a writer still stuck then, in a write to a FIFO nobody
+// reads, say, has its write deadline forced, and the log has failed. Safe to call more than once;
 // later calls return the same results.
 func (l *Logger) Close() (head string, err error) {
 	l.closeOnce.Do(func() {
@@ -803,29 +803,41 @@ func (l *Logger) Close() (head string, err error) {
 		l.mu.Unlock()
 		close(l.done)
 		l.kick.Stop()
+		// Wait for the writer: Timeout, or only closeGrace once the log
+		// has failed (before or while waiting).
 		wait := l.timeout
+		failed := l.failed
 		if l.down.Load() {
-			wait = closeGrace
+			wait, failed = closeGrace, nil
 		}
 		stuck := false
 		t := time.NewTimer(wait)
-		select {
-		case <-l.finished:
-		case <-t.C:
-			what := l.name
-			if p := l.watching.Load(); p != nil {
-				what = *p
-			}
-			l.fail(fmt.Errorf("write %s: blocked for %v at exit (is anything reading it?)", what, wait))
-			if l.deadline {
-				l.file.SetWriteDeadline(time.Unix(1, 0))
-			}
+	waiting:
+		for {
 			select {
 			case <-l.finished:
-			case <-time.After(closeGrace):
-				// Still in a write that no deadline reaches: leave the
-				// file to it; the process is about to exit.
-				stuck = true
+				break waiting
+			case <-failed:
+				failed = nil
+				wait = closeGrace
+				t.Reset(wait)
+			case <-t.C:
+				what := l.name
+				if p := l.watching.Load(); p != nil {
+					what = *p
+				}
+				l.fail(fmt.Errorf("write %s: blocked for %v at exit (is anything reading it?)", what, wait))
+				if l.deadline {
+					l.file.SetWriteDeadline(time.Unix(1, 0))
+				}
+				select {
+				case <-l.finished:
+				case <-time.After(closeGrace):
+					// Still in a write that no deadline reaches: leave the
+					// file to it; the process is about to exit.
+					stuck = true
+				}
+				break waiting
 			}
 		}
 		t.Stop()

@@ -117,7 +117,7 @@ func closeAudit(e env, log *audit.Logger, path string, code int, what string) bo
 	return true
 }
 
-// writeBounded writes s to w, waiting at most two seconds: the failed log
+// writeBounded writes s to w, waiting at most a second: the failed log
 // may be stderr itself, and a stderr nobody reads must not keep nsgate
 // from exiting.
 func writeBounded(w io.Writer, s string) {
@@ -128,6 +128,6 @@ func writeBounded(w io.Writer, s string) {
 	}()
 	select {
 	case <-done:
-	case <-time.After(2 * time.Second):
+	case <-time.After(time.Second):
 	}
 }
