@@ -66,6 +66,10 @@ const (
 	aggNone   = iota // written as it comes
 	aggDeny          // folds from the second occurrence in a window
 	aggRepeat        // written one by one while the window's burst lasts; then folds
+	// aggStands is aggRepeat for an allowed flow: a folded one is
+	// represented by its key's first record, whose seq Log returns, since
+	// its flow_end and l7 records must name a flow record.
+	aggStands
 )
 
 // Event kinds of aggregation keys: the event type times 2, plus 1 for
@@ -103,44 +107,37 @@ type aggEntry struct {
 // aggStyle says how ev is aggregated, without building its key. ev must
 // already be normalized (no pointers).
 func aggStyle(ev Event) int {
-	var action string
 	switch e := ev.(type) {
 	case Flow:
-		action = e.Action
-	case Packet:
-		if e.Action != "deny" {
-			return aggNone
+		switch e.Action {
+		case "deny":
+			return aggDeny
+		case "allow":
+			return aggStands
 		}
-		return aggDeny
+	case Packet:
+		if e.Action == "deny" {
+			return aggDeny
+		}
 	case DNS:
-		action = e.Action
+		switch e.Action {
+		case "deny":
+			return aggDeny
+		case "allow":
+			return aggRepeat
+		}
 	case FlowEnd:
 		return aggRepeat
 	case L7:
-		action = e.Action
+		if _, ok := actionBit(e.Action); ok {
+			return aggRepeat
+		}
 	case Exec:
-		action = e.Action
-	default:
-		return aggNone
+		if _, ok := actionBit(e.Action); ok {
+			return aggRepeat
+		}
 	}
-	bit, ok := actionBit(action)
-	switch {
-	case !ok:
-		return aggNone
-	case bit == 1 && !isRepeatKind(ev):
-		return aggDeny
-	}
-	return aggRepeat
-}
-
-// isRepeatKind reports whether ev's denials fold like its other records
-// (l7, exec) rather than from their second occurrence (flow, dns).
-func isRepeatKind(ev Event) bool {
-	switch ev.(type) {
-	case L7, Exec:
-		return true
-	}
-	return false
+	return aggNone
 }
 
 // aggKeyOf returns the aggregation key of ev, which aggStyle says is
@@ -177,14 +174,6 @@ func aggKeyOf(ev Event) aggKey {
 		return aggKey{kind: kindExec + bit, a: e.Path, b: e.Reason}
 	}
 	return aggKey{}
-}
-
-// standsFor reports whether a folded ev is represented by its key's first
-// record, whose seq Log then returns: an allowed flow, whose flow_end and
-// l7 records must name a flow record.
-func standsFor(ev Event) bool {
-	f, ok := ev.(Flow)
-	return ok && f.Action != "deny"
 }
 
 // overflowKey is the key that events of k's type fold into when the table is

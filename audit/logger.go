@@ -396,7 +396,7 @@ func (l *Logger) waitRoomLocked() bool {
 // logAggLocked applies the aggregation rules (aggregate.go) to ev.
 func (l *Logger) logAggLocked(ev Event, style int) uint64 {
 	now := l.now()
-	if style == aggRepeat && len(l.pending) < l.queueLen && l.takeBurstLocked(now) {
+	if style >= aggRepeat && len(l.pending) < l.queueLen && l.takeBurstLocked(now) {
 		// Within the burst: as it comes, without a key.
 		return l.enqueueLocked(item{ev: ev, t: now})
 	}
@@ -420,12 +420,12 @@ func (l *Logger) logAggLocked(ev Event, style int) uint64 {
 				return e.seq
 			}
 			e.fold(ev)
-			if standsFor(ev) {
+			if style == aggStands {
 				return e.seq
 			}
 			return 0
 		}
-		if room || !standsFor(ev) {
+		if room || style != aggStands {
 			e = l.newEntryLocked(now)
 			l.agg[key] = e
 			if room {
