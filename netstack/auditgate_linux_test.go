@@ -87,12 +87,14 @@ func TestAuditFailureAdmitsNoNewFlow(t *testing.T) {
 // failed is refused after the dial, not admitted unrecorded.
 func TestAuditFailureDuringDial(t *testing.T) {
 	var sink *failingSink
-	var h *harness
-	dial := func(ctx context.Context, network, addr string) (net.Conn, error) {
-		sink.fail() // the log fails while this flow is being dialled
-		return h.dialer.Dial(ctx, network, addr)
+	failDuringDial := func(c *Config) {
+		dial := c.Dial // the harness's dialer
+		c.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			sink.fail() // the log fails while this flow is being dialled
+			return dial(ctx, network, addr)
+		}
 	}
-	h = newHarness(t, withFailingAudit(&sink), func(c *Config) { c.Dial = dial })
+	h := newHarness(t, withFailingAudit(&sink), failDuringDial)
 	const dst = "203.0.113.10:8080"
 	h.dialer.route("tcp", dst, tcpServer(t, "hello\n"))
 	c, err := h.dialTCP(dst)
