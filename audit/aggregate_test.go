@@ -394,10 +394,10 @@ func TestAllowedDNSFloodIsBounded(t *testing.T) {
 	mustClose(t, l)
 	records, total := accounted(t, out.b.Bytes())
 	const keys, windows = 2, secs + 1
-	bound := windows * (defaultBurst + 2*keys)
+	bound := windows * (DefaultBurst + 2*keys)
 	t.Logf("%d allowed answers in %d s (%d per second): %d records, %d bytes (before: one record each)", events, secs, events/secs, records, out.b.Len())
 	if records > bound {
-		t.Errorf("%d records; want at most %d (windows %d × (burst %d + 2 × %d keys))", records, bound, windows, defaultBurst, keys)
+		t.Errorf("%d records; want at most %d (windows %d × (burst %d + 2 × %d keys))", records, bound, windows, DefaultBurst, keys)
 	}
 	if total != events {
 		t.Errorf("the records stand for %d answers, want %d", total, events)
@@ -448,7 +448,7 @@ func TestWorstCaseRecordsPerWindow(t *testing.T) {
 		last = int(n)
 	}
 	mustClose(t, l)
-	bound := defaultBurst + 2*defaultAggKeys + 2*12
+	bound := DefaultBurst + 2*defaultAggKeys + 2*12
 	worst := 0
 	for _, c := range counts[1:] { // the first window starts with an empty table
 		worst = max(worst, c)

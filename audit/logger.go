@@ -60,9 +60,10 @@ const (
 	defaultWindow   = time.Second
 	defaultQueueLen = 4096
 	defaultAggKeys  = 4096
-	defaultBurst    = 256
-	defaultDelay    = 2 * time.Millisecond
-	defaultTimeout  = 3 * time.Second
+	// DefaultBurst is Options.Burst's default.
+	DefaultBurst   = 256
+	defaultDelay   = 2 * time.Millisecond
+	defaultTimeout = 3 * time.Second
 	// closeGrace is how long Close still waits for a writer that is stuck
 	// once the log has failed (or its deadline was forced).
 	closeGrace   = 250 * time.Millisecond
@@ -321,7 +322,7 @@ func newLogger(opts Options) *Logger {
 		l.aggKeys = defaultAggKeys
 	}
 	if l.burst == 0 {
-		l.burst = defaultBurst
+		l.burst = DefaultBurst
 	}
 	if l.timeout <= 0 {
 		l.timeout = defaultTimeout

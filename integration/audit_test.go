@@ -4,14 +4,19 @@ package integration
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nsgate/nsgate/audit"
 )
 
 var headLine = regexp.MustCompile(`nsgate: audit head ([0-9a-f]{64})`)
@@ -172,4 +177,96 @@ func kib(status []byte, key string) int64 {
 		}
 	}
 	return 0
+}
+
+// floodPolicy approves app.test by a static answer, so its A queries are
+// answered (and audited as allowed) without any upstream.
+const floodPolicy = `version: 1
+allow:
+  - host: app.test
+    ports: [8080]
+dns:
+  hosts:
+    app.test: [203.0.113.10]
+`
+
+// TestAuditAllowedDNSFloodIsBounded: a worker repeating an allowed query
+// as fast as it is answered cannot grow the audit log with it: identical
+// allowed answers are folded into one record per window with a count.
+func TestAuditAllowedDNSFloodIsBounded(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", floodPolicy)
+		log := filepath.Join(dir, "dns-flood.jsonl")
+		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "dns-flood", "10.0.2.3:53", "app.test", "5")
+		var sent, answered int
+		fmt.Sscanf(strings.TrimSpace(r.stdout), "dns-flood app.test sent=%d answered=%d", &sent, &answered)
+		recs := readAudit(t, log)
+		var dnsRecs, folded int
+		for _, rec := range recs {
+			if rec.str("event") == "dns" {
+				dnsRecs++
+				if c, ok := rec["count"].(float64); ok {
+					folded += int(c)
+				}
+			}
+		}
+		st, _ := os.Stat(log)
+		t.Logf("%d queries answered in 5 s; audit: %d records (%d bytes), %d of them dns, folding %d answers", answered, len(recs), st.Size(), dnsRecs, folded)
+		if answered < 1000 {
+			t.Fatalf("the flood got only %d answers (%q): it did not run", answered, r.stdout)
+		}
+		// Per one-second window the log writes at most the first
+		// audit.DefaultBurst records of kinds that are not denials as
+		// they come, then one count per key: a bound set by nsgate,
+		// whatever the worker's rate (here over about 7 windows).
+		if dnsRecs > 7*(audit.DefaultBurst+2) {
+			t.Errorf("%d dns records for %d identical allowed answers; want them folded per window", dnsRecs, answered)
+		}
+		if folded+dnsRecs < answered {
+			t.Errorf("the records and their counts account for %d answers of %d", folded+dnsRecs, answered)
+		}
+	})
+}
+
+// TestAuditStuckFIFOEndsOnSIGTERM: an audit sink that nobody reads (a FIFO
+// with no reader) fills up; nsgate still ends within a bound on SIGTERM,
+// and says the log failed rather than exiting as if all were recorded.
+func TestAuditStuckFIFOEndsOnSIGTERM(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		fifo := filepath.Join(dir, "audit.fifo")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if m.uid >= 0 {
+			os.Chown(fifo, m.uid, m.gid)
+		}
+		// Denied names, each new: a record apiece, far more than a pipe
+		// holds.
+		cmd := nsgateCmd(m, "run", "--audit", fifo, "--", nsgateBin, "__probe", "dns-flood", "10.0.2.3:53", "n%d.evil.test", "60")
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		time.Sleep(2 * time.Second)
+		sent := time.Now()
+		cmd.Process.Signal(syscall.SIGTERM)
+		var err error
+		select {
+		case err = <-done:
+		case <-time.After(15 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("nsgate did not end within 15 s of SIGTERM with a stuck audit sink; stderr %q", errb.String())
+		}
+		t.Logf("ended %s after SIGTERM: %v; stderr %q", time.Since(sent).Round(time.Millisecond), err, errb.String())
+		var ee *exec.ExitError
+		if !errors.As(err, &ee) || ee.ExitCode() != 125 || !strings.Contains(errb.String(), "audit log failed") {
+			t.Errorf("exit %v stderr %q; want 125 and the line naming the audit failure", err, errb.String())
+		}
+	})
 }

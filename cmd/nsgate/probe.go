@@ -58,6 +58,14 @@ func cmdProbe(e env, args []string) int {
 			fmt.Sscan(args[2], &n)
 		}
 		return probeHold(e, addr, n)
+	case "dns-flood":
+		if len(args) != 4 {
+			e.errorf("usage: nsgate __probe dns-flood SERVER NAME SECS")
+			return exitUsage
+		}
+		secs := 5.0
+		fmt.Sscan(args[3], &secs)
+		return probeDNSFlood(e, addr, args[2], time.Duration(secs*float64(time.Second)))
 	case "udp-flood":
 		secs := 5.0
 		if len(args) > 2 {
@@ -138,6 +146,48 @@ func probeUDPFlood(e env, addr string, d time.Duration) int {
 		}
 	}
 	fmt.Fprintf(e.stdout, "flood %s sent=%d failed=%d\n", addr, sent, failed)
+	return 0
+}
+
+// probeDNSFlood asks SERVER for NAME's A record over UDP, one query after
+// another as fast as the answers come, for d, and prints how many were
+// sent and answered. A %d in NAME is replaced by the query's number.
+func probeDNSFlood(e env, server, name string, d time.Duration) int {
+	qn, err := dnsmessage.NewName(strings.ReplaceAll(strings.TrimSuffix(name, "."), "%d", "0") + ".")
+	if err != nil {
+		e.errorf("probe dns-flood: %v", err)
+		return exitUsage
+	}
+	c, err := net.Dial("udp", server)
+	if err != nil {
+		fmt.Fprintf(e.stdout, "refused %s: %v\n", server, err)
+		return 1
+	}
+	defer c.Close()
+	buf := make([]byte, 1500)
+	var sent, answered int
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		if strings.Contains(name, "%d") {
+			// A new name each time: nothing for the audit to fold.
+			if qn, err = dnsmessage.NewName(fmt.Sprintf(strings.TrimSuffix(name, ".")+".", sent)); err != nil {
+				e.errorf("probe dns-flood: %v", err)
+				return exitUsage
+			}
+		}
+		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: uint16(sent), RecursionDesired: true})
+		b.StartQuestions()
+		b.Question(dnsmessage.Question{Name: qn, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET})
+		msg, _ := b.Finish()
+		if _, err := c.Write(msg); err != nil {
+			continue
+		}
+		sent++
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		if _, err := c.Read(buf); err == nil {
+			answered++
+		}
+	}
+	fmt.Fprintf(e.stdout, "dns-flood %s sent=%d answered=%d\n", name, sent, answered)
 	return 0
 }
 
