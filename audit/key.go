@@ -3,7 +3,9 @@ package audit
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"os"
+	"syscall"
 )
 
 // MinKeyLen is the shortest HMAC key LoadKey accepts.
@@ -15,7 +17,7 @@ const MinKeyLen = 16
 // `head -c 32 /dev/urandom | base64 > FILE` (newline included) works. A key
 // shorter than MinKeyLen bytes is refused.
 func LoadKey(path string) ([]byte, error) {
-	b, err := os.ReadFile(path)
+	b, err := readKeyFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read audit key: %w", err)
 	}
@@ -36,4 +38,33 @@ func isText(b []byte) bool {
 		}
 	}
 	return true
+}
+
+// maxKeyFile bounds what LoadKey reads: a key is bytes, not a stream.
+const maxKeyFile = 64 << 10
+
+// readKeyFile reads a regular file of at most maxKeyFile bytes. Anything
+// else (a device such as /dev/zero, a FIFO) is refused at once instead of
+// read without end.
+func readKeyFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxKeyFile {
+		return nil, fmt.Errorf("%s is larger than %d bytes: not a key", path, maxKeyFile)
+	}
+	return b, nil
 }

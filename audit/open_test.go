@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // TestOpenStderr runs the test binary again so that "-" writes to a stderr
@@ -122,5 +124,30 @@ func TestLoadKey(t *testing.T) {
 	}
 	if _, err := LoadKey(filepath.Join(dir, "missing")); err == nil {
 		t.Errorf("LoadKey of a missing file succeeded")
+	}
+	// Not a file of bytes: refused at once, never read without end.
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, make([]byte, maxKeyFile+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ why, path, err string }{
+		{"a device streams forever", "/dev/zero", "not a regular file"},
+		{"a FIFO with no writer would block", fifo, "not a regular file"},
+		{"a large file is no key", big, "larger than"},
+	} {
+		done := make(chan error, 1)
+		go func() { _, err := LoadKey(tc.path); done <- err }()
+		select {
+		case err := <-done:
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("%s: LoadKey(%s) = %v, want an error containing %q", tc.why, tc.path, err, tc.err)
+			}
+		case <-time.After(5 * time.Second):
+			t.Fatalf("%s: LoadKey(%s) hangs", tc.why, tc.path)
+		}
 	}
 }
