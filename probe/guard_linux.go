@@ -1,10 +1,11 @@
 //go:build linux
 
-package main
+package probe
 
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -32,12 +33,13 @@ import (
 //	nsgate __guardprobe tiocsti        ioctl(TIOCSTI) on /dev/null (ENOTTY without the guard)
 //	nsgate __guardprobe ia32 FILE      run FILE, an i386 program that exits 42 if its int 0x80 getpid works
 //	                                   and executes ud2 (SIGILL) if it got -EPERM: prints ok or EPERM
-func init() { extraCommands["__guardprobe"] = cmdGuardProbe }
 
 // noSuchPid is above PID_MAX_LIMIT (4M), so it never names a process.
 const noSuchPid = 1<<22 + 1000
 
-func cmdGuardProbe(e env, args []string) int {
+// GuardMain runs `nsgate __guardprobe ARGS...` and returns its exit status.
+func GuardMain(args []string, stdout, stderr io.Writer) int {
+	e := env{stdout, stderr}
 	if len(args) == 0 {
 		e.errorf("usage: nsgate __guardprobe KIND [ARG...]")
 		return exitUsage

@@ -1,9 +1,10 @@
-package main
+package probe
 
 import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -25,9 +26,10 @@ import (
 //
 // It prints "ok ..." or "refused ..."/"error ..." and exits 0 on success, 1
 // when the attempt failed, 2 on usage errors.
-func init() { extraCommands["__probe"] = cmdProbe }
 
-func cmdProbe(e env, args []string) int {
+// Main runs `nsgate __probe ARGS...` and returns its exit status.
+func Main(args []string, stdout, stderr io.Writer) int {
+	e := env{stdout, stderr}
 	if len(args) < 2 {
 		e.errorf("usage: nsgate __probe tcp|udp|udp-flood ADDR [SECS]")
 		return exitUsage

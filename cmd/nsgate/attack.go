@@ -21,7 +21,6 @@ import (
 //
 //	nsgate __attack [--json] [--ca FILE] [--unix PATH] [--abstract @NAME] [--only IDS] [--timeout D]
 //	nsgate __attack --helper CMD ARGS...   (its own helper processes)
-func init() { extraCommands["__attack"] = cmdAttack }
 
 func cmdAttack(e env, args []string) int {
 	if len(args) > 0 && args[0] == "--helper" {

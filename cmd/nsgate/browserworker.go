@@ -18,7 +18,6 @@ import (
 // errors.
 //
 //	nsgate __browserworker --chromium PATH [--port 9222] [--listen ADDR] -- CHROMIUM-ARGS...
-func init() { extraCommands["__browserworker"] = cmdBrowserWorker }
 
 func cmdBrowserWorker(e env, args []string) int {
 	fs := flag.NewFlagSet("nsgate __browserworker", flag.ContinueOnError)

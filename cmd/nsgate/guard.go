@@ -13,8 +13,6 @@ import (
 	"github.com/nsgate/nsgate/sandbox"
 )
 
-func init() { extraCommands["guard"] = cmdGuard }
-
 // applyGuard is handed to the sandbox init: it decodes the guard.Config
 // that run wrote, resolves the allowlist inside the worker's mount
 // namespace, restricts every thread of init (Landlock, seccomp) and
@@ -145,13 +143,9 @@ func cmdGuard(e env, args []string) int {
 		e.errorf("guard: audit log: %v", err)
 		return exitFailure
 	}
-	code := superviseGuard(e, log, plan, cfg, missing)
-	log.Log(audit.Exit{Code: code})
-	head, err := log.Close()
-	if err != nil {
-		e.errorf("guard: audit log: %v", err)
-	} else if *auditPath != "" {
-		fmt.Fprintf(e.stderr, "nsgate: audit head %s\n", head)
-	}
-	return code
+	// The audit fails closed here too: a log that cannot be written ends
+	// the command, and nsgate exits 125 naming the cause.
+	aw := watchAudit(log, *auditPath)
+	code := superviseGuard(e, log, aw, plan, cfg, missing)
+	return aw.finish(e, code)
 }

@@ -15,11 +15,9 @@ import (
 	"github.com/nsgate/nsgate/guard"
 )
 
-func init() { extraCommands[guardExecArg] = cmdGuardExec }
-
 // superviseGuard starts the guard child, serves its exec notifier and
 // returns COMMAND's exit status (125 when the child could not start it).
-func superviseGuard(e env, log *audit.Logger, plan guard.Plan, cfg guard.Config, missing []string) int {
+func superviseGuard(e env, log *audit.Logger, aw *auditWatch, plan guard.Plan, cfg guard.Config, missing []string) int {
 	log.Log(audit.Start{Version: versionString(), Argv: cfg.Command, PID: os.Getpid(), Degraded: missing})
 	spec, err := json.Marshal(cfg)
 	if err != nil {
@@ -56,6 +54,7 @@ func superviseGuard(e env, log *audit.Logger, plan guard.Plan, cfg guard.Config,
 		e.errorf("guard: start: %v", err)
 		return exitFailure
 	}
+	aw.worker(func() { proc.Signal(syscall.SIGKILL) })
 	go func() {
 		for s := range sigs {
 			proc.Signal(s)

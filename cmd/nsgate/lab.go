@@ -25,7 +25,6 @@ import (
 //	                the lab must then fail and name what got through
 //	--only IDS      run only these attempts (comma-separated)
 //	--catalogue     print the catalogue as Markdown (integration/README.md)
-func init() { extraCommands["lab"] = cmdLab }
 
 func cmdLab(e env, args []string) int {
 	fs := flag.NewFlagSet("nsgate lab", flag.ContinueOnError)

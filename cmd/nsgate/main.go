@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/nsgate/nsgate/probe"
 	"github.com/nsgate/nsgate/sandbox"
 )
 
@@ -20,9 +21,6 @@ func main() {
 	// namespace would bypass the gateway. nsgate's own descriptors are
 	// opened close-on-exec; anything it passes on, it passes explicitly.
 	closeInheritedOnExec()
-	if len(os.Args) > 1 && os.Args[1] == sandbox.InitArg {
-		os.Exit(sandbox.InitMain(applyGuard))
-	}
 	args := os.Args[1:]
 	// Invoked through a link named slirp4netns: act as the Podman drop-in.
 	if filepath.Base(os.Args[0]) == "slirp4netns" {
@@ -110,6 +108,43 @@ func (e env) errorf(format string, args ...any) {
 	fmt.Fprintf(e.stderr, "nsgate: "+format+"\n", args...)
 }
 
+// command is one nsgate subcommand.
+type command struct {
+	name string
+	run  func(e env, args []string) int
+	// args and help make its line in `nsgate help`; a hidden command (one
+	// nsgate runs itself, or tests and the lab run as the worker) has
+	// none.
+	args, help string
+}
+
+// commands is every subcommand nsgate has, public ones in the order
+// `nsgate help` lists them, then the hidden ones.
+var commands = []command{
+	{"run", cmdRun, "[flags] -- COMMAND [ARG...]", "run COMMAND as the worker"},
+	{"check", cmdCheck, "FILE", "validate a policy file"},
+	{"explain", cmdExplain, "--policy FILE [--proto tcp|udp] DEST:PORT", "the decision for one destination"},
+	{"audit", cmdAudit, "verify [--key FILE] [--head HASH] FILE", "verify an audit log's hash chain"},
+	{"guard", cmdGuard, "[flags] -- COMMAND", "only the exec/syscall guard"},
+	{"lab", cmdLab, "[--evidence DIR] [--browser PATH]", "the built-in security lab"},
+	{"slirp4netns", cmdSlirp4netns, "...", "drop-in for Podman's slirp4netns"},
+	{"version", cmdVersion, "", "print the version"},
+	{"help", nil, "", "this list"}, // Main prints usage (a run func here would be an initialization cycle)
+
+	// Hidden: nsgate's own children.
+	{sandbox.InitArg, func(env, []string) int { return sandbox.InitMain(applyGuard) }, "", ""},
+	{sandbox.JoinArg, func(env, []string) int { return sandbox.JoinMain() }, "", ""},
+	{guardExecArg, cmdGuardExec, "", ""},
+	// Hidden: what tests and the lab run as the worker.
+	{"__attack", cmdAttack, "", ""},
+	{"__browserworker", cmdBrowserWorker, "", ""},
+	{"__probe", func(e env, args []string) int { return probe.Main(args, e.stdout, e.stderr) }, "", ""},
+	{"__guardprobe", func(e env, args []string) int { return probe.GuardMain(args, e.stdout, e.stderr) }, "", ""},
+}
+
+// aliases are other names of commands.
+var aliases = map[string]string{"--version": "version", "-v": "version", "--help": "help", "-h": "help"}
+
 // Main runs one nsgate command line (without the program name) and returns
 // its exit status.
 func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
@@ -118,49 +153,45 @@ func Main(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return exitUsage
 	}
-	switch args[0] {
-	case "run":
-		return cmdRun(e, args[1:])
-	case "check":
-		return cmdCheck(e, args[1:])
-	case "explain":
-		return cmdExplain(e, args[1:])
-	case "audit":
-		return cmdAudit(e, args[1:])
-	case "version", "--version", "-v":
-		fmt.Fprintln(stdout, versionLine())
-		return 0
-	case "help", "--help", "-h":
-		usage(stdout)
-		return 0
+	name := args[0]
+	if a, ok := aliases[name]; ok {
+		name = a
 	}
-	if f, ok := extraCommands[args[0]]; ok {
-		return f(e, args[1:])
+	for _, c := range commands {
+		switch {
+		case c.name != name:
+		case c.run == nil:
+			usage(e.stdout)
+			return 0
+		default:
+			return c.run(e, args[1:])
+		}
 	}
 	e.errorf("unknown command %q (try: nsgate help)", args[0])
 	return exitUsage
 }
 
-// extraCommands are registered by the files that implement them, so this
-// file lists only the core ones.
-var extraCommands = map[string]func(env, []string) int{}
+func cmdVersion(e env, _ []string) int {
+	fmt.Fprintln(e.stdout, versionLine())
+	return 0
+}
 
+// usage lists the public commands.
 func usage(w io.Writer) {
-	fmt.Fprint(w, `nsgate: run an untrusted program behind an egress gateway
-
-Usage:
-  nsgate run [flags] -- COMMAND [ARG...]   run COMMAND as the worker
-  nsgate check FILE                        validate a policy file
-  nsgate explain --policy FILE [--proto tcp|udp] DEST:PORT
-                                           the decision for one destination
-  nsgate audit verify [--key FILE] [--head HASH] FILE
-                                           verify an audit log's hash chain
-  nsgate guard [flags] -- COMMAND          only the exec/syscall guard
-  nsgate lab [--evidence DIR] [--browser PATH]
-                                           the built-in security lab
-  nsgate slirp4netns ...                   drop-in for Podman's slirp4netns
-  nsgate version
-
-Run 'nsgate run --help' for run's flags.
-`)
+	fmt.Fprint(w, "nsgate: run an untrusted program behind an egress gateway\n\nUsage:\n")
+	for _, c := range commands {
+		if c.help == "" {
+			continue
+		}
+		line := "nsgate " + c.name
+		if c.args != "" {
+			line += " " + c.args
+		}
+		if len(line) > 39 {
+			fmt.Fprintf(w, "  %s\n  %-39s  %s\n", line, "", c.help)
+		} else {
+			fmt.Fprintf(w, "  %-39s  %s\n", line, c.help)
+		}
+	}
+	fmt.Fprint(w, "\nRun 'nsgate COMMAND --help' for a command's flags.\n")
 }

@@ -34,11 +34,6 @@ import (
 // signals readiness on the ready fd and exits when the exit fd hangs up.
 // See docs/podman.md.
 
-func init() {
-	extraCommands["slirp4netns"] = cmdSlirp4netns
-	extraCommands[sandbox.JoinArg] = func(env, []string) int { return sandbox.JoinMain() }
-}
-
 // Environment of the Podman helper (SPEC §10; docs/podman.md).
 const (
 	envPolicy   = "NSGATE_POLICY"
