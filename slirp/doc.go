@@ -9,12 +9,13 @@
 //     a slirp4netns-compatible --version;
 //   - ListenAPI: the JSON API socket (add_hostfwd, list_hostfwd,
 //     remove_hostfwd), byte for byte as slirp4netns 1.2.0 answers;
-//   - HostFwds: a Handler for that API that listens on host ports and
-//     relays each connection to the guest through a dialer the caller
-//     supplies (the gVisor stack's, in nsgate).
+//   - NewHandler: a Handler for that API that translates its requests into
+//     rules of an inbound.Forwarder, which listens on host ports and
+//     relays each connection to the guest (package inbound).
 //
-// Nothing here touches namespaces, devices or the packet path; the command
-// wiring (cmd/nsgate) opens the TAP device and runs the stack.
+// Nothing here listens on host ports, touches namespaces, devices or the
+// packet path; the command wiring (cmd/nsgate) opens the TAP device and
+// runs the stack.
 //
 // Reference: slirp4netns 1.2.0 as shipped by Debian 12 (the helper Podman
 // 4.3 runs there). Where this package deliberately differs from it, the

@@ -19,10 +19,10 @@ import (
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/dns"
 	"github.com/nsgate/nsgate/guard"
+	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
-	"github.com/nsgate/nsgate/slirp"
 	"github.com/nsgate/nsgate/tun"
 )
 
@@ -487,18 +487,17 @@ func workerWrites(v sandbox.View) *guard.WriteRules {
 // publish opens the --publish forwards: listeners on the host that relay
 // to the worker through the gateway. Each connection is audited
 // (inbound). It returns nil when there are none.
-func (r *runner) publish(gw *netstack.Gateway) (*slirp.HostFwds, error) {
+func (r *runner) publish(gw *netstack.Gateway) (*inbound.Forwarder, error) {
 	if len(r.f.publish) == 0 {
 		return nil, nil
 	}
-	fwds := slirp.NewHostFwds(guestV4.Addr(), func(ctx context.Context, proto string, a netip.AddrPort) (net.Conn, error) {
+	fwds := inbound.New(inbound.Options{Guest: guestV4.Addr(), Audit: r.log, Dial: func(ctx context.Context, proto string, a netip.AddrPort) (net.Conn, error) {
 		return gw.DialGuest(ctx, proto, a)
-	})
-	fwds.OnInbound = inboundAuditor(r.log)
+	}})
 	for _, s := range r.f.publish {
 		p, _ := parsePublish(s) // validated with the flags
-		fw := slirp.HostFwd{Proto: p.Proto, HostAddr: p.Host, HostPort: p.HostPort, GuestAddr: guestV4.Addr(), GuestPort: p.GuestPort}
-		if _, err := fwds.AddHostFwd(fw); err != nil {
+		rule := inbound.Rule{Proto: p.Proto, HostAddr: p.Host, HostPort: p.HostPort, GuestAddr: guestV4.Addr(), GuestPort: p.GuestPort}
+		if _, err := fwds.Add(rule); err != nil {
 			fwds.Close()
 			return nil, fmt.Errorf("--publish %s: %w", s, err)
 		}

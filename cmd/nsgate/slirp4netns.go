@@ -17,6 +17,7 @@ import (
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/dns"
+	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
@@ -183,7 +184,7 @@ type slirpHelper struct {
 	auditPath string
 	tapFD     int
 	gw        *netstack.Gateway
-	fwds      *slirp.HostFwds
+	fwds      *inbound.Forwarder
 	api       *slirp.API
 }
 
@@ -255,9 +256,8 @@ func startSlirp(e env, cfg slirp.Config, getenv func(string) string) (h *slirpHe
 		return h, fmt.Errorf("gateway: %w", err)
 	}
 	if cfg.APISocket != "" {
-		h.fwds = slirp.NewHostFwds(cfg.Guest(), h.gw.DialGuest)
-		h.fwds.OnInbound = inboundAuditor(h.log)
-		if h.api, err = slirp.ListenAPI(cfg.APISocket, h.fwds); err != nil {
+		h.fwds = inbound.New(inbound.Options{Guest: cfg.Guest(), Dial: h.gw.DialGuest, Audit: h.log})
+		if h.api, err = slirp.ListenAPI(cfg.APISocket, slirp.NewHandler(h.fwds)); err != nil {
 			return h, err
 		}
 	}
@@ -284,23 +284,6 @@ func startSlirp(e env, cfg slirp.Config, getenv func(string) string) (h *slirpHe
 		}
 	}
 	return h, nil
-}
-
-// inboundAuditor records each connection through an API forward as an
-// inbound event.
-func inboundAuditor(log audit.Sink) func(slirp.Inbound) {
-	return func(in slirp.Inbound) {
-		ev := audit.Inbound{
-			Action: "allow",
-			Listen: netip.AddrPortFrom(in.Forward.HostAddr, in.Forward.HostPort).String() + "/" + in.Forward.Proto,
-			Dst:    netip.AddrPortFrom(in.Forward.GuestAddr, in.Forward.GuestPort).String(),
-			Src:    in.Src.String(),
-		}
-		if in.Err != nil {
-			ev.Action = "deny"
-		}
-		log.Log(ev)
-	}
 }
 
 // outboundDialer binds upstream connections to --outbound-addr(6): an

@@ -1,9 +1,8 @@
-package slirp
+package inbound
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"net"
 	"net/netip"
@@ -89,19 +88,19 @@ func (g *fakeGuest) dialLog() []string {
 // inboundLog collects OnInbound events.
 type inboundLog struct {
 	mu sync.Mutex
-	ev []Inbound
+	ev []Event
 }
 
-func (l *inboundLog) add(i Inbound) {
+func (l *inboundLog) add(i Event) {
 	l.mu.Lock()
 	l.ev = append(l.ev, i)
 	l.mu.Unlock()
 }
 
-func (l *inboundLog) all() []Inbound {
+func (l *inboundLog) all() []Event {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return append([]Inbound(nil), l.ev...)
+	return append([]Event(nil), l.ev...)
 }
 
 // freePort returns a loopback port that was free a moment ago.
@@ -132,14 +131,17 @@ var loopback = netip.MustParseAddr("127.0.0.1")
 
 // addFwd adds a forward on a free loopback port, retrying if another
 // process took the port in between.
-func addFwd(t *testing.T, h *HostFwds, f HostFwd) (int, uint16) {
+func addFwd(t *testing.T, h *Forwarder, r Rule) (int, uint16) {
 	t.Helper()
 	for i := 0; i < 5; i++ {
-		f.HostAddr = loopback
-		f.HostPort = freePort(t, f.Proto)
-		id, err := h.AddHostFwd(f)
+		r.HostAddr = loopback
+		r.HostPort = freePort(t, r.Proto)
+		fw, err := h.Add(r)
 		if err == nil {
-			return id, f.HostPort
+			if fw.HostPort != r.HostPort {
+				t.Fatalf("Add moved the host port: %+v", fw)
+			}
+			return fw.ID, r.HostPort
 		}
 	}
 	t.Fatal("no free port")
@@ -157,18 +159,17 @@ func dialHost(t *testing.T, proto string, port uint16) net.Conn {
 	return c
 }
 
-func TestHostFwdsTCP(t *testing.T) {
+func TestForwarderTCP(t *testing.T) {
 	g := newFakeGuest(t)
-	h := NewHostFwds(testGuest, g.dial)
 	var log inboundLog
-	h.OnInbound = log.add
+	h := New(Options{Guest: testGuest, Dial: g.dial, OnInbound: log.add})
 	defer h.Close()
 
-	id, port := addFwd(t, h, HostFwd{Proto: "tcp", GuestPort: 80})
+	id, port := addFwd(t, h, Rule{Proto: "tcp", GuestPort: 80})
 	if id != 1 {
 		t.Fatalf("first ID = %d, want 1", id)
 	}
-	if got := h.ListHostFwd(); len(got) != 1 || got[0].GuestAddr != testGuest || got[0].ID != 1 ||
+	if got := h.List(); len(got) != 1 || got[0].GuestAddr != testGuest || got[0].ID != 1 ||
 		got[0].HostAddr != loopback || got[0].HostPort != port || got[0].GuestPort != 80 {
 		t.Fatalf("a missing guest address becomes the default guest: %+v", got)
 	}
@@ -194,14 +195,13 @@ func TestHostFwdsTCP(t *testing.T) {
 	}
 }
 
-func TestHostFwdsTCPGuestUnreachable(t *testing.T) {
+func TestForwarderTCPGuestUnreachable(t *testing.T) {
 	g := newFakeGuest(t)
 	g.fail = errors.New("connection refused by the guest")
-	h := NewHostFwds(testGuest, g.dial)
 	var log inboundLog
-	h.OnInbound = log.add
+	h := New(Options{Guest: testGuest, Dial: g.dial, OnInbound: log.add})
 	defer h.Close()
-	_, port := addFwd(t, h, HostFwd{Proto: "tcp", GuestAddr: netip.MustParseAddr("10.0.2.50"), GuestPort: 8080})
+	_, port := addFwd(t, h, Rule{Proto: "tcp", GuestAddr: netip.MustParseAddr("10.0.2.50"), GuestPort: 8080})
 	c := dialHost(t, "tcp", port)
 	b, err := io.ReadAll(c) // closed without data
 	if len(b) != 0 {
@@ -216,12 +216,12 @@ func TestHostFwdsTCPGuestUnreachable(t *testing.T) {
 	}
 }
 
-func TestHostFwdsRemove(t *testing.T) {
+func TestForwarderRemove(t *testing.T) {
 	g := newFakeGuest(t)
-	h := NewHostFwds(testGuest, g.dial)
+	h := New(Options{Guest: testGuest, Dial: g.dial})
 	defer h.Close()
-	id1, port1 := addFwd(t, h, HostFwd{Proto: "tcp", GuestPort: 80})
-	id2, _ := addFwd(t, h, HostFwd{Proto: "udp", GuestPort: 53})
+	id1, port1 := addFwd(t, h, Rule{Proto: "tcp", GuestPort: 80})
+	id2, _ := addFwd(t, h, Rule{Proto: "udp", GuestPort: 53})
 	if id1 != 1 || id2 != 2 {
 		t.Fatalf("IDs %d, %d", id1, id2)
 	}
@@ -232,7 +232,7 @@ func TestHostFwdsRemove(t *testing.T) {
 	if b := make([]byte, 1); func() bool { _, err := io.ReadFull(c, b); return err != nil || b[0] != 'a' }() {
 		t.Fatal("no echo before removal")
 	}
-	if err := h.RemoveHostFwd(id1); err != nil {
+	if err := h.Remove(id1); err != nil {
 		t.Fatal(err)
 	}
 	c.Write([]byte("b"))
@@ -242,63 +242,62 @@ func TestHostFwdsRemove(t *testing.T) {
 	if _, err := net.DialTimeout("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port1))), time.Second); err == nil {
 		t.Fatal("the listener is still open after removal")
 	}
-	if err := h.RemoveHostFwd(id1); !errors.Is(err, ErrUnknownID) {
+	if err := h.Remove(id1); !errors.Is(err, ErrUnknownID) {
 		t.Fatalf("second removal: %v, want ErrUnknownID", err)
 	}
-	if err := h.RemoveHostFwd(99); !errors.Is(err, ErrUnknownID) {
+	if err := h.Remove(99); !errors.Is(err, ErrUnknownID) {
 		t.Fatalf("unknown ID: %v", err)
 	}
-	if got := h.ListHostFwd(); len(got) != 1 || got[0].ID != 2 {
+	if got := h.List(); len(got) != 1 || got[0].ID != 2 {
 		t.Fatalf("list after removal: %+v", got)
 	}
 	// IDs are not reused.
-	if id, _ := addFwd(t, h, HostFwd{Proto: "tcp", GuestPort: 80}); id != 3 {
+	if id, _ := addFwd(t, h, Rule{Proto: "tcp", GuestPort: 80}); id != 3 {
 		t.Fatalf("next ID = %d, want 3", id)
 	}
 }
 
-func TestHostFwdsAddErrors(t *testing.T) {
+func TestForwarderAddErrors(t *testing.T) {
 	g := newFakeGuest(t)
-	h := NewHostFwds(testGuest, g.dial)
+	h := New(Options{Guest: testGuest, Dial: g.dial})
 	defer h.Close()
-	_, port := addFwd(t, h, HostFwd{Proto: "tcp", GuestPort: 80})
+	_, port := addFwd(t, h, Rule{Proto: "tcp", GuestPort: 80})
 	tests := []struct {
 		why string
-		f   HostFwd
+		r   Rule
 	}{
-		{"the port is taken (by the first forward)", HostFwd{Proto: "tcp", HostAddr: loopback, HostPort: port, GuestPort: 80}},
-		{"sctp", HostFwd{Proto: "sctp", HostAddr: loopback, HostPort: 1, GuestPort: 1}},
-		{"an IPv6 host address", HostFwd{Proto: "tcp", HostAddr: netip.IPv6Loopback(), HostPort: 1, GuestPort: 1}},
-		{"an IPv6 guest address", HostFwd{Proto: "tcp", HostAddr: loopback, HostPort: 1, GuestAddr: netip.MustParseAddr("fd00::100"), GuestPort: 1}},
-		{"host port 0", HostFwd{Proto: "tcp", HostAddr: loopback, GuestPort: 1}},
-		{"guest port 0", HostFwd{Proto: "udp", HostAddr: loopback, HostPort: 1}},
-		{"an address that is not local", HostFwd{Proto: "tcp", HostAddr: netip.MustParseAddr("192.0.2.1"), HostPort: 8080, GuestPort: 1}},
+		{"the port is taken (by the first forward)", Rule{Proto: "tcp", HostAddr: loopback, HostPort: port, GuestPort: 80}},
+		{"sctp", Rule{Proto: "sctp", HostAddr: loopback, HostPort: 1, GuestPort: 1}},
+		{"an IPv6 host address", Rule{Proto: "tcp", HostAddr: netip.IPv6Loopback(), HostPort: 1, GuestPort: 1}},
+		{"an IPv6 guest address", Rule{Proto: "tcp", HostAddr: loopback, HostPort: 1, GuestAddr: netip.MustParseAddr("fd00::100"), GuestPort: 1}},
+		{"host port 0", Rule{Proto: "tcp", HostAddr: loopback, GuestPort: 1}},
+		{"guest port 0", Rule{Proto: "udp", HostAddr: loopback, HostPort: 1}},
+		{"an address that is not local", Rule{Proto: "tcp", HostAddr: netip.MustParseAddr("192.0.2.1"), HostPort: 8080, GuestPort: 1}},
 	}
 	for _, tt := range tests {
-		if id, err := h.AddHostFwd(tt.f); err == nil {
-			t.Errorf("%s: added as %d", tt.why, id)
+		if fw, err := h.Add(tt.r); err == nil {
+			t.Errorf("%s: added as %d", tt.why, fw.ID)
 		}
 	}
 	// Failures consume no ID and leave nothing behind.
-	if got := h.ListHostFwd(); len(got) != 1 {
+	if got := h.List(); len(got) != 1 {
 		t.Fatalf("list: %+v", got)
 	}
-	if id, _ := addFwd(t, h, HostFwd{Proto: "udp", GuestPort: 1}); id != 2 {
+	if id, _ := addFwd(t, h, Rule{Proto: "udp", GuestPort: 1}); id != 2 {
 		t.Fatalf("next ID = %d, want 2", id)
 	}
-	if _, err := NewHostFwds(testGuest, nil).AddHostFwd(HostFwd{Proto: "tcp", HostAddr: loopback, HostPort: 1, GuestPort: 1}); err == nil {
+	if _, err := New(Options{Guest: testGuest}).Add(Rule{Proto: "tcp", HostAddr: loopback, HostPort: 1, GuestPort: 1}); err == nil {
 		t.Error("a nil dialer was accepted")
 	}
 }
 
-func TestHostFwdsUDP(t *testing.T) {
+func TestForwarderUDP(t *testing.T) {
 	g := newFakeGuest(t)
-	h := NewHostFwds(testGuest, g.dial)
-	h.UDPIdle = 300 * time.Millisecond
+	const udpIdle = 300 * time.Millisecond
 	var log inboundLog
-	h.OnInbound = log.add
+	h := New(Options{Guest: testGuest, Dial: g.dial, OnInbound: log.add, UDPIdle: udpIdle})
 	defer h.Close()
-	_, port := addFwd(t, h, HostFwd{Proto: "udp", GuestPort: 53})
+	_, port := addFwd(t, h, Rule{Proto: "udp", GuestPort: 53})
 
 	roundTrip := func(c net.Conn, msg string) {
 		t.Helper()
@@ -323,22 +322,20 @@ func TestHostFwdsUDP(t *testing.T) {
 		t.Fatalf("inbound events: %+v", ev)
 	}
 	// After the idle time the flow is gone; the next datagram opens a new one.
-	time.Sleep(h.UDPIdle + 200*time.Millisecond)
+	time.Sleep(udpIdle + 200*time.Millisecond)
 	roundTrip(a, "a3")
 	if d := g.dialLog(); len(d) != 3 {
 		t.Fatalf("an idle flow was not renewed: %q", d)
 	}
 }
 
-func TestHostFwdsLimits(t *testing.T) {
+func TestForwarderLimits(t *testing.T) {
 	t.Run("MaxUDPFlows: datagrams from one client too many are dropped", func(t *testing.T) {
 		g := newFakeGuest(t)
-		h := NewHostFwds(testGuest, g.dial)
-		h.MaxUDPFlows = 1
 		var log inboundLog
-		h.OnInbound = log.add
+		h := New(Options{Guest: testGuest, Dial: g.dial, OnInbound: log.add, MaxUDPFlows: 1})
 		defer h.Close()
-		_, port := addFwd(t, h, HostFwd{Proto: "udp", GuestPort: 53})
+		_, port := addFwd(t, h, Rule{Proto: "udp", GuestPort: 53})
 		a := dialHost(t, "udp", port)
 		a.Write([]byte("x"))
 		buf := make([]byte, 10)
@@ -358,12 +355,10 @@ func TestHostFwdsLimits(t *testing.T) {
 	})
 	t.Run("MaxConns: a TCP connection too many is closed", func(t *testing.T) {
 		g := newFakeGuest(t)
-		h := NewHostFwds(testGuest, g.dial)
-		h.MaxConns = 1
 		var log inboundLog
-		h.OnInbound = log.add
+		h := New(Options{Guest: testGuest, Dial: g.dial, OnInbound: log.add, MaxConns: 1})
 		defer h.Close()
-		_, port := addFwd(t, h, HostFwd{Proto: "tcp", GuestPort: 80})
+		_, port := addFwd(t, h, Rule{Proto: "tcp", GuestPort: 80})
 		a := dialHost(t, "tcp", port)
 		a.Write([]byte("1"))
 		if _, err := io.ReadFull(a, make([]byte, 1)); err != nil {
@@ -385,11 +380,11 @@ func TestHostFwdsLimits(t *testing.T) {
 	})
 }
 
-func TestHostFwdsClose(t *testing.T) {
+func TestForwarderClose(t *testing.T) {
 	g := newFakeGuest(t)
-	h := NewHostFwds(testGuest, g.dial)
-	_, tport := addFwd(t, h, HostFwd{Proto: "tcp", GuestPort: 80})
-	_, uport := addFwd(t, h, HostFwd{Proto: "udp", GuestPort: 53})
+	h := New(Options{Guest: testGuest, Dial: g.dial})
+	_, tport := addFwd(t, h, Rule{Proto: "tcp", GuestPort: 80})
+	_, uport := addFwd(t, h, Rule{Proto: "udp", GuestPort: 53})
 	c := dialHost(t, "tcp", tport)
 	c.Write([]byte("x"))
 	if _, err := io.ReadFull(c, make([]byte, 1)); err != nil {
@@ -411,64 +406,14 @@ func TestHostFwdsClose(t *testing.T) {
 	if _, err := io.ReadAll(c); err != nil && !isReset(err) {
 		t.Fatalf("after Close: %v", err)
 	}
-	if _, err := h.AddHostFwd(HostFwd{Proto: "tcp", HostAddr: loopback, HostPort: tport, GuestPort: 80}); err == nil {
-		t.Fatal("AddHostFwd after Close succeeded")
+	if _, err := h.Add(Rule{Proto: "tcp", HostAddr: loopback, HostPort: tport, GuestPort: 80}); err == nil {
+		t.Fatal("Add after Close succeeded")
 	}
-	if len(h.ListHostFwd()) != 0 {
+	if len(h.List()) != 0 {
 		t.Fatal("forwards left after Close")
 	}
 }
 
 func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "reset")
-}
-
-// TestHostFwdsThroughAPI drives HostFwds over the API socket, as Podman
-// with port_handler=slirp4netns does.
-func TestHostFwdsThroughAPI(t *testing.T) {
-	g := newFakeGuest(t)
-	h := NewHostFwds(testGuest, g.dial)
-	defer h.Close()
-	path := apiPath(t)
-	api, err := ListenAPI(path, h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer api.Close()
-
-	var port uint16
-	var reply string
-	for i := 0; i < 5; i++ {
-		port = freePort(t, "tcp")
-		reply = call(t, path, fmt.Sprintf(`{"execute":"add_hostfwd","arguments":{"proto":"tcp","host_addr":"127.0.0.1","host_port":%d,"guest_addr":"","guest_port":80}}`+"\n", port))
-		if reply == `{"return":{"id":1}}` {
-			break
-		}
-	}
-	if reply != `{"return":{"id":1}}` {
-		t.Fatalf("add: %s", reply)
-	}
-	want := fmt.Sprintf(`{"entries":[{"id":1,"proto":"tcp","host_addr":"127.0.0.1","host_port":%d,"guest_addr":"10.0.2.100","guest_port":80}]}`, port)
-	if got := call(t, path, `{"execute":"list_hostfwd"}`); got != want {
-		t.Fatalf("list:\n got %s\nwant %s", got, want)
-	}
-	// The same port again: the bind fails.
-	if got := call(t, path, fmt.Sprintf(`{"execute":"add_hostfwd","arguments":{"proto":"tcp","host_addr":"127.0.0.1","host_port":%d,"guest_port":80}}`, port)); got != errAddFailed {
-		t.Fatalf("duplicate add: %s", got)
-	}
-	c := dialHost(t, "tcp", port)
-	c.Write([]byte("via api"))
-	c.(*net.TCPConn).CloseWrite()
-	if b, err := io.ReadAll(c); err != nil || string(b) != "via api" {
-		t.Fatalf("relay: %q, %v", b, err)
-	}
-	if got := call(t, path, `{"execute":"remove_hostfwd","arguments":{"id":1}}`); got != replyOK {
-		t.Fatalf("remove: %s", got)
-	}
-	if got := call(t, path, `{"execute":"list_hostfwd"}`); got != list0 {
-		t.Fatalf("list after remove: %s", got)
-	}
-	if _, err := net.DialTimeout("tcp4", net.JoinHostPort("127.0.0.1", strconv.Itoa(int(port))), time.Second); err == nil {
-		t.Fatal("port still open after remove_hostfwd")
-	}
 }
