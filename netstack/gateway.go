@@ -120,8 +120,8 @@ type Config struct {
 	Network Network
 	// Policy returns the current policy; it is called once per new flow,
 	// typically an atomic.Pointer's Load. A nil result denies. The gateway
-	// decides with the policy's WithLocal copy guarding Network's two
-	// prefixes and the fake-IP pools (FakePools), made once per policy
+	// decides with the policy's WithLocal copy guarding Network.Local
+	// (its two prefixes and the fake-IP pools), made once per policy
 	// returned: whatever the policy allows, nothing there is dialled.
 	Policy func() *policy.Policy
 	// Audit receives every decision; nil discards them. Each TCP or UDP
@@ -282,9 +282,9 @@ func New(cfg Config) (*Gateway, error) {
 	if cfg.Policy == nil {
 		return nil, errors.New("netstack: no policy source")
 	}
-	n := cfg.Network.withDefaults()
-	if !n.valid() {
-		return nil, fmt.Errorf("netstack: bad network %v %v: want an IPv4 prefix of /25 or shorter and an IPv6 prefix of /112 or shorter", n.Prefix4, n.Prefix6)
+	n := cfg.Network.WithDefaults()
+	if err := n.Check(); err != nil {
+		return nil, fmt.Errorf("netstack: %w", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	g := &Gateway{
@@ -302,8 +302,7 @@ func New(cfg Config) (*Gateway, error) {
 		workers:    newWorkers(keptWorkers),
 		dnsSlots:   make(chan struct{}, dnsMaxInFlight),
 	}
-	v4pool, v6pool := FakePools()
-	g.own = []netip.Prefix{n.Prefix4, n.Prefix6, v4pool, v6pool}
+	g.own = n.Local()
 	if g.audit == nil {
 		g.audit = discard{}
 	}

@@ -82,11 +82,11 @@ type inspector struct {
 }
 
 func newInspector(n Network, ipv6, l2 bool) *inspector {
-	n = n.withDefaults()
+	n = n.WithDefaults()
 	return &inspector{
 		net:  n,
 		gw4:  n.Gateway4(),
-		bc4:  n.broadcast4(),
+		bc4:  n.Broadcast4(),
 		gw6:  n.Gateway6(),
 		ipv6: ipv6,
 		l2:   l2,
@@ -143,7 +143,7 @@ func (in *inspector) inspect4(d packetData) verdict {
 	v.proto = h[9]
 	fragOff := binary.BigEndian.Uint16(h[6:8]) & 0x1fff
 
-	if !in.net.guestSource(v.src) {
+	if !in.net.GuestSource(v.src) {
 		v.act, v.reason = actDeny, "source address is not the worker's"
 		return v
 	}
@@ -295,7 +295,7 @@ transport:
 			return v
 		}
 	}
-	if !in.net.guestSource(v.src) {
+	if !in.net.GuestSource(v.src) {
 		v.act, v.reason = actDeny, "source address is not the worker's"
 		return v
 	}

@@ -139,15 +139,23 @@ func TestProhibitedChecksums(t *testing.T) {
 
 func TestNetwork(t *testing.T) {
 	var n Network
-	if n.Gateway4().String() != Gateway4 || n.DNS4().String() != DNS4 || n.Guest4().String() != Guest4 {
+	if n.Gateway4().String() != "10.0.2.2" || n.DNS4().String() != "10.0.2.3" || n.Guest4().String() != "10.0.2.100" {
 		t.Fatalf("default v4 plan: %v %v %v", n.Gateway4(), n.DNS4(), n.Guest4())
 	}
-	if n.Gateway6().String() != Gateway6 || n.DNS6().String() != DNS6 || n.Guest6().String() != Guest6 {
+	if n.Gateway6().String() != "fd00::2" || n.DNS6().String() != "fd00::3" || n.Guest6().String() != "fd00::100" {
 		t.Fatalf("default v6 plan: %v %v %v", n.Gateway6(), n.DNS6(), n.Guest6())
 	}
-	d := n.withDefaults()
-	if d.broadcast4().String() != "10.0.2.255" {
-		t.Fatalf("broadcast %v", d.broadcast4())
+	// The tests' names for the default plan (addr_test.go) are these.
+	if Gateway4 != "10.0.2.2" || DNS4 != "10.0.2.3" || Guest4 != "10.0.2.100" || Gateway6 != "fd00::2" || DNS6 != "fd00::3" || Guest6 != "fd00::100" ||
+		DefaultPrefix4 != "10.0.2.0/24" || DefaultPrefix6 != "fd00::/64" {
+		t.Fatalf("test plan: %s %s %s %s %s %s %s %s", Gateway4, DNS4, Guest4, Gateway6, DNS6, Guest6, DefaultPrefix4, DefaultPrefix6)
+	}
+	if v4, v6 := FakePools(); v4.String() != "198.18.0.0/15" || v6.String() != "fd6e:7367:6174::/64" {
+		t.Fatalf("fake pools %v %v", v4, v6)
+	}
+	d := n.WithDefaults()
+	if d.Broadcast4().String() != "10.0.2.255" {
+		t.Fatalf("broadcast %v", d.Broadcast4())
 	}
 	tests := []struct {
 		addr string
@@ -166,7 +174,7 @@ func TestNetwork(t *testing.T) {
 		{"fe80::1", false, "link-local is not a flow source"},
 	}
 	for _, tc := range tests {
-		if got := d.guestSource(mustAddr(tc.addr)); got != tc.ok {
+		if got := d.GuestSource(mustAddr(tc.addr)); got != tc.ok {
 			t.Errorf("guestSource(%s) = %v, want %v: %s", tc.addr, got, tc.ok, tc.why)
 		}
 	}
