@@ -23,13 +23,15 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/policy"
 )
 
-// Defaults for [Config].
+// Defaults for [Config]: the fake-IP pools of nsgate's address plan
+// (netplan.Plan.FakePool4 and FakePool6).
 var (
-	DefaultV4Pool = netip.MustParsePrefix("198.18.0.0/15")
-	DefaultV6Pool = netip.MustParsePrefix("fd6e:7367:6174::/64")
+	DefaultV4Pool = netplan.Default().FakePool4()
+	DefaultV6Pool = netplan.Default().FakePool6()
 )
 
 const (
