@@ -1,12 +1,13 @@
 package slirp
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
 	"net/netip"
 	"strings"
+
+	"github.com/nsgate/nsgate/netplan"
 )
 
 // NetnsType says what the PID|PATH|FD operand names (--netns-type).
@@ -32,7 +33,6 @@ const ExitFailure = 1
 // Defaults of slirp4netns 1.x.
 const (
 	DefaultMTU     = 1500
-	DefaultCIDR    = "10.0.2.0/24"
 	DefaultTapName = "tap0"
 	// MaxMTU is slirp4netns's (and libslirp's) largest MTU.
 	MaxMTU = 65521
@@ -44,25 +44,6 @@ const (
 	MinMTU6 = 1280
 	// maxSunPath is sizeof(sockaddr_un.sun_path) on Linux.
 	maxSunPath = 108
-)
-
-// Host numbers of the address plan inside --cidr (slirp4netns's offsets).
-const (
-	hostGateway = 2   // 10.0.2.2: the gateway, libslirp's "vhost"
-	hostDNS     = 3   // 10.0.2.3: the DNS forwarder
-	hostGuest   = 100 // 10.0.2.100: the recommended guest address
-)
-
-// fakePool4 is nsgate's fake-IP range for names (netstack.FakePool4); a
-// --cidr inside it would make guest addresses look like names.
-var fakePool4 = netip.MustParsePrefix("198.18.0.0/15")
-
-// The fixed IPv6 plan of slirp4netns (there is no flag for it).
-var (
-	prefix6  = netip.MustParsePrefix("fd00::/64")
-	guest6   = netip.MustParseAddr("fd00::100")
-	gateway6 = netip.MustParseAddr("fd00::2")
-	dns6     = netip.MustParseAddr("fd00::3")
 )
 
 // Config is a parsed slirp4netns command line. ParseArgs fills every
@@ -82,7 +63,9 @@ type Config struct {
 	APISocket string
 
 	// CIDR is the guest network (--cidr), a network address with a
-	// prefix length of 1..25. Default 10.0.2.0/24.
+	// prefix length of 1..25. Default: the IPv4 prefix of nsgate's
+	// default address plan, 10.0.2.0/24 (netplan.Default). Plan gives
+	// the whole plan.
 	CIDR netip.Prefix
 
 	DisableHostLoopback bool // --disable-host-loopback / --no-host-loopback
@@ -116,34 +99,44 @@ type Config struct {
 	Warnings []string
 }
 
+// Plan returns the address plan: --cidr as the IPv4 prefix (the default
+// when CIDR is not an IPv4 prefix, as in the zero Config) and the default
+// IPv6 prefix, which slirp4netns has no flag for. The methods below read
+// their addresses from it; the gateway and the DNS server take it whole.
+func (c Config) Plan() netplan.Plan {
+	p := netplan.Plan{}
+	if c.CIDR.IsValid() && c.CIDR.Addr().Is4() {
+		p.Prefix4 = c.CIDR
+	}
+	return p.WithDefaults()
+}
+
 // Guest returns the recommended guest address: the network address + 100
 // (10.0.2.100 by default). It is the address -c assigns and the default
 // guest_addr of add_hostfwd.
-func (c Config) Guest() netip.Addr { return offset4(c.cidr(), hostGuest) }
+func (c Config) Guest() netip.Addr { return c.Plan().Guest4() }
 
 // Gateway returns the gateway: network + 2 (10.0.2.2 by default).
-func (c Config) Gateway() netip.Addr { return offset4(c.cidr(), hostGateway) }
+func (c Config) Gateway() netip.Addr { return c.Plan().Gateway4() }
 
 // DNS returns the DNS server address: network + 3 (10.0.2.3 by default).
-func (c Config) DNS() netip.Addr { return offset4(c.cidr(), hostDNS) }
+func (c Config) DNS() netip.Addr { return c.Plan().DNS4() }
 
 // GuestPrefix returns the guest address with the --cidr prefix length
 // (10.0.2.100/24 by default): what -c puts on the TAP.
-func (c Config) GuestPrefix() netip.Prefix {
-	return netip.PrefixFrom(c.Guest(), c.cidr().Bits())
-}
+func (c Config) GuestPrefix() netip.Prefix { return c.Plan().GuestPrefix4() }
 
-// Prefix6 returns fd00::/64, the IPv6 network.
-func (c Config) Prefix6() netip.Prefix { return prefix6 }
+// Prefix6 returns the IPv6 network (fd00::/64).
+func (c Config) Prefix6() netip.Prefix { return c.Plan().Prefix6 }
 
-// Guest6 returns fd00::100, the guest's IPv6 address.
-func (c Config) Guest6() netip.Addr { return guest6 }
+// Guest6 returns the guest's IPv6 address (fd00::100).
+func (c Config) Guest6() netip.Addr { return c.Plan().Guest6() }
 
-// Gateway6 returns fd00::2, the IPv6 gateway.
-func (c Config) Gateway6() netip.Addr { return gateway6 }
+// Gateway6 returns the IPv6 gateway (fd00::2).
+func (c Config) Gateway6() netip.Addr { return c.Plan().Gateway6() }
 
-// DNS6 returns fd00::3, the IPv6 DNS server.
-func (c Config) DNS6() netip.Addr { return dns6 }
+// DNS6 returns the IPv6 DNS server (fd00::3).
+func (c Config) DNS6() netip.Addr { return c.Plan().DNS6() }
 
 // NetnsName names the target network namespace for file names such as
 // SPEC §10's audit log $NSGATE_AUDIT_DIR/<netns name>.jsonl: the base name
@@ -170,20 +163,6 @@ func (c Config) NetnsName() string {
 		return "netns"
 	}
 	return name
-}
-
-func (c Config) cidr() netip.Prefix {
-	if !c.CIDR.IsValid() || !c.CIDR.Addr().Is4() {
-		return netip.MustParsePrefix(DefaultCIDR)
-	}
-	return c.CIDR.Masked()
-}
-
-func offset4(p netip.Prefix, n uint32) netip.Addr {
-	b := p.Addr().As4()
-	v := binary.BigEndian.Uint32(b[:]) + n
-	binary.BigEndian.PutUint32(b[:], v)
-	return netip.AddrFrom4(b)
 }
 
 // option identifiers.
@@ -280,7 +259,7 @@ func ParseArgs(args []string) (Config, error) {
 		ExitFD:    -1,
 		ReadyFD:   -1,
 		MTU:       DefaultMTU,
-		CIDR:      netip.MustParsePrefix(DefaultCIDR),
+		CIDR:      netplan.Default().Prefix4,
 		NetnsType: NetnsPID,
 		TapFD:     -1,
 	}
@@ -448,14 +427,11 @@ func ParseArgs(args []string) (Config, error) {
 		return Config{}, err
 	}
 	if cidr != "" {
-		p, err := parseCIDR(cidr)
+		p, err := netplan.ParseCIDR(cidr)
 		if err != nil {
 			return Config{}, err
 		}
-		c.CIDR = p
-	}
-	if c.CIDR.Overlaps(fakePool4) {
-		return Config{}, fmt.Errorf("--cidr %s overlaps nsgate's fake-IP range %s: choose another network", c.CIDR, fakePool4)
+		c.CIDR = p.Prefix4
 	}
 	if c.OutboundAddr != "" {
 		if err := checkOutbound(c.OutboundAddr, false); err != nil {
@@ -611,45 +587,6 @@ func cLong(s string) (int64, bool) {
 
 func isCSpace(b byte) bool {
 	return b == ' ' || b == '\t' || b == '\n' || b == '\v' || b == '\f' || b == '\r'
-}
-
-// parseCIDR applies slirp4netns's parse_cidr: dotted-quad/prefix, prefix
-// length 1..25 (the guest is network+100), a network address.
-func parseCIDR(s string) (netip.Prefix, error) {
-	addr, bits, ok := strings.Cut(s, "/")
-	if !ok || !dottedQuadShape(addr) || len(bits) < 1 || len(bits) > 2 || strings.Trim(bits, "0123456789") != "" {
-		return netip.Prefix{}, fmt.Errorf("invalid CIDR: %s", printableString(s))
-	}
-	a, err := netip.ParseAddr(addr)
-	if err != nil || !a.Is4() {
-		return netip.Prefix{}, fmt.Errorf("invalid network address: %s", printableString(addr))
-	}
-	n := int(bits[0] - '0')
-	if len(bits) == 2 {
-		n = n*10 + int(bits[1]-'0')
-	}
-	if n < 1 || n > 25 {
-		return netip.Prefix{}, errors.New("prefix length needs to be 1-25")
-	}
-	p := netip.PrefixFrom(a, n)
-	if p.Masked().Addr() != a {
-		return netip.Prefix{}, errors.New("CIDR needs to be a network address like 10.0.2.0/24, not like 10.0.2.100/24")
-	}
-	return p, nil
-}
-
-// dottedQuadShape matches ([0-9]{1,3}\.){3}[0-9]{1,3}.
-func dottedQuadShape(s string) bool {
-	parts := strings.Split(s, ".")
-	if len(parts) != 4 {
-		return false
-	}
-	for _, p := range parts {
-		if len(p) < 1 || len(p) > 3 || strings.Trim(p, "0123456789") != "" {
-			return false
-		}
-	}
-	return true
 }
 
 // parseMAC accepts six hex bytes separated by ':' (one or two digits

@@ -13,7 +13,7 @@ func base(target, tap string, pid int) Config {
 		ExitFD:    -1,
 		ReadyFD:   -1,
 		MTU:       DefaultMTU,
-		CIDR:      netip.MustParsePrefix(DefaultCIDR),
+		CIDR:      netip.MustParsePrefix("10.0.2.0/24"), // slirp4netns's default --cidr
 		NetnsType: NetnsPID,
 		Target:    target,
 		PID:       pid,

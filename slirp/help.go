@@ -1,6 +1,10 @@
 package slirp
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/nsgate/nsgate/netplan"
+)
 
 // CompatVersion is the slirp4netns release whose command line and API this
 // package reproduces (Debian 12's, which Podman 4.3 runs there).
@@ -17,9 +21,15 @@ const configVersionMax = "4"
 // every flag string it looks for appears here: --disable-host-loopback,
 // --mtu, --enable-sandbox, --enable-seccomp, --cidr, --enable-ipv6,
 // --outbound-addr, --outbound-addr6 (and --netns-type, --userns-path,
-// --api-socket, --exit-fd, --ready-fd).
+// --api-socket, --exit-fd, --ready-fd). The addresses in it are those of
+// the default plan (netplan.Default), as slirp4netns prints its own.
 func Help() string {
-	return `Usage: nsgate slirp4netns [OPTION]... PID|PATH|FD [TAPNAME]
+	d := netplan.Default()
+	return strings.NewReplacer("{PREFIX6}", d.Prefix6.String(), "{CIDR}", d.Prefix4.String(), "{DNS}", d.DNS4().String()).Replace(helpText)
+}
+
+// helpText is Help's text with the default plan's addresses left out.
+const helpText = `Usage: nsgate slirp4netns [OPTION]... PID|PATH|FD [TAPNAME]
 User-mode networking for unprivileged network namespaces, by nsgate: a
 drop-in for slirp4netns whose every connection passes nsgate's egress policy.
 
@@ -27,9 +37,9 @@ drop-in for slirp4netns whose every connection passes nsgate's egress policy.
 -e, --exit-fd=FD         specify the FD for terminating slirp4netns
 -r, --ready-fd=FD        specify the FD to write to when the network is configured
 -m, --mtu=MTU            specify MTU (default=1500, max=65521)
--6, --enable-ipv6        enable IPv6 (fd00::/64)
+-6, --enable-ipv6        enable IPv6 ({PREFIX6})
 -a, --api-socket=PATH    specify API socket path
---cidr=CIDR              specify network address CIDR (default=10.0.2.0/24)
+--cidr=CIDR              specify network address CIDR (default={CIDR})
 --disable-host-loopback  prohibit connecting to 127.0.0.1:* on the host namespace
 --netns-type=TYPE        specify network namespace type ([path|pid|tapfd], default=pid)
 --userns-path=PATH       specify user namespace path
@@ -37,7 +47,7 @@ drop-in for slirp4netns whose every connection passes nsgate's egress policy.
 --enable-seccomp         enable seccomp to limit syscalls
 --outbound-addr=IPv4     sets outbound ipv4 address to bound to
 --outbound-addr6=IPv6    sets outbound ipv6 address to bound to
---disable-dns            disables 10.0.2.3 (or configured internal ip) to host dns redirect
+--disable-dns            disables {DNS} (or configured internal ip) to host dns redirect
 --macaddress=MAC         specify the MAC address of the TAP (only valid with -c)
 --target-type=TYPE       specify the target type ([netns], default=netns; bess is not supported)
 -h, --help               show this help and exit
@@ -47,7 +57,6 @@ Policy: $NSGATE_POLICY, else $XDG_CONFIG_HOME/nsgate/policy.yaml, else
 /etc/nsgate/policy.yaml, else deny-all. Audit: $NSGATE_AUDIT_DIR/<netns
 name>.jsonl when NSGATE_AUDIT_DIR is set.
 `
-}
 
 // Version returns the --version text. Its first line has slirp4netns's
 // machine-parsable form, "slirp4netns version X", with CompatVersion and

@@ -78,3 +78,21 @@ func TestVersion(t *testing.T) {
 		t.Errorf("Version(\"\") = %q", got)
 	}
 }
+
+// TestHelpAddresses: the help text shows the default plan's addresses
+// where slirp4netns shows its own, and no placeholder is left.
+func TestHelpAddresses(t *testing.T) {
+	h := Help()
+	for _, tt := range []struct{ why, want string }{
+		{"--enable-ipv6 names the IPv6 network", "-6, --enable-ipv6        enable IPv6 (fd00::/64)\n"},
+		{"--cidr names its default", "--cidr=CIDR              specify network address CIDR (default=10.0.2.0/24)\n"},
+		{"--disable-dns names the DNS address", "--disable-dns            disables 10.0.2.3 (or configured internal ip) to host dns redirect\n"},
+	} {
+		if !strings.Contains(h, tt.want) {
+			t.Errorf("%s: Help() lacks %q", tt.why, tt.want)
+		}
+	}
+	if strings.ContainsAny(h, "{}") {
+		t.Errorf("Help() has a placeholder left: %q", h)
+	}
+}
