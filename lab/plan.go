@@ -1,6 +1,10 @@
 package lab
 
-import "net/netip"
+import (
+	"net/netip"
+
+	"github.com/nsgate/nsgate/netplan"
+)
 
 // The fake internet's address plan. Every address below lives on lo of the
 // sealed namespace (DefaultLayout adds them); documentation ranges stand in
@@ -54,12 +58,14 @@ const (
 	ExfilZone      = "exfil.test"      // any name below it is an exfiltration attempt
 )
 
-// Gateway addresses as the worker sees them (slirp4netns's plan, SPEC §1).
-const (
-	GuestV4   = "10.0.2.100"
-	GatewayV4 = "10.0.2.2"
-	DNSV4     = "10.0.2.3"
-	GatewayV6 = "fd00::2"
+// Gateway addresses as the worker sees them: those of nsgate's default
+// address plan (netplan.Default, slirp4netns's plan, SPEC §1), which
+// `nsgate run` gives the worker.
+var (
+	GuestV4   = netplan.Default().Guest4().String()   // the worker
+	GatewayV4 = netplan.Default().Gateway4().String() // the gateway
+	DNSV4     = netplan.Default().DNS4().String()     // the gateway's DNS server
+	GatewayV6 = netplan.Default().Gateway6().String() // the gateway over IPv6
 )
 
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
