@@ -24,7 +24,7 @@ func cmdBrowserWorker(e env, args []string) int {
 	fs.SetOutput(e.stderr)
 	chromium := fs.String("chromium", "", "Chromium executable `PATH`")
 	port := fs.Int("port", 9222, "Chromium's DevTools `PORT` on 127.0.0.1, relayed from the same port of --listen's address")
-	listen := fs.String("listen", "", "relay listen `ADDR` (default 10.0.2.100:PORT)")
+	listen := fs.String("listen", "", "relay listen `ADDR` (default "+lab.GuestV4+":PORT)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0

@@ -9,7 +9,7 @@ import (
 	"os"
 	"strconv"
 
-	"github.com/nsgate/nsgate/netstack"
+	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/policy"
 )
 
@@ -27,11 +27,11 @@ func printPolicyError(e env, err error) {
 }
 
 // ownPrefixes returns the gateway's own addresses for Policy.WithLocal:
-// the worker's subnets (v4, v6; masked here) and the fake-IP pools. No
-// policy rule opens them.
+// the worker's subnets (v4, v6; masked) and the fake-IP pools, those of
+// the address plan with these prefixes (netplan.Plan.Local). No policy
+// rule opens them.
 func ownPrefixes(v4, v6 netip.Prefix) []netip.Prefix {
-	pool4, pool6 := netstack.FakePools()
-	return []netip.Prefix{v4.Masked(), v6.Masked(), pool4, pool6}
+	return netplan.Plan{Prefix4: v4, Prefix6: v6}.Local()
 }
 
 // cmdCheck: nsgate check FILE. It validates FILE as `run` would load it,

@@ -20,6 +20,7 @@ import (
 	"github.com/nsgate/nsgate/dns"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
@@ -68,12 +69,12 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.execGuard, "exec-guard", "strict", "`strict`, or best-effort: start even if Landlock or seccomp is missing (audited)")
 }
 
-// Worker network: slirp4netns's addresses.
+// Worker network: the default address plan (slirp4netns's addresses).
 var (
-	guestV4 = netip.MustParsePrefix("10.0.2.100/24")
-	guestV6 = netip.MustParsePrefix("fd00::100/64")
-	gwV4    = netip.MustParseAddr("10.0.2.2")
-	gwV6    = netip.MustParseAddr("fd00::2")
+	guestV4 = netplan.Default().GuestPrefix4()
+	guestV6 = netplan.Default().GuestPrefix6()
+	gwV4    = netplan.Default().Gateway4()
+	gwV6    = netplan.Default().Gateway6()
 )
 
 func cmdRun(e env, args []string) int {
@@ -428,10 +429,7 @@ const (
 // and the policy's filesystem.write, private scratch directories and home
 // (or --home), and nsgate's own files hidden.
 func (r *runner) view(plan guard.Plan) (sandbox.View, error) {
-	conf := "nameserver 10.0.2.3\n"
-	if r.f.ipv6 {
-		conf += "nameserver fd00::3\n"
-	}
+	conf := netplan.Default().ResolvConf(r.f.ipv6)
 	var own []string
 	for _, p := range []string{r.f.policy, r.f.auditKey, r.f.pcap} {
 		if p != "" {

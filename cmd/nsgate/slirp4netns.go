@@ -202,7 +202,7 @@ func startSlirp(e env, cfg slirp.Config, getenv func(string) string) (h *slirpHe
 	if err != nil {
 		return h, err
 	}
-	h.pol.Store(p.WithLocal(cfg.CIDR.Masked(), cfg.Prefix6()))
+	h.pol.Store(p.WithLocal(cfg.Plan().Local()...))
 
 	opts := audit.Options{}
 	if k := getenv(envAuditKey); k != "" {
@@ -239,7 +239,7 @@ func startSlirp(e env, cfg slirp.Config, getenv func(string) string) (h *slirpHe
 	ncfg := netstack.Config{
 		Link:    link,
 		MTU:     uint32(cfg.MTU),
-		Network: netstack.Network{Prefix4: cfg.CIDR.Masked(), Prefix6: cfg.Prefix6()},
+		Network: cfg.Plan(),
 		Policy:  h.pol.Load,
 		Audit:   h.log,
 		Dial:    dial,
