@@ -170,13 +170,16 @@ func TestViewNoExecWhereWritable(t *testing.T) {
 func TestViewHidesNsgateFiles(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
+		// nsgate's files in folders of their own inside a folder the
+		// worker is shown (--ro): the folders are hidden whole.
+		own := mkdirFor(t, m, dir, "nsgate")
 		logs := mkdirFor(t, m, dir, "logs")
 		tree := mkdirFor(t, m, dir, "tree")
 		secret := writeFile(t, tree, "secret.txt", "do not read\n")
-		pol := writeFile(t, dir, "policy.yaml", "version: 1\nfilesystem:\n  hide: ["+secret+"]\n")
-		key := writeFile(t, dir, "audit.key", "0123456789abcdef0123456789abcdef\n")
+		pol := writeFile(t, own, "policy.yaml", "version: 1\nfilesystem:\n  hide: ["+secret+"]\n")
+		key := writeFile(t, own, "audit.key", "0123456789abcdef0123456789abcdef\n")
 		log := filepath.Join(logs, "audit.jsonl")
-		pcap := filepath.Join(dir, "cap.pcap")
+		pcap := filepath.Join(own, "cap.pcap")
 		for _, p := range []string{pol, key, secret} {
 			os.Chmod(p, 0o600)
 			if m.uid >= 0 {
@@ -191,10 +194,23 @@ func TestViewHidesNsgateFiles(t *testing.T) {
 				fmt.Sprintf(`rm -f %s 2>/dev/null && [ ! -e %s ] && echo "removed-%d"`, p, p, i))
 		}
 		script = append(script,
-			`for f in `+logs+`/*; do [ -e "$f" ] && echo "listed $f"; done`,
-			`echo made > `+tree+`/new.txt && echo tree-writable`)
+			`for f in `+logs+`/* `+own+`/*; do [ -e "$f" ] && echo "listed $f"; done`,
+			`echo made > `+tree+`/new.txt && echo tree-writable`,
+			// The host replaces the policy and the key by rename while the
+			// worker runs (an editor, a key rotation): a cover on the file
+			// alone would be detached by the kernel, the folder's is not.
+			`sleep 1`,
+			`if read -r line < `+pol+`; then echo "read-replaced-policy $line"; fi`,
+			`if read -r line < `+key+`; then echo "read-replaced-key $line"; fi`)
+		time.AfterFunc(400*time.Millisecond, func() {
+			for _, p := range []string{pol, key} {
+				tmp := p + ".new"
+				os.WriteFile(tmp, []byte("version: 1\n# replaced 0123456789abcdef\n"), 0o600)
+				os.Rename(tmp, p)
+			}
+		})
 		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--audit-key", key, "--pcap", pcap,
-			"--ro", dir, "--rw", tree, "--exec-allow", "/usr/bin/rm",
+			"--ro", dir, "--rw", tree, "--exec-allow", "/usr/bin/rm", "--exec-allow", "/usr/bin/sleep",
 			"--", "/bin/sh", "-c", strings.Join(script, "\n"))
 		if r.code != 0 {
 			t.Fatalf("exit %d", r.code)
@@ -210,7 +226,7 @@ func TestViewHidesNsgateFiles(t *testing.T) {
 		if b, _ := os.ReadFile(secret); string(b) != "do not read\n" {
 			t.Errorf("the hidden file changed on the host: %q", b)
 		}
-		verify := runNsgate(t, mode{name: "root", uid: -1, gid: -1}, "audit", "verify", "--key", key, log)
+		verify := runNsgate(t, mode{name: "root", uid: -1, gid: -1}, "audit", "verify", "--key", writeFile(t, dir, "key.copy", "0123456789abcdef0123456789abcdef\n"), log)
 		if verify.code != 0 {
 			t.Errorf("the audit log does not verify after the run: %s %s", verify.stdout, verify.stderr)
 		}
@@ -222,7 +238,12 @@ func TestViewHidesNsgateFiles(t *testing.T) {
 func TestViewRefusesNsgateFilesInWritable(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
-		r := runNsgate(t, m, "run", "--audit", filepath.Join(dir, "audit.jsonl"), "--rw", dir, "--", "true")
+		pol := writeFile(t, dir, "policy.yaml", "version: 1\n")
+		r := runNsgate(t, m, "run", "--policy", pol, "--ro", dir, "--", "true")
+		if r.code != 125 || !strings.Contains(r.stderr, "directory of their own") {
+			t.Errorf("exit %d stderr %q; want 125: the policy's folder is shown to the worker", r.code, r.stderr)
+		}
+		r = runNsgate(t, m, "run", "--audit", filepath.Join(dir, "audit.jsonl"), "--rw", dir, "--", "true")
 		if r.code != 125 || !strings.Contains(r.stderr, "lies in the writable path") {
 			t.Errorf("exit %d stderr %q; want 125 naming the writable path", r.code, r.stderr)
 		}

@@ -190,26 +190,36 @@ func PlanView(cfg ViewConfig) (View, error) {
 	}
 	v.ReadOnly = uniqueSorted(v.ReadOnly)
 
-	// nsgate's own files: refused in a writable path; hidden, and so is
-	// the directory holding each, unless the worker needs that directory
-	// (its working directory, home, a scratch, writable or executable
-	// path lies in it), in which case only the file is hidden.
-	needed := append(append(append(append([]string(nil), writable...), readOnly...), private...), cfg.Exec...)
-	if cfg.Cwd != "" {
-		needed = append(needed, filepath.Clean(cfg.Cwd))
-	}
+	// nsgate's own files: refused in a writable path; otherwise the
+	// directory holding each is hidden whole wherever the worker would see
+	// it. A mount over the file alone would not do: when the host replaces
+	// the file (an editor's rename, a key rotated), the kernel detaches
+	// every mount on the old file in every namespace, and the worker would
+	// read the new one. A directory the worker needs (a --ro, --rw or
+	// --home path, a program it may run or a private directory lies in
+	// it) cannot be hidden, so such a layout is refused.
+	var needed []string
+	needed = append(needed, writable...)
+	needed = append(needed, readOnly...)
+	needed = append(needed, private...)
+	needed = append(needed, cfg.Exec...)
 	for _, o := range cfg.Own {
 		c := canonicalOrClean(o)
 		if w := within(c, writable); w != "" {
 			return View{}, fmt.Errorf("%s lies in the writable path %s: the worker could move or replace it; keep nsgate's files outside the paths the worker may write", o, w)
 		}
 		v.Hide = append(v.Hide, c)
-		if isDir(c) {
-			continue
+		d := c
+		if !isDir(c) {
+			d = filepath.Dir(c)
 		}
-		if d := filepath.Dir(c); d != "/" && !holdsAny(d, needed) {
-			v.Hide = append(v.Hide, d)
+		if !v.shows(d) {
+			continue // below a private directory: the worker never sees it
 		}
+		if d == "/" || holdsAny(d, needed) {
+			return View{}, fmt.Errorf("%s lies in %s, which the worker sees (a path it reads, writes or runs lies there): a replacement of the file on the host would be visible to it; keep nsgate's files (policy, audit log, key, pcap) in a directory of their own", o, d)
+		}
+		v.Hide = append(v.Hide, d)
 	}
 	for _, h := range cfg.Hide {
 		v.Hide = append(v.Hide, canonicalOrClean(h))
@@ -218,6 +228,31 @@ func PlanView(cfg ViewConfig) (View, error) {
 	v.ResolvConf = cfg.ResolvConf
 	v.Cwd = cfg.Cwd
 	return v, nil
+}
+
+// shows reports whether the worker's view shows the host's path p: true
+// unless the deepest place of the view that holds p is a private tmpfs
+// (a scratch directory, or the home without --home).
+func (v View) shows(p string) bool {
+	best, private := -1, false
+	consider := func(place string, isPrivate bool) {
+		if within(p, []string{place}) != "" && depth(place) >= best {
+			best, private = depth(place), isPrivate
+		}
+	}
+	for _, s := range v.Scratch {
+		consider(s.Path, true)
+	}
+	if v.Home != "" {
+		consider(v.Home, v.HomeFrom == "")
+	}
+	for _, w := range v.Writable {
+		consider(w, false)
+	}
+	for _, r := range v.ReadOnly {
+		consider(r, false)
+	}
+	return !private
 }
 
 // canonicalExisting returns the absolute path of p with every symlink

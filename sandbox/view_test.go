@@ -83,6 +83,7 @@ func TestPlanView(t *testing.T) {
 	}
 	v, err := PlanView(ViewConfig{
 		Writable: []string{link, work},
+		ReadOnly: []string{f.root},
 		Home:     f.home,
 		Exec:     []string{"/usr/bin/true", f.tool},
 		Own:      []string{policy, audit},
@@ -104,15 +105,13 @@ func TestPlanView(t *testing.T) {
 	if !slices.Contains(v.ReadOnly, f.tool) || slices.Contains(v.ReadOnly, "/usr/bin/true") {
 		t.Errorf("ReadOnly = %q, want %q (in a private /tmp) and not /usr/bin/true", v.ReadOnly, f.tool)
 	}
-	for _, want := range []string{policy, f.own, audit, filepath.Join(f.home, ".ssh")} {
+	// The fixture is shown (--ro), so the folders of nsgate's files are
+	// hidden whole, the audit log's too although it is the working
+	// directory (the worker then starts in its home).
+	for _, want := range []string{policy, f.own, audit, f.proj, filepath.Join(f.home, ".ssh")} {
 		if !slices.Contains(v.Hide, want) {
 			t.Errorf("Hide = %q, missing %q", v.Hide, want)
 		}
-	}
-	// The audit log's folder is the working directory: only the file is
-	// hidden.
-	if slices.Contains(v.Hide, f.proj) {
-		t.Errorf("Hide = %q holds the working directory %q", v.Hide, f.proj)
 	}
 	var scratch []string
 	for _, s := range v.Scratch {
@@ -120,6 +119,39 @@ func TestPlanView(t *testing.T) {
 	}
 	if !slices.Contains(scratch, "/tmp") {
 		t.Errorf("Scratch = %q, want /tmp", scratch)
+	}
+}
+
+// TestPlanViewOwnFiles: where the folder of one of nsgate's files can be
+// hidden, it is; where the worker needs it, the layout is refused; below a
+// private directory nothing needs hiding.
+func TestPlanViewOwnFiles(t *testing.T) {
+	f := newViewFixture(t)
+	policy := filepath.Join(f.own, "policy.yaml")
+	// Below the private /tmp and not shown: no folder to hide.
+	v, err := PlanView(ViewConfig{Own: []string{policy}, UID: os.Getuid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(v.Hide, f.own) {
+		t.Errorf("Hide = %q: %q is below the private /tmp, nothing to hide", v.Hide, f.own)
+	}
+	// The folder is shown and holds a path the worker reads: refused.
+	_, err = PlanView(ViewConfig{Own: []string{policy}, ReadOnly: []string{f.own}, UID: os.Getuid()})
+	if err == nil || !strings.Contains(err.Error(), "directory of their own") {
+		t.Errorf("policy inside a --ro folder: err %v, want a refusal naming the fix", err)
+	}
+	_, err = PlanView(ViewConfig{Own: []string{policy}, ReadOnly: []string{f.root}, Exec: []string{filepath.Join(f.own, "tool")}, UID: os.Getuid()})
+	if err == nil {
+		t.Errorf("policy next to a program the worker may run: no error")
+	}
+	// Shown, and nothing the worker needs is in it: hidden whole.
+	v, err = PlanView(ViewConfig{Own: []string{policy}, ReadOnly: []string{f.root}, UID: os.Getuid()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(v.Hide, f.own) {
+		t.Errorf("Hide = %q, want the folder %q", v.Hide, f.own)
 	}
 }
 
