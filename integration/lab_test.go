@@ -24,9 +24,12 @@ type labEvidence struct {
 		Rootless bool `json:"rootless"`
 	} `json:"environment"`
 	Audit struct {
-		Records  int    `json:"records"`
-		Head     string `json:"head"`
-		Verified bool   `json:"verified"`
+		Records     int    `json:"records"`
+		Head        string `json:"head"`
+		Verified    bool   `json:"verified"`
+		Key         string `json:"key_file"`
+		MACsChecked bool   `json:"macs_checked"`
+		Anchored    bool   `json:"anchored"`
 	} `json:"audit"`
 	Targets []struct {
 		Target string `json:"target"`
@@ -44,6 +47,8 @@ type labEvidence struct {
 		Why       string   `json:"why"`
 		Detail    string   `json:"detail"`
 		AuditSeqs []uint64 `json:"audit_seqs"`
+		HostCheck string   `json:"host_check"`
+		Evidence  string   `json:"evidence"`
 	} `json:"attempts"`
 }
 
@@ -89,7 +94,9 @@ func readEvidence(t *testing.T, dir string) labEvidence {
 
 // TestLab runs the whole lab as root and as an unprivileged user: every
 // attack blocked, every control through, evidence written, and the audit
-// log it leaves verifies with the head the evidence records.
+// log it leaves verifies with the head the evidence records, and with its
+// key. The containment attempts each carry a host check or an audit
+// record, and the log of the run that filled its audit volume verifies.
 func TestLab(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := filepath.Join(workDir(t, m), "evidence")
@@ -135,7 +142,56 @@ func TestLab(t *testing.T) {
 		if _, err := os.ReadFile(filepath.Join(dir, "evidence.md")); err != nil {
 			t.Errorf("evidence.md: %v", err)
 		}
+		testLabContainment(t, m, dir, ev)
 	})
+}
+
+// testLabContainment checks the containment category of a lab run's
+// evidence in dir.
+func testLabContainment(t *testing.T, m mode, dir string, ev labEvidence) {
+	t.Helper()
+	contained := 0
+	seen := map[string]bool{}
+	for _, a := range ev.Attempts {
+		seen[a.ID] = true
+		if a.Category != "containment" && !strings.HasPrefix(a.ID, "control-fs-") {
+			continue
+		}
+		contained++
+		if a.HostCheck == "" && len(a.AuditSeqs) == 0 {
+			t.Errorf("%s: neither a host check nor an audit record in the evidence", a.ID)
+		}
+		if len(a.AuditSeqs) == 0 && a.Evidence == "" && !strings.HasPrefix(a.ID, "fs-exec-") {
+			t.Errorf("%s: no audit record and the evidence does not say why", a.ID)
+		}
+		if strings.HasPrefix(a.ID, "fs-exec-") && len(a.AuditSeqs) == 0 {
+			t.Errorf("%s: an exec refused without its deny record", a.ID)
+		}
+	}
+	for _, id := range []string{"fs-read-policy", "fs-read-audit-log", "fs-read-audit-key", "fs-delete-audit-log", "fs-truncate-audit-log",
+		"fs-replace-audit-log", "fs-write-home", "fs-write-etc", "fs-exec-rw", "fs-ld-preload", "audit-fill-volume", "control-fs-home"} {
+		if !seen[id] {
+			t.Errorf("the evidence has no %s", id)
+		}
+	}
+	if contained < 20 {
+		t.Errorf("%d containment attempts and file system controls; want at least 20", contained)
+	}
+	key := filepath.Join(dir, "audit.key")
+	if ev.Audit.Key != key || !ev.Audit.MACsChecked || !ev.Audit.Anchored {
+		t.Errorf("evidence audit: key %q, MACs checked %v, anchored %v; want %s, true, true", ev.Audit.Key, ev.Audit.MACsChecked, ev.Audit.Anchored, key)
+	}
+	v := runNsgate(t, m, "audit", "verify", "--key", key, filepath.Join(dir, "audit.jsonl"))
+	if v.code != 0 || !strings.Contains(v.stdout, "MACs checked: all") {
+		t.Errorf("audit verify --key: exit %d %q %q", v.code, v.stdout, v.stderr)
+	}
+	// The log of the run whose audit volume filled up: whole records,
+	// anchored, with their MACs; not closed (nsgate could not write the
+	// exit record).
+	v = runNsgate(t, m, "audit", "verify", "--key", key, filepath.Join(dir, "audit-fill.jsonl"))
+	if v.code != 0 || !strings.Contains(v.stdout, "anchored") || !strings.Contains(v.stdout, "MACs checked: all") || !strings.Contains(v.stderr, "not closed") {
+		t.Errorf("audit verify --key audit-fill.jsonl: exit %d %q %q", v.code, v.stdout, v.stderr)
+	}
 }
 
 // TestLabBreak disables one layer on purpose: the lab must fail (exit 1,

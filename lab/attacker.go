@@ -46,6 +46,14 @@ type AttackConfig struct {
 	Cooldown time.Duration
 	// DNSServer is the gateway's resolver (default 10.0.2.3:53).
 	DNSServer string
+
+	// The containment attempts (containment.go): a token unique to the
+	// run that names the files they write, nsgate's own files at their
+	// host paths, the lab's work directory (shown read-only) and the
+	// --rw directory. $HOME is the worker's own.
+	Token                           string
+	PolicyFile, AuditFile, AuditKey string
+	WorkDir, RWDir                  string
 }
 
 // Observation is the attacker's report on one attempt: one JSON line on
@@ -56,6 +64,10 @@ type Observation struct {
 	Detail   string    `json:"detail"`
 	Start    time.Time `json:"start"`
 	End      time.Time `json:"end"`
+	// Partial marks a progress report of an attempt still running (one
+	// that may be ended from outside, as audit-fill-volume is): the last
+	// one stands if no final observation follows.
+	Partial bool `json:"partial,omitempty"`
 }
 
 // attacker is the state shared by the attempts of one run. It is used by
@@ -65,9 +77,13 @@ type attacker struct {
 	roots  *x509.CertPool
 	marker string // printed by a shell that ran: proof of exec
 	secret string // "exfiltrated" data, unique per run
+	// progress reports how the running attempt is getting on (a Partial
+	// observation).
+	progress func(detail string)
 }
 
-// Attack runs the catalogue's attempts (cfg.Only, if set) in order,
+// Attack runs the catalogue's attempts (cfg.Only, if set; else all but
+// those that need a run of their own, Attempt.Phase) in order,
 // keeping cfg.Cooldown between attempts that share a key (Attempt.Keys)
 // (it runs later attempts meanwhile), and calls emit with each
 // Observation as it completes. It returns when every attempt has run or
@@ -90,7 +106,12 @@ func Attack(ctx context.Context, cfg AttackConfig, emit func(Observation)) error
 		}
 		cfg.Self = self
 	}
-	todo := Catalogue()
+	var todo []Attempt
+	for _, at := range Catalogue() {
+		if at.Phase == "" {
+			todo = append(todo, at)
+		}
+	}
 	if len(cfg.Only) > 0 {
 		var sel []Attempt
 		for _, id := range cfg.Only {
@@ -129,6 +150,10 @@ func Attack(ctx context.Context, cfg AttackConfig, emit func(Observation)) error
 		}
 		at := todo[i]
 		todo = slices.Delete(todo, i, i+1)
+		start := time.Now()
+		a.progress = func(detail string) {
+			emit(Observation{ID: at.ID, Observed: Errored, Detail: oneLine(detail), Start: start, End: time.Now(), Partial: true})
+		}
 		obs := a.runOne(ctx, at)
 		for _, k := range at.Keys {
 			lastUse[k] = obs.End

@@ -328,14 +328,32 @@ func helperArgsOf(argv []string) []string {
 // or other failure.
 //
 //	hello MARKER             print MARKER (proof that a child started)
+//	proof PATH MARKER        create PATH (unless "") and print MARKER: what
+//	                         a copy of this program that ran would leave
 //	memfd-exec PATH MARKER   copy PATH (this program) into a memfd and
 //	                         execveat it as a "hello MARKER" helper
+//	audit-volume DIR SIZE COPY -- CMD...
+//	                         the lab's, not the attacker's: mount a tmpfs
+//	                         of SIZE bytes on DIR in this process's mount
+//	                         namespace, run CMD, copy DIR/audit.jsonl and
+//	                         its head file to COPY (auditVolumeHelper)
 func AttackHelper(args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "helper: no command")
 		return 2
 	}
 	switch args[0] {
+	case "proof":
+		if len(args) != 3 {
+			return 2
+		}
+		if args[1] != "" {
+			os.WriteFile(args[1], []byte(args[2]+"\n"), 0o644)
+		}
+		fmt.Fprintln(stdout, args[2])
+		return 0
+	case "audit-volume":
+		return auditVolumeHelper(args[1:], stdout, stderr)
 	case "hello":
 		if len(args) != 2 {
 			return 2

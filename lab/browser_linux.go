@@ -75,7 +75,7 @@ func runBrowser(ctx context.Context, cfg Config, polFile, auditPath, work string
 		return br
 	}
 
-	args := []string{"run", "--policy", polFile, "--audit", auditPath, "--ro", work,
+	args := []string{"run", "--policy", polFile, "--audit", auditPath, "--audit-key", labKeyFile(work), "--ro", work,
 		"--publish", "127.0.0.1:" + strconv.Itoa(hostPort) + ":" + strconv.Itoa(browserDevToolsPort),
 		"--allow-unix", "--exec-allow", chromium}
 	if crash := filepath.Join(filepath.Dir(chromium), "chrome_crashpad_handler"); fileExists(crash) {

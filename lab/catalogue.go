@@ -38,6 +38,8 @@ const (
 	LayerNetns     = "netns"         // the worker's own network namespace (its lo, its abstract sockets)
 	LayerCaps      = "caps"          // the worker holds no capabilities
 	LayerExecGuard = "exec-guard"    // Landlock exec allowlist and seccomp (§6)
+	LayerView      = "fs-view"       // the worker's file system view: host read-only, private scratch and home, nsgate's files hidden, noexec, Landlock write rules
+	LayerAudit     = "audit"         // the audit log fails closed: nothing new is admitted once a record cannot be written (§8)
 )
 
 // AuditWant is what the audit log must show for an attempt.
@@ -73,6 +75,7 @@ func Categories() []string {
 	return []string{
 		"control", "metadata", "ip-literal", "ipv6", "local", "unapproved", "dns",
 		"redirect", "l7", "port", "udp", "icmp-raw", "unix", "exec", "namespace",
+		"containment",
 	}
 }
 
@@ -108,8 +111,23 @@ type Attempt struct {
 	// aggregation window between two attempts sharing a key, so that each
 	// gets a record of its own.
 	Keys []string
+	// HostCheck, when set, says what the lab checks on the host after the
+	// run (a file unchanged, absent or present; the audit log intact):
+	// the attempt passes only if that check does. Controls with a host
+	// check and no Aims are judged on it instead of on a target's hit.
+	HostCheck string
+	// NoRecord, when set, says why the attempt leaves no audit record by
+	// design (the kernel refuses a file system call inside the worker;
+	// nothing reaches nsgate): the evidence is the worker's error and the
+	// host check.
+	NoRecord string
+	// Phase, when set, names the `nsgate run` of its own the attempt
+	// needs (PhaseAuditFill); the main attacker run leaves it out.
+	Phase string
 
 	run func(ctx context.Context, a *attacker) result
+	// host is the host check (HostCheck), made by the lab after the run.
+	host func(h *hostEnv, at Attempt) HostResult
 }
 
 // Control reports whether the attempt is a control (must succeed).
@@ -153,6 +171,9 @@ func Catalogue() []Attempt {
 		control("control-case-dot", "GET http://APP.Test.:8080/ (names are normalized: case, trailing dot)", "http://APP.Test.:8080/", "app", false),
 		control("control-redirect", "GET http://app.test/redirect?to=/landing: a same-site redirect is followed", "http://"+AppName+"/redirect?to=/landing", "app", false),
 	)
+	// The file system controls: the worker's scratch directories and home
+	// work (privately), and its --rw directory reaches the host.
+	add(fsControls()...)
 
 	// Literal metadata addresses. The lab policy even approves
 	// 169.254.169.254 by cidr: the built-in set must win.
@@ -331,6 +352,9 @@ func Catalogue() []Attempt {
 		nsAttempt("ns-ptrace-init", LayerExecGuard, "ptrace PID 1 (the sandbox init)", nsPtraceInit),
 		nsAttempt("ns-io-uring", LayerExecGuard, "io_uring_setup (sockets and files outside seccomp's view)", nsIOUring),
 	)
+
+	// The worker's file system view and the audit log (containment.go).
+	add(containmentAttempts()...)
 	return c
 }
 

@@ -14,7 +14,7 @@ var update = flag.Bool("update", false, "rewrite the catalogue in ../integration
 
 func TestCatalogueShape(t *testing.T) {
 	cat := Catalogue()
-	layers := []string{LayerControl, LayerMetadata, LayerSpecial, LayerPolicy, LayerDNS, LayerResolve, LayerL7, LayerNetns, LayerCaps, LayerExecGuard}
+	layers := []string{LayerControl, LayerMetadata, LayerSpecial, LayerPolicy, LayerDNS, LayerResolve, LayerL7, LayerNetns, LayerCaps, LayerExecGuard, LayerView, LayerAudit}
 	seen := map[string]bool{}
 	cats := map[string]int{}
 	attacks, controls := 0, 0
@@ -36,10 +36,21 @@ func TestCatalogueShape(t *testing.T) {
 		if a.Control() != (a.Layer == LayerControl) || a.Control() != (a.Category == "control") {
 			t.Errorf("%s: a control is exactly what has layer and category control", a.ID)
 		}
+		if (a.host != nil) != (a.HostCheck != "" && !strings.HasPrefix(a.HostCheck, "nothing to check")) && a.Phase == "" {
+			t.Errorf("%s: a host check needs both its description and its function (HostCheck %q)", a.ID, a.HostCheck)
+		}
+		if a.Audit == AuditNone && a.Category == "containment" && a.NoRecord == "" && a.Phase == "" {
+			t.Errorf("%s: a containment attempt without an audit record must say why (NoRecord)", a.ID)
+		}
+		if a.Phase != "" && a.Phase != PhaseAuditFill {
+			t.Errorf("%s: unknown phase %q", a.ID, a.Phase)
+		}
 		if a.Control() {
 			controls++
-			if a.Audit != AuditAllow || len(a.Aims) == 0 {
-				t.Errorf("%s: a control must want an allow record and name the target it must reach", a.ID)
+			network := a.Audit == AuditAllow && len(a.Aims) > 0
+			files := a.host != nil && len(a.Aims) == 0
+			if !network && !files {
+				t.Errorf("%s: a control must want an allow record and name the target it must reach, or be checked on the host", a.ID)
 			}
 		} else {
 			attacks++

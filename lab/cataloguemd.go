@@ -51,6 +51,15 @@ func writeRows(w io.Writer, list []Attempt) {
 		if a.Rule != "" {
 			audit += " (" + a.Rule + ")"
 		}
+		if a.NoRecord != "" && a.Audit == AuditNone {
+			audit += " (by design)"
+		}
+		if a.HostCheck != "" {
+			audit += "; host check: " + a.HostCheck
+		}
+		if a.Phase != "" {
+			audit += " [a run of its own]"
+		}
 		fmt.Fprintf(w, "| `%s` | %s | %s | %s | %s | %s |\n", a.ID, a.Category, a.Layer, a.Expect, audit, mdCell(a.Description))
 	}
 }

@@ -20,6 +20,15 @@
 //     saw, what each fake target received and the audit records, decide
 //     each attempt's verdict and the lab's, and write the evidence record.
 //
+// The containment attempts (containment.go) test the worker's file system
+// view and the audit log's own defences. Most are refused by the kernel
+// inside the worker and leave no audit record by design: the lab checks
+// the host after the run instead (HostCheck: a file unchanged, absent or
+// present, the audit log intact), and Judge counts the check. One of them
+// (audit-fill-volume) runs in an `nsgate run` of its own whose audit log
+// lies on a small tmpfs that the lab mounts in a mount namespace of its
+// own.
+//
 // With --browser (browser.go, browser_linux.go), Run also starts headless
 // Chromium as the worker of a second `nsgate run` (BrowserWorker relays its
 // DevTools port to the published one) and a scripted agent drives it over

@@ -18,6 +18,14 @@ const (
 	EvidenceJSON     = "evidence.json"
 	EvidenceMarkdown = "evidence.md"
 	EvidenceAudit    = "audit.jsonl"
+	// EvidenceKey is the audit log's HMAC key, copied from the lab's work
+	// directory (where the worker could not read it) after the run, so
+	// that `nsgate audit verify --key` can check the MACs later.
+	EvidenceKey = "audit.key"
+	// EvidenceAuditFill is the log of the run that filled its audit
+	// volume (audit-fill-volume), copied off the volume, with its head
+	// file next to it.
+	EvidenceAuditFill = "audit-fill.jsonl"
 )
 
 // Evidence is the record of one lab run: what was tested, when, with
@@ -95,6 +103,12 @@ type AuditInfo struct {
 	Reported string `json:"reported_head,omitempty"`
 	Verified bool   `json:"verified"`
 	Error    string `json:"error,omitempty"`
+	// Key is the HMAC key the log was written with (a copy in the
+	// evidence folder); MACsChecked says every record's MAC was checked
+	// with it, Anchored that the log's end matched its head file.
+	Key         string `json:"key_file,omitempty"`
+	MACsChecked bool   `json:"macs_checked"`
+	Anchored    bool   `json:"anchored"`
 }
 
 // Summary counts the results.
@@ -239,7 +253,7 @@ func (ev *Evidence) WriteMarkdown(w io.Writer) {
 	p("| started | %s |\n| finished | %s |\n", ev.Started.UTC().Format(time.RFC3339), ev.Finished.UTC().Format(time.RFC3339))
 	p("| nsgate | %s |\n", mdCell(ev.Version))
 	p("| policy sha256 | `%s` |\n", ev.Policy.SHA256)
-	p("| audit log | `%s`: %d records, head `%s`, verified %v |\n", ev.Audit.File, ev.Audit.Records, ev.Audit.Head, ev.Audit.Verified)
+	p("| audit log | `%s`: %d records, head `%s`, verified %v (MACs checked %v, anchored by its head file %v) |\n", ev.Audit.File, ev.Audit.Records, ev.Audit.Head, ev.Audit.Verified, ev.Audit.MACsChecked, ev.Audit.Anchored)
 	e := ev.Environment
 	p("| environment | %s/%s, kernel %s, %s, rootless %v, uid %d, /dev/net/tun %s, Landlock ABI %d, seccomp %v |\n",
 		e.OS, e.Arch, mdCell(e.Kernel), e.GoVersion, e.Rootless, e.UID, e.TunMode, e.LandlockABI, e.Seccomp)
@@ -269,6 +283,12 @@ func (ev *Evidence) WriteMarkdown(w io.Writer) {
 		detail := r.Detail
 		if r.Why != "" {
 			detail = r.Why + " — " + detail
+		}
+		if r.HostCheck != "" {
+			detail += " — host check: " + r.HostCheck
+		}
+		if r.Evidence != "" {
+			detail += " — evidence: " + r.Evidence
 		}
 		p("| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", r.ID, r.Category, r.Layer, r.Expected, r.Observed, seqList(r.AuditSeqs), passWord(r.Pass), mdCell(detail))
 	}

@@ -29,6 +29,12 @@ type Result struct {
 	Audit     []json.RawMessage `json:"audit"`
 	// Hits are the fake targets' hits during the attempt.
 	Hits []Hit `json:"target_hits"`
+	// HostCheck is what the lab checked on the host after the run and
+	// what it found (Attempt.HostCheck).
+	HostCheck string `json:"host_check,omitempty"`
+	// Evidence says what stands for an audit record where none exists by
+	// design (Attempt.NoRecord), or what the attempt's own log showed.
+	Evidence string `json:"evidence,omitempty"`
 }
 
 // Report is the outcome of Judge.
@@ -74,6 +80,15 @@ const lastWindowGrace = 2 * time.Second
 // A control passes when it was observed allowed, its first aim was hit in
 // its window and the log has its allowed flow.
 func Judge(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit, approved func(string) bool) Report {
+	return JudgeHost(cat, obs, recs, hits, approved, nil)
+}
+
+// JudgeHost is Judge with the results of the lab's host checks (by
+// attempt ID): an attempt with a host check (Attempt.HostCheck) passes
+// only if its check was made and found nothing wrong. A control with a
+// host check and no Aims is judged on the check instead of a target's hit
+// and an allow record.
+func JudgeHost(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit, approved func(string) bool, host map[string]HostResult) Report {
 	type win struct {
 		start, end time.Time
 		idx        int // index into results
@@ -181,6 +196,16 @@ func Judge(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit, app
 			rep.Unattributed = append(rep.Unattributed, r.Seq)
 		}
 	}
+	for i, at := range cat {
+		if at.Audit == AuditNone && at.NoRecord != "" {
+			results[i].Evidence = at.NoRecord
+		}
+		if hr, ok := host[at.ID]; ok {
+			results[i].HostCheck = at.HostCheck + ": " + hr.Detail
+		} else if at.host == nil {
+			results[i].HostCheck = at.HostCheck // says there is nothing to check
+		}
+	}
 	for i := range results {
 		sort.Slice(mine[i], func(a, b int) bool { return mine[i][a].Seq < mine[i][b].Seq })
 		for _, r := range mine[i] {
@@ -199,7 +224,8 @@ func Judge(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit, app
 	rep.Pass = true
 	for i, at := range cat {
 		res := &results[i]
-		res.Why = judgeOne(at, res, mine[i], approved)
+		hr, checked := host[at.ID]
+		res.Why = judgeOne(at, res, mine[i], approved, hostVerdict(at, hr, checked))
 		res.Pass = res.Why == ""
 		if !res.Pass {
 			rep.Pass = false
@@ -235,14 +261,35 @@ func latestWithKey(recs []AuditRecord, owner map[uint64]int, agg AuditRecord) in
 	return best
 }
 
-// judgeOne returns why the attempt failed, or "".
-func judgeOne(at Attempt, res *Result, recs []AuditRecord, approved func(string) bool) string {
+// hostVerdict says why the attempt's host check failed or is missing, or
+// "" (also for an attempt without one).
+func hostVerdict(at Attempt, hr HostResult, checked bool) string {
+	switch {
+	case at.host == nil:
+		return ""
+	case !checked:
+		return "the lab made no host check for it"
+	case !hr.OK:
+		return "the host check failed: " + hr.Detail
+	}
+	return ""
+}
+
+// judgeOne returns why the attempt failed, or "". hostWhy is what its
+// host check found wrong ("" when nothing, or it has none).
+func judgeOne(at Attempt, res *Result, recs []AuditRecord, approved func(string) bool, hostWhy string) string {
 	if res.Observed == Errored {
 		return "could not be carried out: " + res.Detail
 	}
 	if at.Control() {
 		if res.Observed != Allowed {
 			return "control failed: " + res.Detail
+		}
+		if hostWhy != "" {
+			return "control succeeded in the worker, but " + hostWhy
+		}
+		if len(at.Aims) == 0 && at.host != nil {
+			return ""
 		}
 		if len(at.Aims) > 0 && !slices.ContainsFunc(res.Hits, func(h Hit) bool { return h.Target == at.Aims[0] }) {
 			return "control got an answer but target " + at.Aims[0] + " saw no connection"
@@ -269,6 +316,9 @@ func judgeOne(at Attempt, res *Result, recs []AuditRecord, approved func(string)
 	}
 	for _, t := range order {
 		why = append(why, fmt.Sprintf("unapproved target %s was hit %d time(s)", t, hit[t]))
+	}
+	if hostWhy != "" {
+		why = append(why, hostWhy)
 	}
 	if len(why) > 0 {
 		return strings.Join(why, "; ")

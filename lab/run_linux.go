@@ -91,6 +91,19 @@ func Run(ctx context.Context, cfg Config) int {
 		}
 		cat = sel
 	}
+	// The attempts that need a run of their own (Attempt.Phase) leave the
+	// main run's list.
+	var fill *Attempt
+	for i := 0; i < len(cat); i++ {
+		if cat[i].Phase == PhaseAuditFill {
+			at := cat[i]
+			fill = &at
+		}
+		if cat[i].Phase != "" {
+			cat = append(cat[:i:i], cat[i+1:]...)
+			i--
+		}
+	}
 	polText, err := Policy(cfg.Break)
 	if err != nil {
 		return errorf("%v", err)
@@ -104,7 +117,8 @@ func Run(ctx context.Context, cfg Config) int {
 	if err := os.MkdirAll(cfg.Evidence, 0o755); err != nil {
 		return errorf("evidence directory: %v", err)
 	}
-	for _, name := range []string{EvidenceJSON, EvidenceMarkdown, EvidenceAudit} {
+	for _, name := range []string{EvidenceJSON, EvidenceMarkdown, EvidenceAudit, audit.HeadFile(EvidenceAudit),
+		EvidenceKey, EvidenceAuditFill, audit.HeadFile(EvidenceAuditFill)} {
 		if err := os.Remove(filepath.Join(cfg.Evidence, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return errorf("replace old evidence: %v", err)
 		}
@@ -131,7 +145,13 @@ func Run(ctx context.Context, cfg Config) int {
 	defer inet.Close()
 	ev.Environment.Skipped = inet.Skipped()
 
-	polFile := filepath.Join(work, "policy.yaml")
+	// nsgate's own files (the policy, the audit key) go in a folder of
+	// their own, which nsgate hides from the worker whole; the worker is
+	// shown the rest of the work directory.
+	if err := os.MkdirAll(labNsgateDir(work), 0o755); err != nil {
+		return errorf("work directory: %v", err)
+	}
+	polFile := filepath.Join(labNsgateDir(work), "policy.yaml")
 	if err := os.WriteFile(polFile, polText, 0o644); err != nil {
 		return errorf("write policy: %v", err)
 	}
@@ -142,18 +162,38 @@ func Run(ctx context.Context, cfg Config) int {
 	ev.Policy = PolicyInfo{File: polFile, SHA256: pol.SHA256(), Text: string(polText)}
 
 	auditPath := filepath.Join(cfg.Evidence, EvidenceAudit)
+	// The containment attempts' host side: the caller's home (the HOME
+	// nsgate run starts with, holding a canary and a fake SSH key), the
+	// --rw directory and the audit key, all in the work directory; the
+	// audit log is created empty so that its inode is known.
+	host := &hostEnv{
+		Token: randHex(6), Policy: polFile, AuditLog: auditPath, AuditKey: labKeyFile(work),
+		Home: filepath.Join(work, "home"), RW: filepath.Join(work, "rw"), Work: work,
+	}
+	if err := setupContainment(host); err != nil {
+		return errorf("containment set-up: %v", err)
+	}
+	key, err := audit.LoadKey(host.AuditKey)
+	if err != nil {
+		return errorf("%v", err)
+	}
 	// The worker sees the work directory (the fake internet's CA and the
-	// host-side unix socket it attacks) read-only; the policy in it stays
-	// hidden, as nsgate's own files always are.
-	args := []string{"run", "--policy", polFile, "--audit", auditPath, "--ro", work}
-	env := withoutSealMarkers(os.Environ())
+	// host-side unix socket it attacks) read-only; the policy and the key
+	// in it stay hidden, as nsgate's own files always are. Its home is a
+	// private tmpfs at host.Home; host.RW is the one directory it may
+	// write on the host.
+	args := []string{"run", "--policy", polFile, "--audit", auditPath, "--audit-key", host.AuditKey, "--ro", work, "--rw", host.RW}
+	env := withHome(withoutSealMarkers(os.Environ()), host.Home)
+	var breakArgs []string
 	switch cfg.Break {
 	case BreakMetadata:
-		args = append(args, "--unsafe-break", "metadata")
+		breakArgs = append(breakArgs, "--unsafe-break", "metadata")
 	case BreakExecGuard:
-		args = append(args, "--exec-guard=best-effort")
+		breakArgs = append(breakArgs, "--exec-guard=best-effort")
 		env = append(env, guard.EnvTestNoLandlock+"=1", guard.EnvTestNoSeccomp+"=1")
 	}
+	args = append(args, breakArgs...)
+	ev.Environment.Notes = append(ev.Environment.Notes, "nsgate run was started with HOME="+host.Home+" (the caller's home for the containment attempts: a directory the lab made, holding its canary "+HomeCanary+" and a fake SSH key), --rw "+host.RW+" and --audit-key "+host.AuditKey)
 	// Let the worker also execute one dynamically linked program, so
 	// that its ELF interpreter is allowed as it is for any dynamic worker
 	// (a browser): running the interpreter directly must still be refused.
@@ -165,72 +205,56 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	args = append(args, "--", cfg.Self)
 	args = append(args, cfg.AttackArgs...)
-	args = append(args, "--json", "--ca", inet.CAFile(), "--unix", inet.UnixPath(), "--abstract", inet.AbstractName())
+	args = append(args, "--json", "--ca", inet.CAFile(), "--unix", inet.UnixPath(), "--abstract", inet.AbstractName(),
+		"--token", host.Token, "--policy-file", polFile, "--audit-file", auditPath, "--key-file", host.AuditKey,
+		"--work-dir", work, "--rw-dir", host.RW)
 	if len(cfg.Only) > 0 {
-		args = append(args, "--only", strings.Join(cfg.Only, ","))
+		var ids []string
+		for _, at := range cat {
+			ids = append(ids, at.ID)
+		}
+		args = append(args, "--only", strings.Join(ids, ","))
 	}
 	ev.Command = append([]string{cfg.Self}, args...)
 
-	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
-	defer cancel()
-	cmd := exec.CommandContext(rctx, cfg.Self, args...)
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 5 * time.Second
-	stderr := &tail{max: 16 << 10}
-	cmd.Stderr = stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return errorf("%v", err)
-	}
-	fmt.Fprintf(cfg.Stderr, "nsgate lab: %d attempts in the sealed namespace; evidence in %s\n", len(cat), cfg.Evidence)
-	if err := cmd.Start(); err != nil {
-		return errorf("start nsgate run: %v", err)
-	}
-	expect := make(map[string]Outcome, len(cat))
-	for _, at := range cat {
-		expect[at.ID] = at.Expect
-	}
 	var obs []Observation
-	var workerLines []string
-	sc := bufio.NewScanner(out)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Bytes()
-		var o Observation
-		if err := json.Unmarshal(line, &o); err != nil || o.ID == "" {
-			if len(workerLines) < 50 {
-				workerLines = append(workerLines, string(line))
-			}
-			continue
-		}
-		obs = append(obs, o)
-		mark := "ok"
-		if o.Observed != expect[o.ID] {
-			mark = "UNEXPECTED"
-		}
-		fmt.Fprintf(cfg.Stderr, "[%3d/%d] %-26s %-8s %-10s %s\n", len(obs), len(cat), o.ID, o.Observed, mark, shorten(o.Detail, 90))
-	}
-	werr := cmd.Wait()
 	code := 0
-	var ee *exec.ExitError
-	switch {
-	case werr == nil:
-	case errors.As(werr, &ee):
-		code = ee.ExitCode()
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			code = 128 + int(ws.Signal())
+	if len(cat) > 0 {
+		// fs-read-policy-replaced: when the attacker asks, the lab edits
+		// the policy as an operator would (a new file renamed over the
+		// old one), reloads it with SIGHUP and tells the worker on its
+		// standard input.
+		replace := func(o Observation, p *os.Process) string {
+			if o.ID != "fs-read-policy-replaced" || host.replaced {
+				return ""
+			}
+			edited := append(append([]byte(nil), polText...), "# edited during the run (fs-read-policy-replaced)\n"...)
+			if err := replaceFile(polFile, edited); err != nil {
+				ev.Environment.Notes = append(ev.Environment.Notes, "could not replace the policy file: "+err.Error())
+				return "failed"
+			}
+			if err := host.snapshot(polFile); err != nil {
+				return "failed"
+			}
+			host.replaced = true
+			p.Signal(syscall.SIGHUP)
+			ev.Environment.Notes = append(ev.Environment.Notes, "during fs-read-policy-replaced the lab renamed an edited copy of the policy (one comment line added) over "+polFile+" and sent nsgate run SIGHUP")
+			return policyReplacedWord
 		}
-	default:
-		code = -1
-	}
-	ev.Gateway = GatewayInfo{ExitCode: code, Stderr: stderr.String()}
-	for _, l := range workerLines {
-		ev.Environment.Notes = append(ev.Environment.Notes, "worker said: "+l)
-	}
-	if rctx.Err() != nil && ctx.Err() == nil {
-		ev.Environment.Notes = append(ev.Environment.Notes, fmt.Sprintf("the gateway run hit the lab's %s timeout and was stopped", cfg.Timeout))
+		m, err := runMain(ctx, cfg, args, env, cat, replace)
+		if err != nil {
+			return errorf("%v", err)
+		}
+		obs, code = m.obs, m.code
+		ev.Gateway = GatewayInfo{ExitCode: code, Stderr: m.stderr}
+		for _, l := range m.workerLines {
+			ev.Environment.Notes = append(ev.Environment.Notes, "worker said: "+l)
+		}
+		if m.timedOut {
+			ev.Environment.Notes = append(ev.Environment.Notes, fmt.Sprintf("the gateway run hit the lab's %s timeout and was stopped", cfg.Timeout))
+		}
+	} else {
+		ev.Command = nil
 	}
 
 	// The browser phase: its records follow the attacker's in the same
@@ -248,22 +272,46 @@ func Run(ctx context.Context, cfg Config) int {
 		}
 	}
 
-	// The audit log, checked the way `nsgate audit verify` checks it.
+	// The fill phase: a run of its own, with its own log on a small
+	// volume; its records and hits are its own.
+	var frun *fillRun
+	if fill != nil {
+		fmt.Fprintf(cfg.Stderr, "nsgate lab: %s: a run of its own with its audit log on a %d KiB tmpfs\n", fill.ID, auditVolumeSize>>10)
+		frun = runAuditFill(ctx, cfg, host, breakArgs, env)
+		ev.Environment.Notes = append(ev.Environment.Notes, fill.ID+" ran under: "+strings.Join(frun.command, " "))
+	}
+
+	// The audit log, checked the way `nsgate audit verify --key` checks
+	// it: the chain, every MAC, and the end against its head file.
 	ev.Audit.File = auditPath
 	if m := regexp.MustCompile(`nsgate: audit head ([0-9a-f]{64})`).FindStringSubmatch(ev.Gateway.Stderr); m != nil {
 		ev.Audit.Reported = m[1]
 	}
 	var recs []AuditRecord
-	if n, head, err := audit.VerifyFile(auditPath, nil); err != nil {
-		ev.Audit.Error = err.Error()
+	sum, cerr := audit.Check(auditPath, key, "")
+	if cerr != nil {
+		ev.Audit.Error = cerr.Error()
 	} else {
-		ev.Audit.Records, ev.Audit.Head, ev.Audit.Verified = n, head, true
+		ev.Audit.Records, ev.Audit.Head, ev.Audit.Verified = sum.Records, sum.Head, true
+		ev.Audit.MACsChecked, ev.Audit.Anchored = sum.MACsChecked, sum.Anchor != "" && sum.Anchor == sum.Head
 	}
 	if r, err := ReadAuditFile(auditPath); err == nil {
 		recs = r
 	} else if ev.Audit.Error == "" {
 		ev.Audit.Error = err.Error()
 	}
+	if err := copyFile(host.AuditKey, filepath.Join(cfg.Evidence, EvidenceKey), 0); err == nil {
+		os.Chmod(filepath.Join(cfg.Evidence, EvidenceKey), 0o600)
+		ev.Audit.Key = filepath.Join(cfg.Evidence, EvidenceKey)
+	}
+
+	// The host checks of the containment attempts.
+	host.auditErr, host.recs = cerr, recs
+	host.obs = make(map[string]Observation, len(obs))
+	for _, o := range obs {
+		host.obs[o.ID] = o
+	}
+	checks := host.hostChecks(cat)
 
 	hits := inet.Hits()
 	var brep *Report
@@ -288,12 +336,37 @@ func Run(ctx context.Context, cfg Config) int {
 			ev.Audit.Reported = brun.reported
 		}
 	}
-	rep := Judge(cat, obs, recs, hits, inet.Approved)
+	if frun != nil {
+		// The fill run's hits are its own (after the others' runs).
+		var before []Hit
+		for _, h := range hits {
+			if h.Time.Before(frun.started) {
+				before = append(before, h)
+			}
+		}
+		hits = before
+	}
+	rep := JudgeHost(cat, obs, recs, hits, inet.Approved, checks)
 	if brep != nil {
 		rep.Results = append(rep.Results, brep.Results...)
 		rep.Reasons = append(rep.Reasons, brep.Reasons...)
 		rep.StrayHits = append(rep.StrayHits, brep.StrayHits...)
 		rep.Unattributed = append(rep.Unattributed, brep.Unattributed...)
+	}
+	if frun != nil {
+		fres := judgeAuditFill(*fill, frun, inet.Hits(), key)
+		mark := "ok"
+		if !fres.Pass {
+			mark = "FAIL"
+		}
+		fmt.Fprintf(cfg.Stderr, "[fill]    %-26s %-8s %-10s %s\n", fres.ID, fres.Observed, mark, shorten(fres.Detail, 90))
+		rep.Results = append(rep.Results, fres)
+		if !fres.Pass {
+			rep.Reasons = append(rep.Reasons, fres.ID+": "+fres.Why)
+		}
+		if frun.err != nil || !fres.Pass {
+			ev.Environment.Notes = append(ev.Environment.Notes, fill.ID+" run output (tail): "+lastLines(frun.stderr, 10))
+		}
 	}
 	ev.Attempts = rep.Results
 	ev.StrayHits = rep.StrayHits
@@ -301,11 +374,14 @@ func Run(ctx context.Context, cfg Config) int {
 	ev.Targets = inet.Counts()
 	ev.Summary = Summarize(rep.Results)
 	ev.Reasons = rep.Reasons
-	if !ev.Audit.Verified {
+	switch {
+	case !ev.Audit.Verified:
 		ev.Reasons = append(ev.Reasons, "the audit log does not verify: "+ev.Audit.Error)
-	} else if ev.Audit.Reported != "" && ev.Audit.Reported != ev.Audit.Head {
+	case !ev.Audit.MACsChecked && ev.Audit.Records > 0:
+		ev.Reasons = append(ev.Reasons, "the audit log's MACs were not checked")
+	case ev.Audit.Reported != "" && ev.Audit.Reported != ev.Audit.Head:
 		ev.Reasons = append(ev.Reasons, "nsgate reported audit head "+ev.Audit.Reported+" but the log's head is "+ev.Audit.Head)
-	} else if ev.Audit.Reported == "" {
+	case ev.Audit.Reported == "" && (len(cat) > 0 || brun != nil):
 		ev.Reasons = append(ev.Reasons, "nsgate did not report its audit head at exit")
 	}
 	if code != 0 {
@@ -333,12 +409,97 @@ func Run(ctx context.Context, cfg Config) int {
 	ev.WriteTable(cfg.Stdout)
 	fmt.Fprintf(cfg.Stdout, "Evidence: %s, %s, %s\n", filepath.Join(cfg.Evidence, EvidenceJSON), filepath.Join(cfg.Evidence, EvidenceMarkdown), auditPath)
 	switch {
-	case len(obs) == 0:
+	case len(cat) > 0 && len(obs) == 0:
 		return errorf("the gateway never ran the attacker (nsgate run exited %d): %s", code, firstLines(ev.Gateway.Stderr, 3))
 	case ev.Verdict != "pass":
 		return ExitFail
 	}
 	return ExitPass
+}
+
+// replaceFile replaces path with a new file holding data, renamed over it.
+func replaceFile(path string, data []byte) error {
+	tmp := path + ".edit"
+	if err := os.WriteFile(tmp, data, 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// mainRun is the outcome of the attacker's `nsgate run`.
+type mainRun struct {
+	obs         []Observation
+	code        int
+	stderr      string
+	workerLines []string
+	timedOut    bool
+}
+
+// runMain runs the attacker under `nsgate run` (args) and collects its
+// observations, printing one progress line for each.
+// onPartial is called with every progress report (a Partial
+// observation) and nsgate run's process; a line it returns is written to
+// the worker's standard input.
+func runMain(ctx context.Context, cfg Config, args, env []string, cat []Attempt, onPartial func(Observation, *os.Process) string) (mainRun, error) {
+	var m mainRun
+	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	cmd := exec.CommandContext(rctx, cfg.Self, args...)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 5 * time.Second
+	stderr := &tail{max: 16 << 10}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return m, err
+	}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		return m, err
+	}
+	defer in.Close()
+	fmt.Fprintf(cfg.Stderr, "nsgate lab: %d attempts in the sealed namespace; evidence in %s\n", len(cat), cfg.Evidence)
+	if err := cmd.Start(); err != nil {
+		return m, fmt.Errorf("start nsgate run: %w", err)
+	}
+	expect := make(map[string]Outcome, len(cat))
+	for _, at := range cat {
+		expect[at.ID] = at.Expect
+	}
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var o Observation
+		if err := json.Unmarshal(line, &o); err != nil || o.ID == "" {
+			if len(m.workerLines) < 50 {
+				m.workerLines = append(m.workerLines, string(line))
+			}
+			continue
+		}
+		if o.Partial {
+			if reply := onPartial(o, cmd.Process); reply != "" {
+				io.WriteString(in, reply+"\n")
+			}
+			continue
+		}
+		m.obs = append(m.obs, o)
+		mark := "ok"
+		if o.Observed != expect[o.ID] {
+			mark = "UNEXPECTED"
+		}
+		fmt.Fprintf(cfg.Stderr, "[%3d/%d] %-26s %-8s %-10s %s\n", len(m.obs), len(cat), o.ID, o.Observed, mark, shorten(o.Detail, 90))
+	}
+	m.code = exitCodeOf(cmd.Wait())
+	m.stderr = stderr.String()
+	m.timedOut = rctx.Err() != nil && ctx.Err() == nil
+	return m, nil
 }
 
 // dynamicProgram finds a harmless dynamically linked program.
