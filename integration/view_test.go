@@ -240,8 +240,8 @@ func TestViewRefusesNsgateFilesInWritable(t *testing.T) {
 		dir := workDir(t, m)
 		pol := writeFile(t, dir, "policy.yaml", "version: 1\n")
 		r := runNsgate(t, m, "run", "--policy", pol, "--ro", dir, "--", "true")
-		if r.code != 125 || !strings.Contains(r.stderr, "directory of their own") {
-			t.Errorf("exit %d stderr %q; want 125: the policy's folder is shown to the worker", r.code, r.stderr)
+		if r.code != 0 || !strings.Contains(r.stderr, "folder of their own") {
+			t.Errorf("exit %d stderr %q; want 0 and a warning: the policy's folder is shown to the worker", r.code, r.stderr)
 		}
 		r = runNsgate(t, m, "run", "--audit", filepath.Join(dir, "audit.jsonl"), "--rw", dir, "--", "true")
 		if r.code != 125 || !strings.Contains(r.stderr, "lies in the writable path") {

@@ -45,6 +45,9 @@ type View struct {
 	// Cwd is the worker's working directory, entered once the view is
 	// built; when it does not exist there, Home, else "/".
 	Cwd string `json:",omitempty"`
+	// Warnings are what PlanView could not do as well as it should; the
+	// caller says them. They do not travel to init.
+	Warnings []string `json:"-"`
 	// KeepHostWritable skips the read-only remount of the host (only for
 	// tests that show the Landlock write rules hold alone).
 	KeepHostWritable bool `json:",omitempty"`
@@ -98,8 +101,9 @@ var scratchDirs = []Scratch{
 	{Path: "/dev/shm", Mode: fs.ModeSticky | 0o777},
 }
 
-// PlanView checks cfg against the host and returns the View to apply. It
-// refuses (with an error naming the path and the fix):
+// PlanView checks cfg against the host and returns the View to apply, with
+// warnings in View.Warnings. It refuses (with an error naming the path and
+// the fix):
 //   - a writable path that does not exist, or "/";
 //   - nsgate's own files inside a writable path or the --home directory
 //     (the worker could move or replace them);
@@ -197,7 +201,10 @@ func PlanView(cfg ViewConfig) (View, error) {
 	// every mount on the old file in every namespace, and the worker would
 	// read the new one. A directory the worker needs (a --ro, --rw or
 	// --home path, a program it may run or a private directory lies in
-	// it) cannot be hidden, so such a layout is refused.
+	// it, or "/") cannot be hidden: then the file alone is covered and
+	// PlanView warns (inside a container a policy bound at /policy.yaml is
+	// the usual case, and the host's replacement of the file does not
+	// reach a bind mount).
 	var needed []string
 	needed = append(needed, writable...)
 	needed = append(needed, readOnly...)
@@ -217,7 +224,8 @@ func PlanView(cfg ViewConfig) (View, error) {
 			continue // below a private directory: the worker never sees it
 		}
 		if d == "/" || holdsAny(d, needed) {
-			return View{}, fmt.Errorf("%s lies in %s, which the worker sees (a path it reads, writes or runs lies there): a replacement of the file on the host would be visible to it; keep nsgate's files (policy, audit log, key, pcap) in a directory of their own", o, d)
+			v.Warnings = append(v.Warnings, fmt.Sprintf("%s lies in %s, which the worker sees: the file is hidden, but if it is replaced while the worker runs (an editor's save, a rename), the worker can read the new one; keep nsgate's files (policy, audit log, key, pcap) in a folder of their own", o, d))
+			continue
 		}
 		v.Hide = append(v.Hide, d)
 	}

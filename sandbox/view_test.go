@@ -123,8 +123,8 @@ func TestPlanView(t *testing.T) {
 }
 
 // TestPlanViewOwnFiles: where the folder of one of nsgate's files can be
-// hidden, it is; where the worker needs it, the layout is refused; below a
-// private directory nothing needs hiding.
+// hidden, it is; where the worker needs it, the file alone is and PlanView
+// warns; below a private directory nothing needs hiding.
 func TestPlanViewOwnFiles(t *testing.T) {
 	f := newViewFixture(t)
 	policy := filepath.Join(f.own, "policy.yaml")
@@ -136,14 +136,19 @@ func TestPlanViewOwnFiles(t *testing.T) {
 	if slices.Contains(v.Hide, f.own) {
 		t.Errorf("Hide = %q: %q is below the private /tmp, nothing to hide", v.Hide, f.own)
 	}
-	// The folder is shown and holds a path the worker reads: refused.
-	_, err = PlanView(ViewConfig{Own: []string{policy}, ReadOnly: []string{f.own}, UID: os.Getuid()})
-	if err == nil || !strings.Contains(err.Error(), "directory of their own") {
-		t.Errorf("policy inside a --ro folder: err %v, want a refusal naming the fix", err)
-	}
-	_, err = PlanView(ViewConfig{Own: []string{policy}, ReadOnly: []string{f.root}, Exec: []string{filepath.Join(f.own, "tool")}, UID: os.Getuid()})
-	if err == nil {
-		t.Errorf("policy next to a program the worker may run: no error")
+	// The folder is shown and holds a path the worker reads: only the file
+	// can be covered, and PlanView says so.
+	for _, cfg := range []ViewConfig{
+		{Own: []string{policy}, ReadOnly: []string{f.own}, UID: os.Getuid()},
+		{Own: []string{policy}, ReadOnly: []string{f.root}, Exec: []string{filepath.Join(f.own, "tool")}, UID: os.Getuid()},
+	} {
+		v, err = PlanView(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(v.Warnings) != 1 || !strings.Contains(v.Warnings[0], "folder of their own") || slices.Contains(v.Hide, f.own) || !slices.Contains(v.Hide, policy) {
+			t.Errorf("policy in a folder the worker needs: Hide %q, warnings %q; want the file hidden and one warning", v.Hide, v.Warnings)
+		}
 	}
 	// Shown, and nothing the worker needs is in it: hidden whole.
 	v, err = PlanView(ViewConfig{Own: []string{policy}, ReadOnly: []string{f.root}, UID: os.Getuid()})

@@ -460,6 +460,9 @@ func (r *runner) view(plan guard.Plan) (sandbox.View, error) {
 	if err != nil {
 		return sandbox.View{}, fmt.Errorf("run: %w", err)
 	}
+	for _, w := range v.Warnings {
+		r.e.errorf("warning: %s", w)
+	}
 	return v, nil
 }
 
