@@ -5,15 +5,11 @@ package main
 import (
 	"bytes"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/nsgate/nsgate/audit"
-	"github.com/nsgate/nsgate/guard"
 )
 
 // writeLog writes one run to a new log in dir: start, a record, and exit
@@ -117,117 +113,5 @@ func TestAuditVerifyOutput(t *testing.T) {
 				t.Errorf("%s: unexpected stderr %q", tc.why, stderr)
 			}
 		})
-	}
-}
-
-// failingWriter fails every write, as a full disk does.
-type failingWriter struct{}
-
-func (failingWriter) Write([]byte) (int, error) { return 0, syscall.ENOSPC }
-
-// TestAuditIntactEndsAsBefore: with the log intact, the run ends with the
-// head line and the worker's status, and the worker is left alone.
-func TestAuditIntactEndsAsBefore(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "audit.jsonl")
-	l, err := audit.Open(path, audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	killed := make(chan struct{})
-	w := watchAudit(l, path)
-	w.worker(func() { close(killed) })
-	var stderr bytes.Buffer
-	e := env{stdout: &bytes.Buffer{}, stderr: &stderr}
-	if code := w.finish(e, 3); code != 3 || !strings.HasPrefix(stderr.String(), "nsgate: audit head ") {
-		t.Errorf("intact log: status %d, stderr %q; want 3 and the head", code, stderr.String())
-	}
-	select {
-	case <-killed:
-		t.Error("the worker was ended though the log did not fail")
-	default:
-	}
-}
-
-// TestAuditWatchEndsTheWorker: a log that fails ends the worker at once, or
-// when it is attached if the log failed before; the run ends with one line
-// naming the cause and status 125.
-func TestAuditWatchEndsTheWorker(t *testing.T) {
-	r, wpipe, _ := os.Pipe()
-	r.Close() // a write to wpipe now fails with EPIPE
-	defer wpipe.Close()
-	old := os.Stderr
-	os.Stderr = wpipe
-	l, err := audit.Open("-", audit.Options{Delay: -1})
-	os.Stderr = old
-	if err != nil {
-		t.Fatal(err)
-	}
-	w := watchAudit(l, "-")
-	killed := make(chan struct{})
-	w.worker(func() { close(killed) })
-	l.Log(audit.Start{})
-	select {
-	case <-killed:
-	case <-time.After(5 * time.Second):
-		t.Fatal("the worker was not ended when the log failed")
-	}
-	var stderr bytes.Buffer
-	code := w.finish(env{stdout: &bytes.Buffer{}, stderr: &stderr}, 137)
-	want := "nsgate: audit log failed: write stderr: broken pipe; the worker was stopped\n"
-	if code != exitFailure || stderr.String() != want {
-		t.Errorf("status %d, stderr %q; want %d and %q", code, stderr.String(), exitFailure, want)
-	}
-	// Attached after the failure: ended at once.
-	again := make(chan struct{})
-	w2 := &auditWatch{log: l}
-	w2.worker(func() { close(again) })
-	select {
-	case <-again:
-	default:
-		t.Error("a worker attached after the failure was not ended")
-	}
-}
-
-// TestExecAuditRefusesOnceFailed: with the log failed, an exec the server
-// would let through is stopped by ending its caller.
-func TestExecAuditRefusesOnceFailed(t *testing.T) {
-	r, wpipe, _ := os.Pipe()
-	r.Close()
-	defer wpipe.Close()
-	old := os.Stderr
-	os.Stderr = wpipe
-	l, err := audit.Open("-", audit.Options{Delay: -1})
-	os.Stderr = old
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	a := newExecAudit(l, guard.Plan{})
-	caller := exec.Command("sleep", "30")
-	if err := caller.Start(); err != nil {
-		t.Skipf("no sleep(1): %v", err)
-	}
-	defer caller.Process.Kill()
-	a.record(guard.ExecEvent{Allow: true, Path: "/usr/bin/true", PID: caller.Process.Pid})
-	// The log has not failed yet (nothing was written): the caller lives.
-	if err := caller.Process.Signal(syscall.Signal(0)); err != nil {
-		t.Fatalf("the caller was ended while the log was intact: %v", err)
-	}
-	select {
-	case <-l.Failed():
-	case <-time.After(5 * time.Second):
-		t.Fatal("the log did not fail")
-	}
-	a.record(guard.ExecEvent{Allow: true, Path: "/usr/bin/true", PID: caller.Process.Pid})
-	done := make(chan error, 1)
-	go func() { done <- caller.Wait() }()
-	select {
-	case err := <-done:
-		if ee, ok := err.(*exec.ExitError); !ok || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
-			t.Errorf("the caller ended with %v; want SIGKILL", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("an exec was let through after the audit log failed")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/sandbox"
+	"github.com/nsgate/nsgate/session"
 )
 
 // applyGuard is handed to the sandbox init: it decodes the guard.Config
@@ -134,18 +135,22 @@ func cmdGuard(e env, args []string) int {
 		e.errorf("guard: exec guard cannot be enforced: %v", err)
 		return exitFailure
 	}
-	opts := audit.Options{}
-	if *auditPath == "" && !*quiet {
-		opts.Human = e.stderr
+	// A session without a network: the audit log, its fail-closed
+	// behaviour (a log that cannot be written ends the command, and nsgate
+	// exits 125 naming the cause) and the exec audit.
+	scfg := session.Config{
+		AuditPath: *auditPath,
+		Stderr:    e.stderr,
+		Start:     audit.Start{Version: versionString(), Argv: cfg.Command, PID: os.Getpid(), Degraded: missing},
+		NoNetwork: true,
 	}
-	log, err := audit.Open(*auditPath, opts)
+	if *auditPath == "" && !*quiet {
+		scfg.Human = e.stderr
+	}
+	s, err := session.Open(scfg)
 	if err != nil {
-		e.errorf("guard: audit log: %v", err)
+		e.errorf("guard: %v", err)
 		return exitFailure
 	}
-	// The audit fails closed here too: a log that cannot be written ends
-	// the command, and nsgate exits 125 naming the cause.
-	aw := watchAudit(log, *auditPath)
-	code := superviseGuard(e, log, aw, plan, cfg, missing)
-	return aw.finish(e, code)
+	return s.Close(superviseGuard(e, s, plan, cfg))
 }

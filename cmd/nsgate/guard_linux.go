@@ -13,12 +13,12 @@ import (
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
+	"github.com/nsgate/nsgate/session"
 )
 
 // superviseGuard starts the guard child, serves its exec notifier and
 // returns COMMAND's exit status (125 when the child could not start it).
-func superviseGuard(e env, log *audit.Logger, aw *auditWatch, plan guard.Plan, cfg guard.Config, missing []string) int {
-	log.Log(audit.Start{Version: versionString(), Argv: cfg.Command, PID: os.Getpid(), Degraded: missing})
+func superviseGuard(e env, s *session.Session, plan guard.Plan, cfg guard.Config) int {
 	spec, err := json.Marshal(cfg)
 	if err != nil {
 		e.errorf("guard: %v", err)
@@ -54,16 +54,14 @@ func superviseGuard(e env, log *audit.Logger, aw *auditWatch, plan guard.Plan, c
 		e.errorf("guard: start: %v", err)
 		return exitFailure
 	}
-	aw.worker(func() { proc.Signal(syscall.SIGKILL) })
+	s.StopOnAuditFailure(func() { proc.Signal(syscall.SIGKILL) })
 	go func() {
 		for s := range sigs {
 			proc.Signal(s)
 		}
 	}()
 
-	ea := newExecAudit(log, plan)
-	defer ea.close()
-	if err := receiveGuardChild(ctl, ea, log); err != nil {
+	if err := receiveGuardChild(ctl, s.ExecAudit(plan), s.Log()); err != nil {
 		e.errorf("guard: %v", err)
 		proc.Kill()
 		reapUntil(proc.Pid)
@@ -74,7 +72,7 @@ func superviseGuard(e env, log *audit.Logger, aw *auditWatch, plan guard.Plan, c
 
 // receiveGuardChild reads the guard child's report: its listener (served
 // at once) and degraded layers, or why it failed.
-func receiveGuardChild(ctl *os.File, ea *execAudit, log *audit.Logger) error {
+func receiveGuardChild(ctl *os.File, serve func(*os.File) error, log *audit.Logger) error {
 	buf := make([]byte, 4096)
 	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := unix.Recvmsg(int(ctl.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
@@ -107,7 +105,7 @@ func receiveGuardChild(ctl *os.File, ea *execAudit, log *audit.Logger) error {
 		log.Log(audit.Policy{Action: "degraded", Error: "not in force: " + d})
 	}
 	if len(fds) == 1 {
-		return ea.serve(os.NewFile(uintptr(fds[0]), "nsgate-exec-listener"))
+		return serve(os.NewFile(uintptr(fds[0]), "nsgate-exec-listener"))
 	}
 	return nil
 }

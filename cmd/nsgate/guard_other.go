@@ -3,12 +3,12 @@
 package main
 
 import (
-	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
+	"github.com/nsgate/nsgate/session"
 )
 
 // superviseGuard needs Linux.
-func superviseGuard(e env, _ *audit.Logger, _ *auditWatch, _ guard.Plan, _ guard.Config, _ []string) int {
+func superviseGuard(e env, _ *session.Session, _ guard.Plan, _ guard.Config) int {
 	e.errorf("guard: needs Linux")
 	return exitFailure
 }

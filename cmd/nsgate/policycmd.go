@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"net"
-	"net/netip"
 	"os"
 	"strconv"
 
@@ -26,14 +25,6 @@ func printPolicyError(e env, err error) {
 	e.errorf("%v", err)
 }
 
-// ownPrefixes returns the gateway's own addresses for Policy.WithLocal:
-// the worker's subnets (v4, v6; masked) and the fake-IP pools, those of
-// the address plan with these prefixes (netplan.Plan.Local). No policy
-// rule opens them.
-func ownPrefixes(v4, v6 netip.Prefix) []netip.Prefix {
-	return netplan.Plan{Prefix4: v4, Prefix6: v6}.Local()
-}
-
 // cmdCheck: nsgate check FILE. It validates FILE as `run` would load it,
 // prints the warnings (including allow cidr rules that overlap the
 // gateway's own addresses under run's default network) and the normalized
@@ -48,7 +39,7 @@ func cmdCheck(e env, args []string) int {
 		printPolicyError(e, err)
 		return exitUsage
 	}
-	p = p.WithLocal(ownPrefixes(guestV4, guestV6)...)
+	p = p.WithLocal(netplan.Default().Local()...)
 	for _, w := range p.Warnings() {
 		fmt.Fprintln(e.stderr, "warning: "+w)
 	}
@@ -111,7 +102,7 @@ func cmdExplain(e env, args []string) int {
 			return exitUsage
 		}
 	}
-	d, err := p.WithLocal(ownPrefixes(guestV4, guestV6)...).Explain(pr, host, uint16(port))
+	d, err := p.WithLocal(netplan.Default().Local()...).Explain(pr, host, uint16(port))
 	if err != nil {
 		e.errorf("explain: %v", err)
 		return exitUsage

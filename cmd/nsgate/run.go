@@ -2,28 +2,25 @@ package main
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/signal"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/nsgate/nsgate/audit"
-	"github.com/nsgate/nsgate/dns"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
+	"github.com/nsgate/nsgate/session"
 	"github.com/nsgate/nsgate/tun"
 )
 
@@ -69,14 +66,6 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.execGuard, "exec-guard", "strict", "`strict`, or best-effort: start even if Landlock or seccomp is missing (audited)")
 }
 
-// Worker network: the default address plan (slirp4netns's addresses).
-var (
-	guestV4 = netplan.Default().GuestPrefix4()
-	guestV6 = netplan.Default().GuestPrefix6()
-	gwV4    = netplan.Default().Gateway4()
-	gwV6    = netplan.Default().Gateway6()
-)
-
 func cmdRun(e env, args []string) int {
 	fs := flag.NewFlagSet("nsgate run", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -110,11 +99,7 @@ func cmdRun(e env, args []string) int {
 		e.errorf("run: %v", err)
 		return exitFailure
 	}
-	r, err := newRunner(e, &f, argv)
-	if err != nil {
-		e.errorf("%v", err)
-		return exitFailure
-	}
+	r := &runner{e: e, f: &f, argv: argv}
 	return r.run()
 }
 
@@ -145,86 +130,80 @@ func (f *runFlags) validate() error {
 	return nil
 }
 
-// loadPolicy reads and parses a policy file (a regular file of bounded
-// size: see policy.Load); "" gives deny-all. The error lists every
-// problem, one FILE:LINE:COL line each.
-func loadPolicy(path string) (*policy.Policy, error) {
-	if path == "" {
-		return policy.DenyAll(), nil
-	}
-	return policy.Load(path)
-}
-
 // runner holds one `nsgate run` while it lives.
 type runner struct {
 	e       env
 	f       *runFlags
 	argv    []string
-	pol     atomic.Pointer[policy.Policy]
-	log     *audit.Logger
-	aw      *auditWatch       // ends the worker when the audit log fails (auditwatch.go)
+	s       *session.Session
+	child   *sandbox.Child
 	fs      policy.Filesystem // the policy's filesystem section at start
-	cleanup []func()
+	cleanup []func()          // after the session closed, last first
 }
 
-func newRunner(e env, f *runFlags, argv []string) (*runner, error) {
-	r := &runner{e: e, f: f, argv: argv}
-	p, err := loadPolicy(f.policy)
-	if err != nil {
-		return nil, err
-	}
-	r.store(p)
-	return r, nil
-}
-
+// fail says err (unless the audit log failed: then Close says that, the
+// cause) and ends the run with 125.
 func (r *runner) fail(err error) int {
-	if !r.aw.failed() { // else finish prints the audit failure, the cause
+	if r.s == nil || !r.s.AuditFailed() {
 		r.e.errorf("%v", err)
+	}
+	if r.child != nil {
+		r.child.Kill()
 	}
 	r.finish(exitFailure)
 	return exitFailure
 }
 
+// run turns the flags into a session, starts the worker in its sandbox,
+// attaches the session to the worker's TUN and waits.
 func (r *runner) run() int {
-	var key []byte
-	if r.f.auditKey != "" {
-		k, err := audit.LoadKey(r.f.auditKey)
-		if err != nil {
-			r.e.errorf("read audit key: %v", err)
-			return exitFailure
-		}
-		key = k
-	}
-	opts := audit.Options{Key: key}
-	if r.f.audit == "" && !r.f.quiet {
-		opts.Human = r.e.stderr
-	}
-	log, err := audit.Open(r.f.audit, opts)
-	if err != nil {
-		r.e.errorf("audit log: %v", err)
-		return exitFailure
-	}
-	r.log = log
-	r.aw = watchAudit(log, r.f.audit)
-
 	degraded, err := guardPreflight(r.f.execGuard == "best-effort")
 	if err != nil {
-		return r.fail(fmt.Errorf("exec guard cannot be enforced: %w", err))
+		r.e.errorf("exec guard cannot be enforced: %v", err)
+		return exitFailure
 	}
 	if r.f.unsafeBreak != "" {
 		degraded = append(degraded, r.f.unsafeBreak+" (--unsafe-break)")
 		r.e.errorf("WARNING: the %s layer is switched off (--unsafe-break): this run is NOT safe", r.f.unsafeBreak)
 	}
-	r.log.Log(audit.Start{
-		Version:      versionString(),
-		PolicySHA256: r.pol.Load().SHA256(),
-		Argv:         r.argv,
-		PID:          os.Getpid(),
-		Degraded:     degraded,
-	})
+	// The pcap exists before the worker's view is built, so that the view
+	// hides it.
+	var pcap *bufio.Writer
+	if r.f.pcap != "" {
+		pf, err := os.OpenFile(r.f.pcap, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return r.fail(fmt.Errorf("pcap: %w", err))
+		}
+		pcap = bufio.NewWriterSize(pf, 1<<20)
+		r.cleanup = append(r.cleanup, func() { pcap.Flush(); pf.Close() })
+	}
+	cfg := session.Config{
+		PolicyPath:          r.f.policy,
+		Reload:              session.ReloadOnSIGHUP,
+		OnReload:            r.onReload,
+		WithoutMetadataStep: r.f.broken("metadata"),
+		AuditPath:           r.f.audit,
+		AuditKey:            r.f.auditKey,
+		Stderr:              r.e.stderr,
+		Start:               audit.Start{Version: versionString(), Argv: r.argv, PID: os.Getpid(), Degraded: degraded},
+		Plan:                netplan.Default(),
+		IPv6:                r.f.ipv6,
+		MTU:                 uint32(r.f.mtu),
+		Limits:              netstack.Limits{MaxFlows: r.f.maxFlows},
+	}
+	if pcap != nil {
+		cfg.Pcap = pcap
+	}
+	if r.f.audit == "" && !r.f.quiet {
+		cfg.Human = r.e.stderr
+	}
+	if r.s, err = session.Open(cfg); err != nil {
+		return r.fail(err)
+	}
+
 	gcfg := guard.Config{
 		Command:     r.argv,
-		ExecAllow:   append(append([]string(nil), r.f.execAllow...), r.pol.Load().ExecAllow()...),
+		ExecAllow:   append(append([]string(nil), r.f.execAllow...), r.s.Policy().ExecAllow()...),
 		AllowUserns: r.f.allowUserns,
 		AllowUnix:   r.f.allowUnix,
 		BestEffort:  r.f.execGuard == "best-effort",
@@ -238,18 +217,6 @@ func (r *runner) run() int {
 	for _, si := range plan.ShellInterpreters() {
 		// Said even with --quiet: it is about what the allowlist means.
 		r.e.errorf("warning: %s is a script run by the shell %s, so the worker may run that shell with any command line; to avoid it, run the program the script starts instead", si.Script, si.Shell)
-	}
-	// The pcap exists before the worker's view is built, so that the view
-	// hides it.
-	var pcap *bufio.Writer
-	if r.f.pcap != "" {
-		pf, err := os.OpenFile(r.f.pcap, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
-			return r.fail(fmt.Errorf("pcap: %w", err))
-		}
-		pcap = bufio.NewWriterSize(pf, 1<<20)
-		// Runs after the gateway has stopped writing (cleanup is last).
-		r.cleanup = append(r.cleanup, func() { pcap.Flush(); pf.Close() })
 	}
 	view, err := r.view(plan)
 	if err != nil {
@@ -266,16 +233,10 @@ func (r *runner) run() int {
 	if err != nil {
 		return r.fail(err)
 	}
-
-	ifc := tun.Iface{Name: "tun0", MTU: uint32(r.f.mtu), Addrs: []netip.Prefix{guestV4}, Gateways: []netip.Addr{gwV4}}
-	if r.f.ipv6 {
-		ifc.Addrs = append(ifc.Addrs, guestV6)
-		ifc.Gateways = append(ifc.Gateways, gwV6)
-	}
 	spec := sandbox.Spec{
 		Argv:      r.argv,
 		Root:      r.f.root,
-		Iface:     ifc,
+		Iface:     workerIface(cfg.Plan, uint32(r.f.mtu), r.f.ipv6),
 		View:      view,
 		Hostname:  "nsgate",
 		GuardSpec: gspec,
@@ -284,133 +245,79 @@ func (r *runner) run() int {
 	if err != nil {
 		return r.fail(err)
 	}
-	r.aw.worker(func() { child.Signal(syscall.SIGKILL) }) // the audit fails closed
+	r.child = child
 	r.cleanup = append(r.cleanup, func() { syscall.Close(child.TunFD) })
-	ea := newExecAudit(r.log, plan) // exec audit: serves init's exec notifier (execaudit.go)
-	child.ExecListener = ea.serve
-	r.cleanup = append(r.cleanup, ea.close)
+	r.s.StopOnAuditFailure(func() { child.Signal(syscall.SIGKILL) }) // the audit fails closed
+	child.ExecListener = r.s.ExecAudit(plan)
 
 	link, err := tun.NewEndpoint(child.TunFD, uint32(r.f.mtu), false, nil)
 	if err != nil {
-		child.Kill()
 		return r.fail(err)
 	}
-	names, err := dns.New(dns.Config{Policy: r.pol.Load, Audit: r.log, IPv6: r.f.ipv6})
-	if err != nil {
-		child.Kill()
-		return r.fail(fmt.Errorf("dns: %w", err))
-	}
-	cfg := netstack.Config{
-		Link:   link,
-		MTU:    uint32(r.f.mtu),
-		Policy: r.pol.Load,
-		Audit:  r.log,
-		Names:  names,
-		IPv6:   r.f.ipv6,
-		Limits: netstack.Limits{MaxFlows: r.f.maxFlows},
-	}
-	if pcap != nil {
-		cfg.Pcap = pcap
-	}
-	gw, err := netstack.New(cfg)
-	if err != nil {
-		child.Kill()
-		return r.fail(fmt.Errorf("gateway: %w", err))
-	}
-
-	fwds, err := r.publish(gw)
-	if err != nil {
-		child.Kill()
-		gw.Close()
+	if err := r.s.Attach(link); err != nil {
 		return r.fail(err)
 	}
-	if fwds != nil {
-		defer fwds.Close()
-	}
-
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP, syscall.SIGQUIT)
-	defer signal.Stop(sigs)
-	// Reloads run on a goroutine of their own, so that reading the file
-	// never holds up forwarding a signal; SIGHUPs that arrive while one
-	// runs are folded into one more.
-	reloads := make(chan struct{}, 1)
-	defer close(reloads)
-	go func() {
-		for range reloads {
-			r.reload()
+	for _, p := range r.f.publish {
+		spec, _ := parsePublish(p) // validated with the flags
+		rule := inbound.Rule{Proto: spec.Proto, HostAddr: spec.Host, HostPort: spec.HostPort, GuestPort: spec.GuestPort}
+		if _, err := r.s.Inbound().Add(rule); err != nil {
+			return r.fail(fmt.Errorf("--publish %s: %w", p, err))
 		}
-	}()
+	}
+
+	// SIGHUP is the session's (a reload); the rest go to the worker.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
 	go func() {
-		for s := range sigs {
-			if s == syscall.SIGHUP {
-				select {
-				case reloads <- struct{}{}:
-				default:
-				}
-				continue
-			}
-			child.Signal(s)
+		for sig := range sigs {
+			child.Signal(sig)
 		}
 	}()
 
 	d, err := child.Release()
 	if err != nil {
-		child.Kill()
-		gw.Close()
 		return r.fail(err)
 	}
 	if len(d) > 0 {
-		r.log.Log(audit.Policy{Action: "degraded", Error: "not in force: " + strings.Join(d, ", ")})
+		r.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + strings.Join(d, ", ")})
 		if !r.f.quiet {
 			r.e.errorf("running without %s", strings.Join(d, ", "))
 		}
 	}
-	code := child.Wait()
-	if fwds != nil {
-		fwds.Close()
-	}
-	gw.Close()
-	return r.finish(code)
+	r.child = nil // it exits by itself now
+	return r.finish(child.Wait())
 }
 
-// store makes p the policy in force, with the gateway's own subnets
-// guarded (and, for the lab's --break metadata only, without the metadata
-// step).
-func (r *runner) store(p *policy.Policy) {
-	if r.f.broken("metadata") {
-		p = p.WithoutMetadataStep()
-	}
-	r.pol.Store(p.WithLocal(ownPrefixes(guestV4, guestV6)...))
-}
-
-// reload re-reads the policy file (SIGHUP). A bad policy is refused and the
-// old one kept; both outcomes are audited.
-func (r *runner) reload() {
-	if r.f.policy == "" {
-		return
-	}
-	p, err := loadPolicy(r.f.policy)
-	if err != nil {
-		r.e.errorf("reload refused, keeping the previous policy: %v", err)
-		r.log.Log(audit.Policy{Action: "deny", Error: err.Error()})
-		return
-	}
+// onReload says when a reloaded policy's filesystem section differs from
+// the one the worker's view was built from.
+func (r *runner) onReload(p *policy.Policy) {
 	if fs, err := p.Filesystem(os.Getenv("HOME")); err != nil || !slices.Equal(fs.Write, r.fs.Write) || !slices.Equal(fs.Hide, r.fs.Hide) {
 		r.e.errorf("reload: the filesystem section changed; the worker's view stays as it started, the new one applies to the next run")
 	}
-	r.store(p)
-	r.log.Log(audit.Policy{Action: "allow", PolicySHA256: p.SHA256()})
 }
 
-// finish writes the exit record, closes the log and prints its head, or
-// the one line saying why the log failed. It returns the exit status:
-// code, or 125 when the audit log failed (auditwatch.go).
+// finish closes the session (exit record, head) and what the run opened
+// besides. It returns the exit status: code, or 125 when the audit log
+// failed.
 func (r *runner) finish(code int) int {
+	if r.s != nil {
+		code = r.s.Close(code)
+	}
 	for i := len(r.cleanup) - 1; i >= 0; i-- {
 		r.cleanup[i]()
 	}
-	return r.aw.finish(r.e, code)
+	return code
+}
+
+// workerIface is the worker's TUN device on plan.
+func workerIface(plan netplan.Plan, mtu uint32, ipv6 bool) tun.Iface {
+	ifc := tun.Iface{Name: "tun0", MTU: mtu, Addrs: []netip.Prefix{plan.GuestPrefix4()}, Gateways: []netip.Addr{plan.Gateway4()}}
+	if ipv6 {
+		ifc.Addrs = append(ifc.Addrs, plan.GuestPrefix6())
+		ifc.Gateways = append(ifc.Gateways, plan.Gateway6())
+	}
+	return ifc
 }
 
 // broken reports whether --unsafe-break names layer.
@@ -439,7 +346,7 @@ func (r *runner) view(plan guard.Plan) (sandbox.View, error) {
 	if r.f.audit != "" && r.f.audit != "-" {
 		own = append(own, r.f.audit, r.f.audit+".head")
 	}
-	fs, err := r.pol.Load().Filesystem(os.Getenv("HOME"))
+	fs, err := r.s.Policy().Filesystem(os.Getenv("HOME"))
 	if err != nil {
 		return sandbox.View{}, fmt.Errorf("policy %s: %w", r.f.policy, err)
 	}
@@ -483,25 +390,4 @@ func workerWrites(v sandbox.View) *guard.WriteRules {
 		w.Paths = append(w.Paths, v.Home)
 	}
 	return w
-}
-
-// publish opens the --publish forwards: listeners on the host that relay
-// to the worker through the gateway. Each connection is audited
-// (inbound). It returns nil when there are none.
-func (r *runner) publish(gw *netstack.Gateway) (*inbound.Forwarder, error) {
-	if len(r.f.publish) == 0 {
-		return nil, nil
-	}
-	fwds := inbound.New(inbound.Options{Guest: guestV4.Addr(), Audit: r.log, Dial: func(ctx context.Context, proto string, a netip.AddrPort) (net.Conn, error) {
-		return gw.DialGuest(ctx, proto, a)
-	}})
-	for _, s := range r.f.publish {
-		p, _ := parsePublish(s) // validated with the flags
-		rule := inbound.Rule{Proto: p.Proto, HostAddr: p.Host, HostPort: p.HostPort, GuestAddr: guestV4.Addr(), GuestPort: p.GuestPort}
-		if _, err := fwds.Add(rule); err != nil {
-			fwds.Close()
-			return nil, fmt.Errorf("--publish %s: %w", s, err)
-		}
-	}
-	return fwds, nil
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -10,17 +9,13 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
-	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nsgate/nsgate/audit"
-	"github.com/nsgate/nsgate/dns"
-	"github.com/nsgate/nsgate/inbound"
-	"github.com/nsgate/nsgate/netstack"
-	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
+	"github.com/nsgate/nsgate/session"
 	"github.com/nsgate/nsgate/slirp"
 	"github.com/nsgate/nsgate/tun"
 )
@@ -84,7 +79,7 @@ func cmdSlirp4netns(e env, args []string) int {
 	}
 	h, err := startSlirp(e, cfg, os.Getenv)
 	if err != nil {
-		if h.log == nil || h.log.Err() == nil { // else close printed the cause
+		if h.s == nil || !h.s.AuditFailed() { // else close printed the cause
 			fmt.Fprintf(e.stderr, "nsgate slirp4netns: %v\n", err)
 		}
 		return slirp.ExitFailure
@@ -177,15 +172,11 @@ func gatewayMAC(gw netip.Addr) net.HardwareAddr {
 
 // slirpHelper is one running `nsgate slirp4netns`.
 type slirpHelper struct {
-	e         env
-	cfg       slirp.Config
-	pol       atomic.Pointer[policy.Policy]
-	log       *audit.Logger
-	auditPath string
-	tapFD     int
-	gw        *netstack.Gateway
-	fwds      *inbound.Forwarder
-	api       *slirp.API
+	e     env
+	cfg   slirp.Config
+	s     *session.Session
+	tapFD int
+	api   *slirp.API
 }
 
 // startSlirp sets everything up and signals readiness. On error nothing it
@@ -197,34 +188,32 @@ func startSlirp(e env, cfg slirp.Config, getenv func(string) string) (h *slirpHe
 			h.close(slirp.ExitFailure)
 		}
 	}()
-
-	p, err := loadPolicy(slirpPolicyPath(getenv, fileExists))
+	dial, err := session.BoundDialer(cfg.OutboundAddr, cfg.OutboundAddr6)
 	if err != nil {
 		return h, err
 	}
-	h.pol.Store(p.WithLocal(cfg.Plan().Local()...))
-
-	opts := audit.Options{}
-	if k := getenv(envAuditKey); k != "" {
-		key, err := audit.LoadKey(k)
-		if err != nil {
-			return h, err
-		}
-		opts.Key = key
+	scfg := session.Config{
+		PolicyPath: slirpPolicyPath(getenv, fileExists),
+		// SIGHUP ends the helper, as it ends slirp4netns; a new policy
+		// applies to the next container.
+		Reload:    session.NoReload,
+		AuditPath: slirpAuditPath(getenv, cfg),
+		AuditKey:  getenv(envAuditKey),
+		Stderr:    e.stderr,
+		Stopped:   "the container's network was stopped",
+		Start:     audit.Start{Version: versionString(), Argv: os.Args, PID: os.Getpid()},
+		Plan:      cfg.Plan(),
+		IPv6:      cfg.IPv6,
+		MTU:       uint32(cfg.MTU),
+		NoDNS:     cfg.DisableDNS,
+		Dial:      dial,
 	}
-	h.auditPath = slirpAuditPath(getenv, cfg)
-	if h.auditPath == "" {
-		opts.Human = e.stderr
-	} else if err := os.MkdirAll(filepath.Dir(h.auditPath), 0o700); err != nil {
+	if scfg.AuditPath == "" {
+		scfg.Human = e.stderr
+	} else if err := os.MkdirAll(filepath.Dir(scfg.AuditPath), 0o700); err != nil {
 		return h, fmt.Errorf("audit directory: %w", err)
 	}
-	if h.log, err = audit.Open(h.auditPath, opts); err != nil {
-		return h, fmt.Errorf("audit log: %w", err)
-	}
-	h.log.Log(audit.Start{Version: versionString(), PolicySHA256: p.SHA256(), Argv: os.Args, PID: os.Getpid()})
-
-	dial, err := outboundDialer(cfg)
-	if err != nil {
+	if h.s, err = session.Open(scfg); err != nil {
 		return h, err
 	}
 	if cfg.NetnsType == slirp.NetnsTapFD {
@@ -236,28 +225,11 @@ func startSlirp(e env, cfg slirp.Config, getenv func(string) string) (h *slirpHe
 	if err != nil {
 		return h, err
 	}
-	ncfg := netstack.Config{
-		Link:    link,
-		MTU:     uint32(cfg.MTU),
-		Network: cfg.Plan(),
-		Policy:  h.pol.Load,
-		Audit:   h.log,
-		Dial:    dial,
-		IPv6:    cfg.IPv6,
-	}
-	if !cfg.DisableDNS {
-		names, err := dns.New(dns.Config{Policy: h.pol.Load, Audit: h.log, IPv6: cfg.IPv6})
-		if err != nil {
-			return h, fmt.Errorf("dns: %w", err)
-		}
-		ncfg.Names = names
-	}
-	if h.gw, err = netstack.New(ncfg); err != nil {
-		return h, fmt.Errorf("gateway: %w", err)
+	if err := h.s.Attach(link); err != nil {
+		return h, err
 	}
 	if cfg.APISocket != "" {
-		h.fwds = inbound.New(inbound.Options{Guest: cfg.Guest(), Dial: h.gw.DialGuest, Audit: h.log})
-		if h.api, err = slirp.ListenAPI(cfg.APISocket, slirp.NewHandler(h.fwds)); err != nil {
+		if h.api, err = slirp.ListenAPI(cfg.APISocket, slirp.NewHandler(h.s.Inbound())); err != nil {
 			return h, err
 		}
 	}
@@ -286,78 +258,6 @@ func startSlirp(e env, cfg slirp.Config, getenv func(string) string) (h *slirpHe
 	return h, nil
 }
 
-// outboundDialer binds upstream connections to --outbound-addr(6): an
-// address, or the first address of that family on the named interface.
-// It returns nil (the gateway's default dialer) when neither is set.
-func outboundDialer(cfg slirp.Config) (func(ctx context.Context, network, addr string) (net.Conn, error), error) {
-	if cfg.OutboundAddr == "" && cfg.OutboundAddr6 == "" {
-		return nil, nil
-	}
-	v4, err := outboundAddr(cfg.OutboundAddr, false)
-	if err != nil {
-		return nil, err
-	}
-	v6, err := outboundAddr(cfg.OutboundAddr6, true)
-	if err != nil {
-		return nil, err
-	}
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		var d net.Dialer
-		if ap, err := netip.ParseAddrPort(addr); err == nil {
-			src := v4
-			if ap.Addr().Is6() && !ap.Addr().Is4In6() {
-				src = v6
-			}
-			if src.IsValid() {
-				switch network {
-				case "tcp", "tcp4", "tcp6":
-					d.LocalAddr = &net.TCPAddr{IP: src.AsSlice()}
-				case "udp", "udp4", "udp6":
-					d.LocalAddr = &net.UDPAddr{IP: src.AsSlice()}
-				}
-			}
-		}
-		return d.DialContext(ctx, network, addr)
-	}, nil
-}
-
-// outboundAddr resolves one --outbound-addr(6) value.
-func outboundAddr(s string, v6 bool) (netip.Addr, error) {
-	if s == "" {
-		return netip.Addr{}, nil
-	}
-	if a, err := netip.ParseAddr(s); err == nil {
-		return a, nil
-	}
-	ifc, err := net.InterfaceByName(s)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("outbound address %q: %w", s, err)
-	}
-	addrs, err := ifc.Addrs()
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("outbound address %q: %w", s, err)
-	}
-	for _, a := range addrs {
-		ipn, ok := a.(*net.IPNet)
-		if !ok {
-			continue
-		}
-		ip, ok := netip.AddrFromSlice(ipn.IP)
-		if !ok {
-			continue
-		}
-		ip = ip.Unmap()
-		if ip.Is6() == v6 && !ip.IsLinkLocalUnicast() {
-			return ip, nil
-		}
-	}
-	fam := "IPv4"
-	if v6 {
-		fam = "IPv6"
-	}
-	return netip.Addr{}, fmt.Errorf("outbound address: interface %s has no %s address", s, fam)
-}
-
 // serve runs until the exit fd hangs up or SIGINT, SIGTERM or SIGHUP
 // arrives, then shuts down and returns 0; or until the audit log fails,
 // then shuts down (the audit fails closed: the container's network stops)
@@ -373,7 +273,7 @@ func (h *slirpHelper) serve() int {
 	select {
 	case <-sigs:
 	case <-hup:
-	case <-h.log.Failed():
+	case <-h.s.Log().Failed():
 	}
 	return h.close(0)
 }
@@ -407,21 +307,12 @@ func (h *slirpHelper) close(code int) int {
 	if h.api != nil {
 		h.api.Close()
 	}
-	if h.fwds != nil {
-		h.fwds.Close()
-	}
-	if h.gw != nil {
-		h.gw.Close()
+	if h.s != nil && h.s.Close(code) != code {
+		code = slirp.ExitFailure // the audit log failed; Close said why
 	}
 	if h.tapFD >= 0 {
 		unix.Close(h.tapFD)
 		h.tapFD = -1
-	}
-	if h.log == nil {
-		return code
-	}
-	if !closeAudit(h.e, h.log, h.auditPath, code, "the container's network was stopped") {
-		return slirp.ExitFailure
 	}
 	return code
 }

@@ -127,21 +127,6 @@ func TestGatewayMAC(t *testing.T) {
 	}
 }
 
-func TestOutboundAddr(t *testing.T) {
-	if a, err := outboundAddr("192.0.2.7", false); err != nil || a.String() != "192.0.2.7" {
-		t.Errorf("literal: %v %v", a, err)
-	}
-	if a, err := outboundAddr("lo", false); err != nil || !a.IsLoopback() || !a.Is4() {
-		t.Errorf("interface lo: %v %v, want its IPv4 loopback address", a, err)
-	}
-	if _, err := outboundAddr("no-such-if0", false); err == nil {
-		t.Error("missing interface: no error")
-	}
-	if a, err := outboundAddr("", true); err != nil || a.IsValid() {
-		t.Errorf("unset: %v %v", a, err)
-	}
-}
-
 func TestSlirp4netnsCommand(t *testing.T) {
 	for _, tc := range []struct {
 		why      string

@@ -1,4 +1,4 @@
-package main
+package session
 
 import (
 	"errors"
@@ -11,17 +11,29 @@ import (
 	"github.com/nsgate/nsgate/guard"
 )
 
-// execAudit serves the exec notifier's listener (sent by the sandbox init
-// in run, by the guard child in guard) and writes one `exec` audit record
-// per attempt (SPEC §6, §8). Its methods are safe for concurrent use.
+// ExecAudit returns the function that serves an exec notifier's listener
+// (sent by the sandbox init in run, by the guard child in guard) against
+// plan, the allowlist the guard enforces, writing one `exec` record per
+// attempt. It has the shape of sandbox.Child.ExecListener and takes
+// ownership of the listener. Close stops what it started.
 //
 // The audit fails closed: once the log has failed, no exec runs. The
 // server's report comes before the kernel is told to go on, and the server
 // can only be told to refuse by its own checks, so an exec it would let
-// through is stopped by killing its caller (SIGKILL to a task that waits
-// in the notifier, so its pid cannot have been reused) before the answer;
-// and the server is closed, after which the kernel fails every exec of
-// the worker with ENOSYS.
+// through is stopped by killing its caller (SIGKILL to a task that waits in
+// the notifier, so its pid cannot have been reused) before the answer; and
+// the server is closed, after which the kernel fails every exec of the
+// worker with ENOSYS.
+func (s *Session) ExecAudit(plan guard.Plan) func(*os.File) error {
+	a := &execAudit{log: s.log, failed: audit.FailedOf(s.log), plan: plan}
+	s.mu.Lock()
+	s.execs = append(s.execs, a)
+	s.mu.Unlock()
+	return a.serve
+}
+
+// execAudit serves one exec notifier. Its methods are safe for concurrent
+// use.
 type execAudit struct {
 	log    *audit.Logger
 	failed <-chan struct{}
@@ -31,14 +43,6 @@ type execAudit struct {
 	srv *guard.ExecServer // nil until serve
 }
 
-// newExecAudit prepares to audit execs against plan (the allowlist the
-// guard enforces).
-func newExecAudit(log *audit.Logger, plan guard.Plan) *execAudit {
-	return &execAudit{log: log, failed: audit.FailedOf(log), plan: plan}
-}
-
-// serve starts answering on listener; it has the shape of
-// sandbox.Child.ExecListener and takes ownership of listener.
 func (a *execAudit) serve(listener *os.File) error {
 	srv, err := a.plan.ServeExec(listener, a.record)
 	if err != nil {
@@ -79,8 +83,8 @@ func (a *execAudit) record(ev guard.ExecEvent) {
 	}
 }
 
-// close stops the server; call it once the worker is gone (or will not
-// start). A server that stopped on an error is recorded as degraded.
+// close stops the server. A server that stopped on an error is recorded as
+// degraded.
 func (a *execAudit) close() {
 	a.mu.Lock()
 	srv := a.srv

@@ -1,0 +1,389 @@
+// Package session assembles one nsgate gateway: the policy in force (an
+// immutable snapshot, swapped whole on reload), the audit log, the DNS
+// server and the gVisor gateway on a link endpoint, the inbound forwards
+// and the exec audit. Every mode (nsgate run, the Podman helpers) turns its
+// command line into a Config and calls Open, then Attach once it holds the
+// worker's link, and Close at the end; so reload, teardown, counters and
+// the audit's fail-closed behaviour are the same in every mode by
+// construction.
+//
+//	s, err := session.Open(cfg)        // policy, audit log, start record
+//	... build what needs the policy (the worker's sandbox), get a link
+//	err = s.Attach(link)                // DNS and the gateway on the link
+//	s.Inbound().Add(rule)               // host-side forwards, audited
+//	s.StopOnAuditFailure(kill)          // the audit fails closed
+//	status := s.Close(code)             // teardown, exit record, head
+//
+// A Session's methods are safe for concurrent use, except that Attach and
+// Close must not race each other.
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip/stack"
+
+	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/dns"
+	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/netplan"
+	"github.com/nsgate/nsgate/netstack"
+	"github.com/nsgate/nsgate/policy"
+)
+
+// Reload says whether and how the policy file is read again while the
+// session runs.
+type Reload int
+
+const (
+	// NoReload keeps the policy loaded by Open; Session.Reload refuses.
+	NoReload Reload = iota
+	// ReloadOnSIGHUP re-reads the policy file on every SIGHUP (on a
+	// goroutine of its own, SIGHUPs that arrive meanwhile folded into one
+	// more). A bad file is refused and the old policy kept; both outcomes
+	// are audited and said on Config.Stderr.
+	ReloadOnSIGHUP
+)
+
+// ExitAuditFailed is Close's status when the audit log failed: nsgate's
+// own failure.
+const ExitAuditFailed = 125
+
+// Config is one gateway's assembly. It is plain data plus the writers it
+// names; Open does not keep a reference to it beyond its fields' values.
+type Config struct {
+	// PolicyPath is the policy file; "" means deny-all.
+	PolicyPath string
+	// Reload is the reload behaviour (default NoReload).
+	Reload Reload
+	// OnReload, when set, is called after a policy was reloaded and put
+	// in force, with the new policy (e.g. to say that a change of its
+	// filesystem section applies only to the next run).
+	OnReload func(*policy.Policy)
+	// WithoutMetadataStep removes the cloud-metadata step from every
+	// policy put in force. Only `nsgate lab --break metadata` sets it, to
+	// show that the lab notices.
+	WithoutMetadataStep bool
+
+	// AuditPath is the audit log ("" none, "-" stderr); see audit.Open.
+	AuditPath string
+	// AuditKey is an HMAC key file ("" none).
+	AuditKey string
+	// Human receives the readable denial lines (nil: none).
+	Human io.Writer
+	// Stderr is where the session speaks: reload outcomes, the audit head
+	// at Close, the one line when the audit log failed. Default os.Stderr.
+	Stderr io.Writer
+	// Start is the log's first record; Open fills in PolicySHA256.
+	Start audit.Start
+	// Stopped is how the audit failure line ends when the log failed,
+	// naming what became of the worker (default: "the worker was
+	// stopped", or "the worker exited with status N" when it ended by
+	// itself first).
+	Stopped string
+
+	// Plan is the worker's network.
+	Plan netplan.Plan
+	// IPv6 gives the worker IPv6.
+	IPv6 bool
+	// MTU is the link's MTU.
+	MTU uint32
+	// Limits bound the gateway's flows (zero fields: netstack's defaults).
+	Limits netstack.Limits
+	// NoDNS: serve no DNS on the gateway's DNS address.
+	NoDNS bool
+	// Dial dials upstream (nil: the gateway's default dialer).
+	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Pcap, when set, receives a pcap of every packet on the link.
+	Pcap io.Writer
+	// NoNetwork: the session audits a command without a gateway (nsgate
+	// guard): no policy is read and the start record names none.
+	NoNetwork bool
+}
+
+// Session is one assembled gateway. See the package comment.
+type Session struct {
+	cfg Config
+	pol atomic.Pointer[policy.Policy]
+	log *audit.Logger
+
+	stopSighup func()
+
+	mu      sync.Mutex
+	gw      *netstack.Gateway
+	fwds    *inbound.Forwarder
+	execs   []*execAudit
+	kill    func() // ends the worker when the log fails; nil until set
+	killed  bool   // the worker was ended because the log failed
+	watched chan struct{}
+}
+
+// Open loads the policy, opens the audit log and writes its start record.
+// On error nothing is left open.
+func Open(cfg Config) (*Session, error) {
+	if cfg.Stderr == nil {
+		cfg.Stderr = os.Stderr
+	}
+	s := &Session{cfg: cfg, watched: make(chan struct{})}
+	p, err := Load(cfg.PolicyPath)
+	if err != nil {
+		return nil, err
+	}
+	s.store(p)
+	opts := audit.Options{Human: cfg.Human}
+	if cfg.AuditKey != "" {
+		if opts.Key, err = audit.LoadKey(cfg.AuditKey); err != nil {
+			return nil, err
+		}
+	}
+	if s.log, err = audit.Open(cfg.AuditPath, opts); err != nil {
+		return nil, fmt.Errorf("audit log: %w", err)
+	}
+	if cfg.AuditPath == "-" {
+		// A write to a stderr nobody reads any more must fail (EPIPE)
+		// and fail the log, not kill nsgate with SIGPIPE before it can
+		// end the worker and say why.
+		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
+	}
+	go s.watchAudit()
+	start := cfg.Start
+	if !cfg.NoNetwork {
+		start.PolicySHA256 = p.SHA256()
+	}
+	s.log.Log(start)
+	if cfg.Reload == ReloadOnSIGHUP {
+		s.stopSighup = s.reloadOnSIGHUP()
+	}
+	return s, nil
+}
+
+// Load reads and parses a policy file (a regular file of bounded size: see
+// policy.Load); "" gives deny-all.
+func Load(path string) (*policy.Policy, error) {
+	if path == "" {
+		return policy.DenyAll(), nil
+	}
+	return policy.Load(path)
+}
+
+// store puts p in force, guarding the gateway's own prefixes.
+func (s *Session) store(p *policy.Policy) {
+	if s.cfg.WithoutMetadataStep {
+		p = p.WithoutMetadataStep()
+	}
+	s.pol.Store(p.WithLocal(s.cfg.Plan.Local()...))
+}
+
+// Policy returns the policy in force (an immutable snapshot).
+func (s *Session) Policy() *policy.Policy { return s.pol.Load() }
+
+// Log returns the audit log.
+func (s *Session) Log() *audit.Logger { return s.log }
+
+// Attach builds the DNS server and the gateway on link, which the session
+// owns from then on (Close stops the gateway; the caller still closes the
+// descriptor under link after Close).
+func (s *Session) Attach(link stack.LinkEndpoint) error {
+	ncfg := netstack.Config{
+		Link:    link,
+		MTU:     s.cfg.MTU,
+		Network: s.cfg.Plan,
+		Policy:  s.pol.Load,
+		Audit:   s.log,
+		IPv6:    s.cfg.IPv6,
+		Dial:    s.cfg.Dial,
+		Limits:  s.cfg.Limits,
+		Pcap:    s.cfg.Pcap,
+	}
+	if !s.cfg.NoDNS {
+		names, err := dns.New(dns.Config{Policy: s.pol.Load, Audit: s.log, IPv6: s.cfg.IPv6})
+		if err != nil {
+			return fmt.Errorf("dns: %w", err)
+		}
+		ncfg.Names = names
+	}
+	gw, err := netstack.New(ncfg)
+	if err != nil {
+		return fmt.Errorf("gateway: %w", err)
+	}
+	s.mu.Lock()
+	s.gw = gw
+	s.mu.Unlock()
+	return nil
+}
+
+// Gateway returns the gateway (nil before Attach).
+func (s *Session) Gateway() *netstack.Gateway {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.gw
+}
+
+// Inbound returns the host-side forwarder to the worker's guest address,
+// audited, made on first use. It needs Attach first.
+func (s *Session) Inbound() *inbound.Forwarder {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.fwds == nil {
+		gw := s.gw
+		s.fwds = inbound.New(inbound.Options{
+			Guest: s.cfg.Plan.Guest4(),
+			Audit: s.log,
+			Dial: func(ctx context.Context, proto string, a netip.AddrPort) (net.Conn, error) {
+				if gw == nil {
+					return nil, errors.New("no gateway yet")
+				}
+				return gw.DialGuest(ctx, proto, a)
+			},
+		})
+	}
+	return s.fwds
+}
+
+// Reload re-reads the policy file and puts it in force; a bad file is
+// refused, the old policy kept and the error returned. Both outcomes are
+// audited. It refuses under NoReload.
+func (s *Session) Reload() error {
+	if s.cfg.Reload == NoReload {
+		return errors.New("reload is off for this session")
+	}
+	if s.cfg.PolicyPath == "" {
+		return nil
+	}
+	p, err := Load(s.cfg.PolicyPath)
+	if err != nil {
+		s.log.Log(audit.Policy{Action: "deny", Error: err.Error()})
+		return err
+	}
+	s.store(p)
+	s.log.Log(audit.Policy{Action: "allow", PolicySHA256: p.SHA256()})
+	if s.cfg.OnReload != nil {
+		s.cfg.OnReload(p)
+	}
+	return nil
+}
+
+// reloadOnSIGHUP reloads on every SIGHUP until the returned func is called.
+func (s *Session) reloadOnSIGHUP() (stop func()) {
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGHUP)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-sigs:
+				if err := s.Reload(); err != nil {
+					fmt.Fprintf(s.cfg.Stderr, "nsgate: reload refused, keeping the previous policy: %v\n", err)
+				} else {
+					fmt.Fprintf(s.cfg.Stderr, "nsgate: policy reloaded (sha256 %s)\n", s.Policy().SHA256())
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { signal.Stop(sigs); close(done) }
+}
+
+// StopOnAuditFailure makes kill the way to end the worker when the audit
+// log fails (the audit fails closed); if it has failed already, kill runs
+// at once. kill must not block.
+func (s *Session) StopOnAuditFailure(kill func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.kill = kill
+	if s.log.Err() != nil {
+		s.killed = true
+		kill()
+	}
+}
+
+// watchAudit ends the worker when the log fails.
+func (s *Session) watchAudit() {
+	select {
+	case <-s.log.Failed():
+		s.mu.Lock()
+		if s.kill != nil && !s.killed {
+			s.killed = true
+			s.kill()
+		}
+		s.mu.Unlock()
+	case <-s.watched:
+	}
+}
+
+// AuditFailed reports whether the audit log has failed.
+func (s *Session) AuditFailed() bool { return s.log.Err() != nil }
+
+// Close stops the forwards, the gateway and the exec audits, writes the
+// exit record with code and closes the log, then says on Config.Stderr the
+// head (when there is an audit file) or the one line naming why the log
+// failed. It returns code, or ExitAuditFailed when the log failed.
+func (s *Session) Close(code int) int {
+	if s.stopSighup != nil {
+		s.stopSighup()
+	}
+	s.mu.Lock()
+	fwds, gw, execs := s.fwds, s.gw, s.execs
+	s.fwds, s.gw, s.execs = nil, nil, nil
+	killed := s.killed
+	s.mu.Unlock()
+	if fwds != nil {
+		fwds.Close()
+	}
+	if gw != nil {
+		gw.Close()
+	}
+	for _, a := range execs {
+		a.close()
+	}
+	close(s.watched)
+
+	s.log.Log(audit.Exit{Code: code})
+	head, err := s.log.Close()
+	if err != nil {
+		what := s.cfg.Stopped
+		switch {
+		case what != "":
+		case killed:
+			what = "the worker was stopped"
+		default:
+			what = fmt.Sprintf("the worker exited with status %d", code)
+		}
+		writeBounded(s.cfg.Stderr, fmt.Sprintf("nsgate: audit log failed: %v; %s\n", err, what))
+		return ExitAuditFailed
+	}
+	if herr := s.log.HeadFileErr(); herr != nil {
+		fmt.Fprintf(s.cfg.Stderr, "nsgate: warning: %v (anchor the head printed below instead)\n", herr)
+	}
+	if s.cfg.AuditPath != "" {
+		fmt.Fprintf(s.cfg.Stderr, "nsgate: audit head %s\n", head)
+	}
+	return code
+}
+
+// writeBounded writes msg to w, waiting at most a second: the failed log
+// may be stderr itself, and a stderr nobody reads must not keep nsgate
+// from exiting.
+func writeBounded(w io.Writer, msg string) {
+	done := make(chan struct{})
+	go func() {
+		io.WriteString(w, msg)
+		close(done)
+	}()
+	select {
+	case <-done:
+	case <-time.After(time.Second):
+	}
+}
