@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -155,24 +154,8 @@ func runAuditFill(ctx context.Context, cfg Config, h *hostEnv, breakArgs, env []
 	werr := cmd.Wait()
 	fr.ended = time.Now()
 	fr.stderr = stderr.String()
-	fr.exitCode = exitCodeOf(werr)
+	fr.exitCode = exitCode(werr)
 	return fr
-}
-
-// exitCodeOf turns cmd.Wait's error into an exit status (128+N for a
-// signal, -1 when unknown).
-func exitCodeOf(err error) int {
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
-	}
-	return -1
 }
 
 // auditFailLines are the lines of stderr that report the audit failure.
@@ -351,7 +334,7 @@ func auditVolumeHelper(args []string, stdout, stderr io.Writer) int {
 			cmd.Process.Signal(s)
 		}
 	}()
-	code := exitCodeOf(cmd.Wait())
+	code := exitCode(cmd.Wait())
 	log := filepath.Join(dir, EvidenceAudit)
 	for _, p := range [][2]string{{log, copyTo}, {audit.HeadFile(log), audit.HeadFile(copyTo)}} {
 		b, err := os.ReadFile(p[0])

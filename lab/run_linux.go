@@ -496,7 +496,7 @@ func runMain(ctx context.Context, cfg Config, args, env []string, cat []Attempt,
 		}
 		fmt.Fprintf(cfg.Stderr, "[%3d/%d] %-26s %-8s %-10s %s\n", len(m.obs), len(cat), o.ID, o.Observed, mark, shorten(o.Detail, 90))
 	}
-	m.code = exitCodeOf(cmd.Wait())
+	m.code = exitCode(cmd.Wait())
 	m.stderr = stderr.String()
 	m.timedOut = rctx.Err() != nil && ctx.Err() == nil
 	return m, nil
