@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -98,25 +99,40 @@ func NewFakeDNS(zone Zone, onQuery func(Query)) *FakeDNS {
 // a free UDP port, and TCP takes the same). It may be called for several
 // addresses; queries are logged with the address given here.
 func (d *FakeDNS) Serve(addr netip.AddrPort) (netip.AddrPort, error) {
-	pc, err := net.ListenPacket("udp", addr.String())
-	if err != nil {
-		return addr, fmt.Errorf("fake dns: listen udp %s: %w", addr, err)
+	pick := addr.Port() == 0
+	for try := 0; ; try++ {
+		pc, err := net.ListenPacket("udp", addr.String())
+		if err != nil {
+			return addr, fmt.Errorf("fake dns: listen udp %s: %w", addr, err)
+		}
+		at := addr
+		if pick {
+			at = netip.AddrPortFrom(addr.Addr(), uint16(pc.LocalAddr().(*net.UDPAddr).Port))
+		}
+		ln, err := net.Listen("tcp", at.String())
+		if err != nil {
+			pc.Close()
+			// A picked UDP port may be taken for TCP by someone else:
+			// pick another.
+			if pick && errors.Is(err, syscall.EADDRINUSE) && try < 20 {
+				continue
+			}
+			return at, fmt.Errorf("fake dns: listen tcp %s: %w", at, err)
+		}
+		addr = at
+		return addr, d.serve(pc, ln, addr)
 	}
-	if addr.Port() == 0 {
-		addr = netip.AddrPortFrom(addr.Addr(), uint16(pc.LocalAddr().(*net.UDPAddr).Port))
-	}
-	ln, err := net.Listen("tcp", addr.String())
-	if err != nil {
-		pc.Close()
-		return addr, fmt.Errorf("fake dns: listen tcp %s: %w", addr, err)
-	}
+}
+
+// serve starts the two serving goroutines.
+func (d *FakeDNS) serve(pc net.PacketConn, ln net.Listener, addr netip.AddrPort) error {
 	d.mu.Lock()
 	d.closers = append(d.closers, pc, ln)
 	d.mu.Unlock()
 	d.wg.Add(2)
 	go d.serveUDP(pc, addr.String())
 	go d.serveTCP(ln, addr.String())
-	return addr, nil
+	return nil
 }
 
 // Close stops every listener and waits for the serving goroutines.
