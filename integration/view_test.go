@@ -320,3 +320,27 @@ func TestInitHoldsNoCapabilities(t *testing.T) {
 		}
 	})
 }
+
+// TestRunWarnsOfAShellInterpreter: a command that is a #! script run by a
+// shell brings that shell into the exec allowlist; nsgate says so at start
+// (also with --quiet), naming the shell and the script.
+func TestRunWarnsOfAShellInterpreter(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := hostDir(t, m)
+		script := filepath.Join(dir, "wrapper")
+		if err := os.WriteFile(script, []byte("#!/bin/sh\necho wrapped\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		sh, _ := filepath.EvalSymlinks("/bin/sh")
+		r := runNsgate(t, m, "run", "--quiet", "--", script)
+		want := "warning: " + script + " is a script run by the shell " + sh
+		if r.code != 0 || !strings.Contains(r.stdout, "wrapped") || !strings.Contains(r.stderr, want) {
+			t.Errorf("exit %d stdout %q stderr %q; want the script to run and %q", r.code, r.stdout, r.stderr, want)
+		}
+		// A shell asked for by name is no surprise: no warning.
+		r = runNsgate(t, m, "run", "--quiet", "--", "/bin/sh", "-c", "echo plain")
+		if strings.Contains(r.stderr, "warning:") {
+			t.Errorf("sh as the command gave a warning: %q", r.stderr)
+		}
+	})
+}
