@@ -87,7 +87,7 @@ type Endpoint struct {
 	readMu sync.Mutex
 
 	// txq is the transmit queue and its writer goroutine; nil when
-	// writes are synchronous (endpointOptions.syncWrite).
+	// writes are synchronous (endpointConfig.syncWrite).
 	txq *txQueue
 	// wmu guards closed against synchronous writers (the callers of
 	// WritePackets when txq is nil): they hold it for reading while they
@@ -137,8 +137,9 @@ var (
 	_ stack.GSOEndpoint  = (*Endpoint)(nil)
 )
 
-// endpointOptions configure newEndpoint.
-type endpointOptions struct {
+// endpointConfig is what newEndpoint builds an Endpoint from: the
+// caller's EndpointOptions and what NewEndpoint found out about the device.
+type endpointConfig struct {
 	mtu      uint32
 	ethernet bool
 	mac      tcpip.LinkAddress
@@ -169,7 +170,7 @@ const (
 const copyBelow = bodySize / 2
 
 // newEndpoint wraps fd (not taken over: it is duplicated).
-func newEndpoint(fd int, o endpointOptions) (*Endpoint, error) {
+func newEndpoint(fd int, o endpointConfig) (*Endpoint, error) {
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("tun endpoint: dup: %w", err)

@@ -123,7 +123,7 @@ func ipv6Packet(n int) []byte {
 	return b
 }
 
-func mustEndpoint(t testing.TB, fd int, o endpointOptions) *Endpoint {
+func mustEndpoint(t testing.TB, fd int, o endpointConfig) *Endpoint {
 	t.Helper()
 	if o.mtu == 0 {
 		o.mtu = DefaultMTU
@@ -138,7 +138,7 @@ func mustEndpoint(t testing.TB, fd int, o endpointOptions) *Endpoint {
 
 func TestEndpointInbound(t *testing.T) {
 	ours, peer := socketpair(t)
-	e := mustEndpoint(t, ours, endpointOptions{})
+	e := mustEndpoint(t, ours, endpointConfig{})
 	s := newSink(16)
 	e.Attach(s)
 	for _, tc := range []struct {
@@ -181,7 +181,7 @@ func TestEndpointOutbound(t *testing.T) {
 
 func testOutbound(t *testing.T, sync bool) {
 	ours, peer := socketpair(t)
-	e := mustEndpoint(t, ours, endpointOptions{syncWrite: sync})
+	e := mustEndpoint(t, ours, endpointConfig{syncWrite: sync})
 	e.Attach(newSink(1))
 	for _, n := range []int{28, 1500, 65535} {
 		want := ipv4Packet(n, byte(n))
@@ -216,7 +216,7 @@ func testOutbound(t *testing.T, sync bool) {
 func TestEndpointEthernet(t *testing.T) {
 	ours, peer := socketpair(t)
 	own := tcpip.LinkAddress("\x02\x00\x00\x00\x00\x02")
-	e := mustEndpoint(t, ours, endpointOptions{ethernet: true, mac: own})
+	e := mustEndpoint(t, ours, endpointConfig{ethernet: true, mac: own})
 	if e.Capabilities()&stack.CapabilityResolutionRequired == 0 || e.MaxHeaderLength() != 14 {
 		t.Fatalf("a TAP endpoint must ask for link resolution and a 14-byte header")
 	}
@@ -262,7 +262,7 @@ func TestEndpointEthernet(t *testing.T) {
 // (the header travels in-band, as it does on an IFF_VNET_HDR device).
 func TestEndpointVnet(t *testing.T) {
 	ours, peer := socketpair(t)
-	e := mustEndpoint(t, ours, endpointOptions{vnet: true, offload: true})
+	e := mustEndpoint(t, ours, endpointConfig{vnet: true, offload: true})
 	if e.SupportedGSO() != stack.HostGSOSupported || e.GSOMaxSize() != gsoMaxSize {
 		t.Fatalf("offloads on: want host GSO up to %d", gsoMaxSize)
 	}
@@ -373,7 +373,7 @@ func TestEndpointVnet(t *testing.T) {
 
 func TestEndpointCloseWhileReading(t *testing.T) {
 	ours, _ := socketpair(t)
-	e, err := newEndpoint(ours, endpointOptions{mtu: 1500})
+	e, err := newEndpoint(ours, endpointConfig{mtu: 1500})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func TestEndpointCloseWhileReading(t *testing.T) {
 // must not read again.
 func TestEndpointDetachDoesNotWaitForDelivery(t *testing.T) {
 	ours, peer := socketpair(t)
-	e := mustEndpoint(t, ours, endpointOptions{})
+	e := mustEndpoint(t, ours, endpointConfig{})
 	s := newSink(4)
 	s.hold = make(chan struct{})
 	e.Attach(s)
@@ -469,7 +469,7 @@ func TestEndpointWriteDropsWhenFull(t *testing.T) {
 func testWriteDrops(t *testing.T, sync bool) {
 	ours, _ := socketpair(t) // the peer never reads
 	unix.SetsockoptInt(ours, unix.SOL_SOCKET, unix.SO_SNDBUF, 4096)
-	e := mustEndpoint(t, ours, endpointOptions{syncWrite: sync})
+	e := mustEndpoint(t, ours, endpointConfig{syncWrite: sync})
 	e.Attach(newSink(1))
 	for i := 0; i < 200; i++ {
 		var l stack.PacketBufferList
@@ -601,7 +601,7 @@ func TestTxQueueBackpressure(t *testing.T) {
 func TestEndpointBoundedUnderFlood(t *testing.T) {
 	ours, peer := socketpair(t)
 	unix.SetsockoptInt(ours, unix.SOL_SOCKET, unix.SO_RCVBUF, 256<<10)
-	e := mustEndpoint(t, ours, endpointOptions{})
+	e := mustEndpoint(t, ours, endpointConfig{})
 	s := &sink{delay: 200 * time.Microsecond}
 	e.Attach(s)
 
@@ -638,7 +638,7 @@ func TestEndpointBoundedUnderFlood(t *testing.T) {
 
 func TestEndpointMTUAndAddress(t *testing.T) {
 	ours, _ := socketpair(t)
-	e := mustEndpoint(t, ours, endpointOptions{mtu: 1500, ethernet: true})
+	e := mustEndpoint(t, ours, endpointConfig{mtu: 1500, ethernet: true})
 	e.SetMTU(9000)
 	if e.MTU() != 9000 {
 		t.Errorf("MTU = %d after SetMTU(9000)", e.MTU())
@@ -659,7 +659,7 @@ func TestEndpointMTUAndAddress(t *testing.T) {
 // TUN (no virtio-net header, no offloads).
 func TestNewEndpointOnSocket(t *testing.T) {
 	ours, _ := socketpair(t)
-	ep, err := NewEndpoint(ours, 1500, false, nil)
+	ep, err := NewEndpoint(ours, EndpointOptions{MTU: 1500})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -685,7 +685,7 @@ func BenchmarkReadDeliver(b *testing.B) {
 	for _, size := range []int{64, 1500, 16 << 10, 65000} {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
 			ours, peer := socketpair(b)
-			e := mustEndpoint(b, ours, endpointOptions{})
+			e := mustEndpoint(b, ours, endpointConfig{})
 			var n atomic.Int64
 			done := make(chan struct{})
 			target := int64(b.N)
@@ -718,7 +718,7 @@ func BenchmarkWritePackets(b *testing.B) {
 	for _, size := range []int{64, 1500, 65000} {
 		b.Run(fmt.Sprint(size), func(b *testing.B) {
 			ours, peer := socketpair(b)
-			e := mustEndpoint(b, ours, endpointOptions{})
+			e := mustEndpoint(b, ours, endpointConfig{})
 			var wg sync.WaitGroup
 			wg.Add(1)
 			stop := make(chan struct{})

@@ -135,11 +135,23 @@ func prefixToIPNet(p netip.Prefix) *net.IPNet {
 	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), bits)}
 }
 
-// NewEndpoint wraps a TUN (or TAP, when ethernet is true) descriptor in
-// nsgate's gVisor link endpoint (see Endpoint). mac is the TAP side's own
-// address (ignored for a TUN). The endpoint does not take ownership of fd:
-// it works on a duplicate, and the caller closes fd once the stack using
-// the endpoint has been closed.
+// EndpointOptions configure NewEndpoint.
+type EndpointOptions struct {
+	// MTU is the link MTU the gateway's stack is told (the device's own
+	// MTU is set on the worker's side, by Configure).
+	MTU uint32
+	// TAP says the descriptor is a TAP device: Ethernet frames, with ARP
+	// and neighbour discovery. False: a TUN device (IP packets).
+	TAP bool
+	// MAC is the gateway's own hardware address on a TAP device (frames
+	// to another unicast address are dropped); ignored for a TUN.
+	MAC net.HardwareAddr
+}
+
+// NewEndpoint wraps a TUN (or TAP, see EndpointOptions.TAP) descriptor in
+// nsgate's gVisor link endpoint (see Endpoint). The endpoint does not take
+// ownership of fd: it works on a duplicate, and the caller closes fd once
+// the stack using the endpoint has been closed.
 //
 // When fd's device carries virtio-net headers (IFF_VNET_HDR, which Open
 // sets), NewEndpoint turns on the device's checksum and segmentation
@@ -147,10 +159,10 @@ func prefixToIPNet(p netip.Prefix) *net.IPNet {
 // overrides that for measurements: "off" leaves every offload off, "csum"
 // enables checksum offload only, "tso" leaves UDP segmentation off. And
 // NSGATE_TUN_TXQUEUE=0 makes writes synchronous (no transmit queue).
-func NewEndpoint(fd int, mtu uint32, ethernet bool, mac net.HardwareAddr) (stack.LinkEndpoint, error) {
-	o := endpointOptions{mtu: mtu, ethernet: ethernet, syncWrite: os.Getenv("NSGATE_TUN_TXQUEUE") == "0"}
-	if ethernet && len(mac) == 6 {
-		o.mac = tcpipLinkAddress(mac)
+func NewEndpoint(fd int, opts EndpointOptions) (stack.LinkEndpoint, error) {
+	o := endpointConfig{mtu: opts.MTU, ethernet: opts.TAP, syncWrite: os.Getenv("NSGATE_TUN_TXQUEUE") == "0"}
+	if opts.TAP && len(opts.MAC) == 6 {
+		o.mac = tcpipLinkAddress(opts.MAC)
 	}
 	if flags, err := deviceFlags(fd); err == nil && flags&unix.IFF_VNET_HDR != 0 {
 		o.vnet = true

@@ -157,7 +157,7 @@ func TestTUNDevice(t *testing.T) {
 	for _, mtu := range []uint32{1500, DefaultMTU} {
 		t.Run(map[uint32]string{1500: "mtu1500", DefaultMTU: "mtu65520"}[mtu], func(t *testing.T) {
 			fd := openTestTUN(t, mtu)
-			ep, err := NewEndpoint(fd, mtu, false, nil)
+			ep, err := NewEndpoint(fd, EndpointOptions{MTU: mtu})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,7 +291,7 @@ func TestTUNFloodBounded(t *testing.T) {
 		return
 	}
 	fd := openTestTUN(t, DefaultMTU)
-	ep, err := NewEndpoint(fd, DefaultMTU, false, nil)
+	ep, err := NewEndpoint(fd, EndpointOptions{MTU: DefaultMTU})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -250,7 +250,7 @@ func (r *runner) run() int {
 	r.s.StopOnAuditFailure(func() { child.Signal(syscall.SIGKILL) }) // the audit fails closed
 	child.ExecListener = r.s.ExecAudit(plan)
 
-	link, err := tun.NewEndpoint(child.TunFD, uint32(r.f.mtu), false, nil)
+	link, err := tun.NewEndpoint(child.TunFD, tun.EndpointOptions{MTU: uint32(r.f.mtu)})
 	if err != nil {
 		return r.fail(err)
 	}

@@ -221,7 +221,7 @@ func startSlirp(e env, cfg slirp.Config, getenv func(string) string) (h *slirpHe
 	} else if h.tapFD, err = sandbox.OpenTAP(slirpTAPSpec(cfg)); err != nil {
 		return h, err
 	}
-	link, err := tun.NewEndpoint(h.tapFD, uint32(cfg.MTU), true, gatewayMAC(cfg.Gateway()))
+	link, err := tun.NewEndpoint(h.tapFD, tun.EndpointOptions{MTU: uint32(cfg.MTU), TAP: true, MAC: gatewayMAC(cfg.Gateway())})
 	if err != nil {
 		return h, err
 	}
