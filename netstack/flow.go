@@ -204,20 +204,19 @@ func (g *Gateway) countDecision(p *plan) {
 
 // endRecord writes the flow_end record of a relayed flow.
 func (g *Gateway) endRecord(seq uint64, res relay.Result, ms int64) {
-	g.stats.bytesOut.Add(uint64(res.AToB))
-	g.stats.bytesIn.Add(uint64(res.BToA))
+	g.stats.bytesOut.Add(uint64(res.ToUpstream))
+	g.stats.bytesIn.Add(uint64(res.ToWorker))
 	g.audit.Log(audit.FlowEnd{
 		FlowSeq:    seq,
-		BytesOut:   res.AToB,
-		BytesIn:    res.BToA,
+		BytesOut:   res.ToUpstream,
+		BytesIn:    res.ToWorker,
 		DurationMS: ms,
 		Error:      endError(res, g.closing.Load()),
 	})
 }
 
-// endError describes why a relay ended, for flow_end records. The worker
-// is side A of every relay, upstream side B. closing says the gateway is
-// shutting down, which aborts the stack's endpoints too.
+// endError describes why a relay ended, for flow_end records. closing says
+// the gateway is shutting down, which aborts the stack's endpoints too.
 func endError(res relay.Result, closing bool) string {
 	switch {
 	case res.Err == nil:
@@ -229,9 +228,9 @@ func endError(res relay.Result, closing bool) string {
 	}
 	msg := res.Err.Error()
 	switch res.Failed {
-	case relay.SideA:
+	case relay.SideWorker:
 		return "worker: " + msg
-	case relay.SideB:
+	case relay.SideUpstream:
 		return "upstream: " + msg
 	}
 	return msg

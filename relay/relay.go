@@ -1,5 +1,8 @@
-// Package relay copies bytes between two connections in both directions:
-// the worker's side of a flow and the upstream nsgate dialed for it.
+// Package relay copies bytes between the two sides of a flow, in both
+// directions: the worker's side (the connection from the sandboxed
+// program, e.g. the gateway's endpoint in gVisor) and the upstream side
+// (the connection nsgate dialed for it). Every function takes them in that
+// order, and Result and Side name them so.
 //
 // Copy is for streams (TCP): it propagates half-close with CloseWrite, ends
 // the relay after a period with no traffic in either direction, counts the
@@ -10,12 +13,13 @@
 //
 // Both use pooled buffers, so a relay allocates nothing per read, and a
 // direction takes its buffer only once its source is readable: an idle
-// relay holds no buffer and two parked goroutines, or one when side A is
-// a ReadableNotifier (see WaitReadable).
+// relay holds no buffer and two parked goroutines, or one when the
+// worker's side is a ReadableNotifier (see WaitReadable).
 //
-// CopyWith is Copy with options, among them a gate on the A→B direction:
-// the gate reads and judges the first bytes from A before any of them
-// reaches B, while B→A already flows (server-first protocols work).
+// CopyWith is Copy with options, among them a gate on the worker →
+// upstream direction: the gate reads and judges the worker's first bytes
+// before any of them reaches upstream, while upstream → worker already
+// flows (server-first protocols work).
 package relay
 
 import (
@@ -47,10 +51,6 @@ var (
 	packetBufs = sync.Pool{New: func() any { b := make([]byte, PacketBufferSize); return &b }}
 )
 
-// buffersTaken counts the buffers relays have taken from the pools, for
-// the test that an idle direction takes none.
-var buffersTaken atomic.Int64
-
 // GetPacketBuffer returns a pooled buffer of PacketBufferSize bytes. Give it
 // back with PutPacketBuffer once nothing refers to it.
 func GetPacketBuffer() *[]byte { return packetBufs.Get().(*[]byte) }
@@ -62,33 +62,35 @@ func PutPacketBuffer(b *[]byte) {
 	}
 }
 
-// Side names one of the two connections given to Copy or Packets.
+// Side names one of the two sides of a relay.
 type Side uint8
 
 const (
 	// SideNone: no connection failed (clean end, idle, or cancelled).
 	SideNone Side = iota
-	// SideA is the first connection argument.
-	SideA
-	// SideB is the second connection argument.
-	SideB
+	// SideWorker is the worker's side (the first connection argument).
+	SideWorker
+	// SideUpstream is the upstream side (the second connection argument).
+	SideUpstream
 )
 
-// String returns "a", "b" or "none".
+// String returns "worker", "upstream" or "none".
 func (s Side) String() string {
 	switch s {
-	case SideA:
-		return "a"
-	case SideB:
-		return "b"
+	case SideWorker:
+		return "worker"
+	case SideUpstream:
+		return "upstream"
 	}
 	return "none"
 }
 
 // Result is what a relay observed.
 type Result struct {
-	// AToB counts bytes read from a and written to b; BToA the reverse.
-	AToB, BToA int64
+	// ToUpstream counts bytes read from the worker's side and written
+	// upstream; ToWorker bytes read from upstream and written to the
+	// worker's side.
+	ToUpstream, ToWorker int64
 	// Err is the first error that ended the relay: nil when both
 	// directions reached EOF (streams), ErrIdle after the idle timeout,
 	// the context's error when ctx was cancelled, otherwise the failing
@@ -98,70 +100,81 @@ type Result struct {
 	Failed Side
 }
 
-// Copy relays between a and b until both directions are finished, one side
-// fails, nothing moves for idle (0: no idle timeout), or ctx is done. It
-// takes ownership of a and b and closes both before it returns; it blocks
-// until both copying goroutines have ended.
+// Copy relays between the worker's side and the upstream side until both
+// directions are finished, one side fails, nothing moves for idle (0: no
+// idle timeout), or ctx is done. It takes ownership of both connections
+// and closes both before it returns; it blocks until both copying
+// goroutines have ended.
 //
 // When one direction reads EOF, Copy half-closes the other connection's
 // write side if it has a CloseWrite method (*net.TCPConn, gonet.TCPConn and
 // *net.UnixConn do) and keeps the opposite direction running; a connection
 // without CloseWrite is closed instead, which ends the relay.
-func Copy(ctx context.Context, a, b net.Conn, idle time.Duration) Result {
-	return run(ctx, a, b, idle, false, nil, nil)
+func Copy(ctx context.Context, worker, upstream net.Conn, idle time.Duration) Result {
+	return run(ctx, worker, upstream, Options{Idle: idle}, false)
 }
 
-// A Gate judges the start of the A→B direction of CopyWith. It runs on
-// that direction's goroutine, after B→A has started, and reads from a
-// itself (WaitReadable lets it wait for data before taking a buffer). It
-// returns the bytes it read, to be written to b before the relay goes on,
-// or an error that ends the relay: Result.Err is then that error, with
-// Failed SideNone, and held bytes are dropped. A gate that refuses should
-// itself do what the refusal needs (reset a, say) before returning; the
-// relay then closes both connections.
+// A Gate judges the start of the worker → upstream direction of CopyWith.
+// It runs on that direction's goroutine, after upstream → worker has
+// started, and reads from the worker's side itself (WaitReadable lets it
+// wait for data before taking a buffer). It returns the bytes it read, to
+// be written upstream before the relay goes on, or an error that ends the
+// relay: Result.Err is then that error, with Failed SideNone, and held
+// bytes are dropped. A gate that refuses should itself do what the refusal
+// needs (reset the worker's connection, say) before returning; the relay
+// then closes both connections.
 //
-// A gate must return when a is closed (the relay closes it when B→A fails
-// or the whole flow idles out). It leaves a's read deadline cleared.
-type Gate func(a net.Conn) (held []byte, err error)
+// A gate must return when the worker's side is closed (the relay closes it
+// when upstream → worker fails or the whole flow idles out). It leaves the
+// worker's read deadline cleared.
+type Gate func(worker net.Conn) (held []byte, err error)
 
 // Options are the optional parts of CopyWith.
 type Options struct {
 	// Idle ends the relay when nothing moved either way for this long
 	// (0: never).
 	Idle time.Duration
-	// Gate, if set, runs first on the A→B direction (see Gate).
-	// Result.AToB counts the held bytes once written to b.
+	// Gate, if set, runs first on the worker → upstream direction (see
+	// Gate). Result.ToUpstream counts the held bytes once written
+	// upstream.
 	Gate Gate
-	// Go, if set, runs the B→A copying once b has data, on a goroutine
-	// of its choosing (a pool of goroutines whose stacks have grown):
-	// the goroutine that waited for b's first bytes stays parked, and
-	// small, until the relay ends. A relay that never moves a byte then
-	// never holds a grown stack.
+	// Go, if set, runs the upstream → worker copying once upstream has
+	// data, on a goroutine of its choosing (a pool of goroutines whose
+	// stacks have grown): the goroutine that waited for upstream's first
+	// bytes stays parked, and small, until the relay ends. A relay that
+	// never moves a byte then never holds a grown stack.
 	Go func(func())
+
+	// bufferTaken, if set, is called each time a direction takes a
+	// buffer from the pool: a hook for this package's tests, never set
+	// in production (nothing outside the package can set it).
+	bufferTaken func()
 }
 
 // CopyWith is Copy with Options.
-func CopyWith(ctx context.Context, a, b net.Conn, opts Options) Result {
-	return run(ctx, a, b, opts.Idle, false, opts.Gate, opts.Go)
+func CopyWith(ctx context.Context, worker, upstream net.Conn, opts Options) Result {
+	return run(ctx, worker, upstream, opts, false)
 }
 
-// Packets relays datagrams between two connected datagram connections (for
-// example a gonet.UDPConn and a connected *net.UDPConn) until one side
-// fails, nothing moves for idle (0: none), or ctx is done. Each Read is
-// written as one datagram. ECONNREFUSED and similar errors that a connected
-// UDP socket reports after an ICMP error are skipped, not fatal. It takes
-// ownership of a and b and closes both before it returns.
-func Packets(ctx context.Context, a, b net.Conn, idle time.Duration) Result {
-	return run(ctx, a, b, idle, true, nil, nil)
+// Packets relays datagrams between two connected datagram connections, the
+// worker's side (for example a gonet.UDPConn) and the upstream side (a
+// connected *net.UDPConn), until one side fails, nothing moves for idle
+// (0: none), or ctx is done. Each Read is written as one datagram.
+// ECONNREFUSED and similar errors that a connected UDP socket reports after
+// an ICMP error are skipped, not fatal. It takes ownership of both
+// connections and closes both before it returns.
+func Packets(ctx context.Context, worker, upstream net.Conn, idle time.Duration) Result {
+	return run(ctx, worker, upstream, Options{Idle: idle}, true)
 }
 
 // relay is the state shared by the two directions of one run.
 type relay struct {
-	a, b    net.Conn
-	idle    time.Duration
-	packets bool
-	start   time.Time
-	spawn   func(func()) // Options.Go
+	worker, upstream net.Conn
+	idle             time.Duration
+	packets          bool
+	start            time.Time
+	spawn            func(func()) // Options.Go
+	bufferTaken      func()       // Options.bufferTaken
 	// last is the time of the latest successful read or write in either
 	// direction, in nanoseconds since start.
 	last atomic.Int64
@@ -175,8 +188,8 @@ type relay struct {
 
 // ReadableNotifier is a connection that can call a function when it turns
 // readable, without a goroutine waiting for it. Copy and CopyWith use it
-// on side A so that a flow whose worker has not sent anything yet costs
-// one parked goroutine, not two.
+// on the worker's side so that a flow whose worker has not sent anything
+// yet costs one parked goroutine, not two.
 type ReadableNotifier interface {
 	// NotifyReadable arranges for f to be called once, on a goroutine of
 	// its own, when a Read would not block (as WaitReadable would
@@ -185,38 +198,48 @@ type ReadableNotifier interface {
 	NotifyReadable(f func()) (stop func() bool)
 }
 
-func run(ctx context.Context, a, b net.Conn, idle time.Duration, packets bool, gate Gate, spawn func(func())) Result {
-	r := &relay{a: a, b: b, idle: idle, packets: packets, start: time.Now(), spawn: spawn}
+func run(ctx context.Context, worker, upstream net.Conn, opts Options, packets bool) Result {
+	r := &relay{
+		worker: worker, upstream: upstream,
+		idle: opts.Idle, packets: packets, start: time.Now(),
+		spawn: opts.Go, bufferTaken: opts.bufferTaken,
+	}
+	gate := opts.Gate
 	stop := context.AfterFunc(ctx, func() { r.fail(ctx.Err(), SideNone) })
-	var aToB, bToA int64
-	if n, ok := a.(ReadableNotifier); ok && !packets {
-		// B→A on the caller's goroutine; A→B starts on a goroutine of
-		// its own once A has something to say. If B→A ends first (the
-		// server finished, or the flow failed or idled out) and A→B
-		// has not started, the caller's goroutine runs it.
+	var toUpstream, toWorker int64
+	if n, ok := worker.(ReadableNotifier); ok && !packets {
+		// Upstream → worker on the caller's goroutine; worker →
+		// upstream starts on a goroutine of its own once the worker
+		// has something to say. If upstream → worker ends first (the
+		// server finished, or the flow failed or idled out) and worker
+		// → upstream has not started, the caller's goroutine runs it.
 		done := make(chan struct{})
 		stopNotify := n.NotifyReadable(func() {
 			defer close(done)
-			aToB = r.pump(a, b, SideA, SideB, gate, false)
+			toUpstream = r.pump(worker, upstream, SideWorker, SideUpstream, gate, false)
 		})
-		bToA = r.pump(b, a, SideB, SideA, nil, true)
+		toWorker = r.pump(upstream, worker, SideUpstream, SideWorker, nil, true)
 		if stopNotify() {
-			aToB = r.pump(a, b, SideA, SideB, gate, false)
+			toUpstream = r.pump(worker, upstream, SideWorker, SideUpstream, gate, false)
 		} else {
 			<-done
 		}
 	} else {
-		// B→A on a new goroutine, A→B on the caller's.
+		// Upstream → worker on a new goroutine, worker → upstream on
+		// the caller's.
 		done := make(chan struct{})
-		go func() { defer close(done); bToA = r.pump(b, a, SideB, SideA, nil, true) }()
-		aToB = r.pump(a, b, SideA, SideB, gate, false)
+		go func() {
+			defer close(done)
+			toWorker = r.pump(upstream, worker, SideUpstream, SideWorker, nil, true)
+		}()
+		toUpstream = r.pump(worker, upstream, SideWorker, SideUpstream, gate, false)
 		<-done
 	}
 	stop()
 	r.closeBoth()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return Result{AToB: aToB, BToA: bToA, Err: r.err, Failed: r.failed}
+	return Result{ToUpstream: toUpstream, ToWorker: toWorker, Err: r.err, Failed: r.failed}
 }
 
 // fail records err (the first one wins) and closes both connections so the
@@ -240,10 +263,10 @@ func (r *relay) closeBoth() {
 	r.mu.Unlock()
 	// gonet's deadline timers outlive Close: clear them first, or each
 	// finished flow leaves one armed for the rest of the idle period.
-	r.a.SetDeadline(time.Time{})
-	r.b.SetDeadline(time.Time{})
-	r.a.Close()
-	r.b.Close()
+	r.worker.SetDeadline(time.Time{})
+	r.upstream.SetDeadline(time.Time{})
+	r.worker.Close()
+	r.upstream.Close()
 }
 
 func (r *relay) isClosed() bool {
@@ -347,7 +370,9 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 					}
 					bp = pool.Get().(*[]byte)
 					buf = *bp
-					buffersTaken.Add(1)
+					if r.bufferTaken != nil {
+						r.bufferTaken()
+					}
 				}
 			}
 			if buf != nil {

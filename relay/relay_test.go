@@ -41,8 +41,9 @@ func tcpPair(t testing.TB) (client, server *net.TCPConn) {
 	return c, s
 }
 
-// relayed sets up worker <-> [a relay b] <-> upstream over loopback TCP and
-// runs Copy in the background.
+// relayed sets up worker <-> [a relay b] <-> upstream over loopback TCP (a is
+// the relay's worker side, b its upstream side) and runs Copy in the
+// background.
 func relayed(t *testing.T, ctx context.Context, idle time.Duration) (worker, upstream *net.TCPConn, done <-chan Result) {
 	t.Helper()
 	worker, a := tcpPair(t)
@@ -83,7 +84,7 @@ func TestCopyHalfClose(t *testing.T) {
 		t.Fatalf("worker read %q, %v; want world! and EOF", got, err)
 	}
 	r := wait(t, done)
-	if r.Err != nil || r.Failed != SideNone || r.AToB != 5 || r.BToA != 6 {
+	if r.Err != nil || r.Failed != SideNone || r.ToUpstream != 5 || r.ToWorker != 6 {
 		t.Fatalf("result %+v; want clean end with 5/6 bytes", r)
 	}
 }
@@ -122,23 +123,23 @@ func TestCopyEnds(t *testing.T) {
 		},
 		{
 			name: "upstream-reset",
-			why:  "a reset from upstream is recorded as side b failing first",
+			why:  "a reset from upstream is recorded as the upstream side failing first",
 			idle: time.Minute,
 			act: func(t *testing.T, _ func(), _, upstream *net.TCPConn) {
 				upstream.SetLinger(0)
 				upstream.Close()
 			},
-			side: SideB,
+			side: SideUpstream,
 		},
 		{
 			name: "worker-reset",
-			why:  "a reset from the worker is recorded as side a failing first",
+			why:  "a reset from the worker is recorded as the worker's side failing first",
 			idle: time.Minute,
 			act: func(t *testing.T, _ func(), worker, _ *net.TCPConn) {
 				worker.SetLinger(0)
 				worker.Close()
 			},
-			side: SideA,
+			side: SideWorker,
 		},
 	}
 	for _, tc := range cases {
@@ -177,7 +178,7 @@ func TestCopyIdleCountsBothDirections(t *testing.T) {
 		}
 	}
 	r := wait(t, done)
-	if !errors.Is(r.Err, ErrIdle) || r.BToA != 8 {
+	if !errors.Is(r.Err, ErrIdle) || r.ToWorker != 8 {
 		t.Fatalf("result %+v; want idle end after 8 bytes", r)
 	}
 }
@@ -192,7 +193,7 @@ func TestCopyWithoutCloseWrite(t *testing.T) {
 	wk.Write([]byte("abc"))
 	wk.Close()
 	r := wait(t, done)
-	if r.Err != nil || r.AToB != 3 {
+	if r.Err != nil || r.ToUpstream != 3 {
 		t.Fatalf("result %+v; want clean end with 3 bytes", r)
 	}
 }
@@ -211,7 +212,7 @@ func TestCopyLarge(t *testing.T) {
 	upstream.CloseWrite()
 	io.ReadAll(worker)
 	r := wait(t, done)
-	if r.Err != nil || r.AToB != int64(len(payload)) {
+	if r.Err != nil || r.ToUpstream != int64(len(payload)) {
 		t.Fatalf("result %+v", r)
 	}
 }
@@ -291,8 +292,8 @@ func TestPacketsEcho(t *testing.T) {
 		t.Fatalf("result %+v; want idle end", r)
 	}
 	want := int64(1 + 1400 + 60000)
-	if r.AToB != want || r.BToA != want {
-		t.Fatalf("counts %d/%d, want %d each way", r.AToB, r.BToA, want)
+	if r.ToUpstream != want || r.ToWorker != want {
+		t.Fatalf("counts %d/%d, want %d each way", r.ToUpstream, r.ToWorker, want)
 	}
 }
 
@@ -321,7 +322,7 @@ func TestPacketsRefusedIsTransient(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	r := wait(t, done)
-	if !errors.Is(r.Err, ErrIdle) || r.AToB != 12 {
+	if !errors.Is(r.Err, ErrIdle) || r.ToUpstream != 12 {
 		t.Fatalf("result %+v; want idle end after 12 bytes relayed", r)
 	}
 }
@@ -345,23 +346,23 @@ func BenchmarkCopy(b *testing.B) {
 func TestCopyWithGate(t *testing.T) {
 	errRefused := errors.New("refused by gate")
 	cases := []struct {
-		name      string
-		why       string
-		verdict   error
-		wantAToB  int64
-		wantAtUp  string
-		wantErr   error
-		workerEOF bool
+		name           string
+		why            string
+		verdict        error
+		wantToUpstream int64
+		wantAtUp       string
+		wantErr        error
+		workerEOF      bool
 	}{
 		{
-			name:     "allow",
-			why:      "an accepting gate's held bytes reach B first, then the rest flows and is counted",
-			wantAToB: int64(len("hello world")),
-			wantAtUp: "hello world",
+			name:           "allow",
+			why:            "an accepting gate's held bytes reach upstream first, then the rest flows and is counted",
+			wantToUpstream: int64(len("hello world")),
+			wantAtUp:       "hello world",
 		},
 		{
 			name:    "deny",
-			why:     "a refusing gate ends the relay with its error and B gets none of the held bytes",
+			why:     "a refusing gate ends the relay with its error and upstream gets none of the held bytes",
 			verdict: errRefused,
 			wantErr: errRefused,
 		},
@@ -410,11 +411,11 @@ func TestCopyWithGate(t *testing.T) {
 			}
 			upstream.Close()
 			r := wait(t, done)
-			if r.AToB != tc.wantAToB || !errors.Is(r.Err, tc.wantErr) && (tc.wantErr != nil || r.Err != nil) {
-				t.Fatalf("%s: result %+v, want AToB %d err %v", tc.why, r, tc.wantAToB, tc.wantErr)
+			if r.ToUpstream != tc.wantToUpstream || !errors.Is(r.Err, tc.wantErr) && (tc.wantErr != nil || r.Err != nil) {
+				t.Fatalf("%s: result %+v, want ToUpstream %d err %v", tc.why, r, tc.wantToUpstream, tc.wantErr)
 			}
-			if r.BToA != int64(len("banner\n")) {
-				t.Fatalf("%s: BToA %d, want the banner's 7 bytes", tc.why, r.BToA)
+			if r.ToWorker != int64(len("banner\n")) {
+				t.Fatalf("%s: ToWorker %d, want the banner's 7 bytes", tc.why, r.ToWorker)
 			}
 		})
 	}
@@ -475,7 +476,8 @@ func TestWaitReadable(t *testing.T) {
 }
 
 // notifyConn is a TCP connection that is a ReadableNotifier (as the
-// gateway's worker side is), counting how A→B was started.
+// gateway's worker side is), counting how worker → upstream was
+// started.
 type notifyConn struct {
 	*net.TCPConn
 	notified, stopped atomic.Int32
@@ -516,7 +518,7 @@ func (c *notifyConn) NotifyReadable(f func()) func() bool {
 
 func TestCopyReadableNotifier(t *testing.T) {
 	t.Run("worker-first", func(t *testing.T) {
-		// The worker speaks: the notification starts A→B.
+		// The worker speaks: the notification starts worker → upstream.
 		worker, a := tcpPair(t)
 		b, upstream := tcpPair(t)
 		na := &notifyConn{TCPConn: a}
@@ -535,13 +537,13 @@ func TestCopyReadableNotifier(t *testing.T) {
 			t.Fatalf("worker got %q, want pong", got)
 		}
 		r := wait(t, done)
-		if r.Err != nil || r.AToB != 4 || r.BToA != 4 || na.notified.Load() != 1 {
+		if r.Err != nil || r.ToUpstream != 4 || r.ToWorker != 4 || na.notified.Load() != 1 {
 			t.Fatalf("result %+v notified %d; want a clean 4/4 relay started by the notification", r, na.notified.Load())
 		}
 	})
 	t.Run("server-finishes-first", func(t *testing.T) {
 		// The server answers and finishes before the worker says
-		// anything: the caller's goroutine takes over A→B, and the
+		// anything: the caller's goroutine takes over worker → upstream, and the
 		// worker's late bytes still arrive.
 		worker, a := tcpPair(t)
 		b, upstream := tcpPair(t)
@@ -559,7 +561,7 @@ func TestCopyReadableNotifier(t *testing.T) {
 			time.Sleep(time.Millisecond)
 		}
 		if na.stopped.Load() != 1 {
-			t.Fatal("the notification was not stopped after B→A ended")
+			t.Fatal("the notification was not stopped after upstream → worker ended")
 		}
 		worker.Write([]byte("late"))
 		worker.CloseWrite()
@@ -568,15 +570,16 @@ func TestCopyReadableNotifier(t *testing.T) {
 			t.Fatalf("upstream got %q, want the worker's late bytes", got)
 		}
 		r := wait(t, done)
-		if r.Err != nil || r.AToB != 4 || r.BToA != 3 {
+		if r.Err != nil || r.ToUpstream != 4 || r.ToWorker != 3 {
 			t.Fatalf("result %+v; want a clean 4/3 relay", r)
 		}
 	})
 }
 
 func TestCopyWithGoMovesCopyingOnceDataFlows(t *testing.T) {
-	// Options.Go takes over B→A's copying only when b has data: a relay
-	// that never moves a byte never asks for a goroutine.
+	// Options.Go takes over upstream → worker copying only when upstream
+	// has data: a relay that never moves a byte never asks for a
+	// goroutine.
 	cases := []struct {
 		name    string
 		why     string
@@ -609,8 +612,8 @@ func TestCopyWithGoMovesCopyingOnceDataFlows(t *testing.T) {
 			if gos.Load() != tc.wantGos {
 				t.Fatalf("%s: Go called %d times, want %d (result %+v)", tc.why, gos.Load(), tc.wantGos, r)
 			}
-			if tc.serve && r.BToA != 6 {
-				t.Fatalf("%s: BToA %d, want 6", tc.why, r.BToA)
+			if tc.serve && r.ToWorker != 6 {
+				t.Fatalf("%s: ToWorker %d, want 6", tc.why, r.ToWorker)
 			}
 			if !tc.serve && !errors.Is(r.Err, ErrIdle) {
 				t.Fatalf("%s: err %v, want the idle end", tc.why, r.Err)
@@ -621,8 +624,8 @@ func TestCopyWithGoMovesCopyingOnceDataFlows(t *testing.T) {
 
 func TestIdleDirectionTakesNoBuffer(t *testing.T) {
 	// A direction takes its buffer only once its source has data: a
-	// relay where nothing moves takes none, one where only B speaks
-	// takes one (B→A's), one where both speak takes two.
+	// relay where nothing moves takes none, one where only upstream speaks
+	// takes one (upstream → worker's), one where both speak takes two.
 	cases := []struct {
 		name         string
 		why          string
@@ -631,16 +634,17 @@ func TestIdleDirectionTakesNoBuffer(t *testing.T) {
 		want         int64
 	}{
 		{"silent", "nothing moves: no buffer at all", false, false, 0},
-		{"upstream-only", "only B→A moves: its buffer only", false, true, 1},
+		{"upstream-only", "only upstream → worker moves: its buffer only", false, true, 1},
 		{"both", "both directions move: a buffer each", true, true, 2},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			worker, a := tcpPair(t)
 			b, upstream := tcpPair(t)
-			before := buffersTaken.Load()
+			var taken atomic.Int64
+			opts := Options{Idle: 150 * time.Millisecond, bufferTaken: func() { taken.Add(1) }}
 			done := make(chan Result, 1)
-			go func() { done <- Copy(context.Background(), a, b, 150*time.Millisecond) }()
+			go func() { done <- CopyWith(context.Background(), a, b, opts) }()
 			if tc.upstreamSend {
 				upstream.Write([]byte("x"))
 			}
@@ -651,7 +655,7 @@ func TestIdleDirectionTakesNoBuffer(t *testing.T) {
 			if !errors.Is(r.Err, ErrIdle) {
 				t.Fatalf("%s: result %+v, want the idle end", tc.why, r)
 			}
-			if got := buffersTaken.Load() - before; got != tc.want {
+			if got := taken.Load(); got != tc.want {
 				t.Fatalf("%s: %d buffers taken, want %d", tc.why, got, tc.want)
 			}
 		})
