@@ -102,9 +102,9 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
-// keptWorkers bounds the idle goroutines the gateway keeps for per-flow
-// work (a few MiB of grown stacks at most).
-const keptWorkers = 64
+// keptGoroutines bounds the idle goroutines the gateway keeps for
+// per-flow work (a few MiB of grown stacks at most).
+const keptGoroutines = 64
 
 // Config configures a Gateway.
 type Config struct {
@@ -242,8 +242,8 @@ type Gateway struct {
 	// auditFailed is closed when the audit log has failed (auditgate.go).
 	auditFailed <-chan struct{}
 
-	// workers runs per-flow work on kept goroutines (workers.go).
-	workers *workers
+	// pool runs per-flow work on kept goroutines (goroutinepool.go).
+	pool *goroutinePool
 
 	// dnsSlots bounds DNS messages in flight (UDP and TCP connections).
 	dnsSlots chan struct{}
@@ -299,7 +299,7 @@ func New(cfg Config) (*Gateway, error) {
 		ctx:        ctx,
 		cancel:     cancel,
 		udpPending: make(map[stack.TransportEndpointID]struct{}),
-		workers:    newWorkers(keptWorkers),
+		pool:       newGoroutinePool(keptGoroutines),
 		dnsSlots:   make(chan struct{}, dnsMaxInFlight),
 	}
 	g.own = n.Local()
@@ -417,7 +417,7 @@ func (g *Gateway) build(cfg Config) error {
 	// gVisor calls the handler on a new goroutine per SYN; the work
 	// moves at once to a kept goroutine whose stack has already grown.
 	fwd := tcp.NewForwarder(s, tcpRcvWnd, 2*g.lim.MaxPendingDials+64, func(r *tcp.ForwarderRequest) {
-		g.workers.Go(func() { g.handleTCP(r) })
+		g.pool.Go(func() { g.handleTCP(r) })
 	})
 	s.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
 	s.SetTransportProtocolHandler(udp.ProtocolNumber, g.handleUDP)
@@ -456,7 +456,7 @@ func (g *Gateway) Close() error {
 	g.stack.Close()
 	g.cancel()
 	g.wg.Wait()
-	g.workers.Close()
+	g.pool.Close()
 	g.stack.Wait() // removes the NIC: detaches the link and waits for it
 	return nil
 }

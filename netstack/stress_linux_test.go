@@ -108,11 +108,11 @@ func TestManyFlowsAllEnd(t *testing.T) {
 	if ends != flows {
 		t.Fatalf("%d flow_end records for %d flows", ends, flows)
 	}
-	// What may stay: the kept idle workers, and the test server's
+	// What may stay: the kept idle goroutines, and the test server's
 	// goroutines still closing.
-	for runtime.NumGoroutine() > base+keptWorkers+8 {
+	for runtime.NumGoroutine() > base+keptGoroutines+8 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d goroutines after every flow ended, %d before (at most %d kept workers)", runtime.NumGoroutine(), base, keptWorkers)
+			t.Fatalf("%d goroutines after every flow ended, %d before (at most %d kept goroutines)", runtime.NumGoroutine(), base, keptGoroutines)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

@@ -30,7 +30,7 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 	// The relay runs on a new goroutine: this one's stack grew deep in
 	// the stack's handshake code, and an idle flow would keep it (a
 	// parked goroutine keeps its stack until a GC shrinks it), as it
-	// would a kept worker's. A new goroutine that waits starts, and
+	// would a kept goroutine's. A new goroutine that waits starts, and
 	// stays, small.
 	go func() {
 		defer g.wg.Done()
@@ -107,13 +107,13 @@ func (g *Gateway) openTCP(r *tcp.ForwarderRequest) (run func(), ok bool) {
 		return nil, false
 	}
 	r.Complete(false)
-	worker := newWorkerConn(&wq, ep, g.workers.Go)
+	worker := newWorkerConn(&wq, ep, g.pool.Go)
 	var gate relay.Gate
 	if pol := g.policy(); p.host != "" && pol != nil && (pol.VerifySNI() || pol.VerifyHost()) {
 		gate = g.gateL7(ep, &p, pol, seq)
 	}
 	return func() {
-		res := relay.CopyWith(g.ctx, worker, up, relay.Options{Idle: g.lim.TCPIdle, Gate: gate, Go: g.workers.Go})
+		res := relay.CopyWith(g.ctx, worker, up, relay.Options{Idle: g.lim.TCPIdle, Gate: gate, Go: g.pool.Go})
 		g.endRecord(seq, res, time.Since(start).Milliseconds())
 	}, true
 }
