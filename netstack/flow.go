@@ -53,14 +53,23 @@ func addrOf(a tcpip.Address) netip.Addr {
 	return ip
 }
 
-// decideOne asks the current policy about f; no policy denies.
+// decideOne asks the current policy about f, for a packet that is decided
+// as a flow but never becomes one (refuseMapped); a flow asks its own
+// snapshot (admission.decide).
 func (g *Gateway) decideOne(f policy.Flow) policy.Decision {
-	p := g.guardedPolicy()
+	return decideWith(g.guardedPolicy(), f)
+}
+
+// decideWith asks p about f; no policy denies.
+func decideWith(p *policy.Policy, f policy.Flow) policy.Decision {
 	if p == nil {
 		return policy.Decision{Verdict: policy.Deny, Rule: "default", Reason: "no policy loaded"}
 	}
 	return p.Decide(f)
 }
+
+// decide asks the flow's policy snapshot about f.
+func (a *admission) decide(f policy.Flow) policy.Decision { return decideWith(a.pol, f) }
 
 // guardedPolicy pairs a policy from Config.Policy with its WithLocal copy.
 type guardedPolicy struct{ src, p *policy.Policy }
@@ -84,35 +93,37 @@ func (g *Gateway) guardedPolicy() *policy.Policy {
 	return c.p
 }
 
-// classify takes the pure first step of a decision. For an IP flow it is
-// complete. For a flow to a fake address it checks the name alone and
-// reports needResolve when the name may be allowed: then resolve must run
-// before anything is dialed.
-func (g *Gateway) classify(proto policy.Proto, src, dst netip.AddrPort) (p plan, needResolve bool) {
-	p = plan{proto: proto, src: src, dst: dst}
-	if g.auditRefuses(&p) {
-		return p, false
+// classify takes the pure first step of the flow's decision, with its
+// snapshot. For an IP flow it is complete. For a flow to a fake address it
+// checks the name alone and sets needResolve when the name may be allowed:
+// then resolve must run before anything is dialed.
+func (a *admission) classify() {
+	p := &a.p
+	if a.g.auditRefuses(p) {
+		return
 	}
-	if g.names != nil {
-		if name, ok := g.names.NameOf(dst.Addr()); ok {
+	proto, dst := p.proto, p.dst
+	if names := a.g.names; names != nil {
+		if name, ok := names.NameOf(dst.Addr()); ok {
 			p.host = name
-			p.d = g.decideOne(policy.Flow{Proto: proto, Host: name, Port: dst.Port()})
-			return p, p.d.Verdict == policy.Allow
+			p.d = a.decide(policy.Flow{Proto: proto, Host: name, Port: dst.Port()})
+			a.needResolve = p.d.Verdict == policy.Allow
+			return
 		}
 	}
-	p.d = g.decideOne(policy.Flow{Proto: proto, Addr: dst.Addr(), Port: dst.Port()})
+	p.d = a.decide(policy.Flow{Proto: proto, Addr: dst.Addr(), Port: dst.Port()})
 	if p.d.Verdict == policy.Allow {
 		p.targets = []netip.AddrPort{dst}
 	}
-	return p, false
 }
 
 // resolve completes a name flow's plan: it resolves the name on the host
-// side, puts every answer through the policy and keeps those allowed as
-// targets. With none allowed the plan is a denial listing the refused
-// answers. It blocks on Names.Resolve until ctx is done.
-func (g *Gateway) resolve(ctx context.Context, p *plan) {
-	addrs, err := g.names.Resolve(ctx, p.host)
+// side, puts every answer through the flow's snapshot and keeps those
+// allowed as targets. With none allowed the plan is a denial listing the
+// refused answers. It blocks on Names.Resolve until ctx is done.
+func (a *admission) resolve(ctx context.Context) {
+	p := &a.p
+	addrs, err := a.g.names.Resolve(ctx, p.host)
 	if err != nil {
 		p.fail("resolve: %v", err)
 		return
@@ -123,10 +134,10 @@ func (g *Gateway) resolve(ctx context.Context, p *plan) {
 	}
 	var first policy.Decision
 	var allowed *policy.Decision
-	for _, a := range addrs {
-		d := g.decideOne(policy.Flow{Proto: p.proto, Host: p.host, Addr: a, Port: p.dst.Port()})
+	for _, addr := range addrs {
+		d := a.decide(policy.Flow{Proto: p.proto, Host: p.host, Addr: addr, Port: p.dst.Port()})
 		if d.Verdict == policy.Allow {
-			p.targets = append(p.targets, netip.AddrPortFrom(a, p.dst.Port()))
+			p.targets = append(p.targets, netip.AddrPortFrom(addr, p.dst.Port()))
 			if allowed == nil {
 				allowed = &d
 			}
@@ -135,7 +146,7 @@ func (g *Gateway) resolve(ctx context.Context, p *plan) {
 		if len(p.refused) == 0 {
 			first = d
 		}
-		p.refused = append(p.refused, a.String())
+		p.refused = append(p.refused, addr.String())
 	}
 	if allowed != nil {
 		p.d = *allowed

@@ -118,8 +118,11 @@ type Config struct {
 	MTU uint32
 	// Network is the address plan; zero means DefaultNetwork.
 	Network Network
-	// Policy returns the current policy; it is called once per new flow,
-	// typically an atomic.Pointer's Load. A nil result denies. The gateway
+	// Policy returns the current policy, typically an atomic.Pointer's
+	// Load. It is called once per new flow, and that one policy decides
+	// the flow, checks its resolved addresses and its first bytes (L7),
+	// and is the one its records come from: a reload while a flow is set
+	// up applies from the next flow on. A nil result denies. The gateway
 	// decides with the policy's WithLocal copy guarding Network.Local
 	// (its two prefixes and the fake-IP pools), made once per policy
 	// returned: whatever the policy allows, nothing there is dialled.

@@ -9,7 +9,6 @@ import (
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/l7"
-	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/relay"
 )
 
@@ -26,8 +25,10 @@ const l7Hold = 3 * time.Second
 // byte); it takes its buffer only when the worker has sent something. On
 // deny it resets the worker's connection and returns errL7Denied (an l7
 // record says why); on allow the relay sends the held bytes upstream.
-// flowSeq is the seq of the flow's record.
-func (g *Gateway) gateL7(ep tcpip.Endpoint, p *plan, pol *policy.Policy, flowSeq uint64) relay.Gate {
+// The checks asked for are those of the flow's policy snapshot (a.pol),
+// and the l7 record names the flow's record (a.seq).
+func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
+	p, pol, flowSeq := &a.p, a.pol, a.seq
 	return func(worker net.Conn) ([]byte, error) {
 		// Until the worker's first byte the relay's idle timeout applies
 		// (it closes the worker's side, which ends this wait): a

@@ -1,129 +1,77 @@
 package netstack
 
 import (
-	"context"
-	"time"
-
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
-	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/relay"
 )
 
 // handleUDP is the stack's handler for UDP datagrams that match no
 // endpoint: the first datagram of a new flow (per 5-tuple). It runs on the
-// link's delivery goroutine, so it never blocks: IP flows are decided
-// here; dialing, and resolving for name flows, happen on a goroutine of
-// their own, and datagrams for the same flow that arrive meanwhile are
-// dropped. A refused flow gets ICMP "administratively prohibited". It
-// always reports the datagram as handled, so gVisor never answers on its
-// own.
+// link's delivery goroutine, so it never blocks: it takes the admission's
+// steps that do not block (admit.go) here; resolving a name, dialing and
+// relaying happen on a goroutine of the flow's own, and datagrams for the
+// same flow that arrive meanwhile are dropped. A refused flow gets ICMP
+// "administratively prohibited". It always reports the datagram as
+// handled, so gVisor never answers on its own.
 func (g *Gateway) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer) bool {
 	if !g.udpValid(pkt) {
 		g.stats.malformed.Add(1)
 		return true
 	}
-	g.udpMu.Lock()
-	if _, pending := g.udpPending[id]; pending {
-		g.udpMu.Unlock()
+	if !g.pend(id) {
 		g.stats.dropped.Add(1)
 		return true
 	}
-	g.udpPending[id] = struct{}{}
-	g.udpMu.Unlock()
-	started := false
-	defer func() {
-		if !started {
-			g.unpend(id)
-		}
-	}()
-
 	src, dst := endpointAddrs(id)
-	p, needResolve := g.classify(policy.UDP, src, dst)
-	if p.d.Verdict != policy.Allow {
-		g.refuseUDP(&p, quoteOf(pkt))
+	a, ok := g.admit(policy.UDP, src, dst)
+	a.holdPending(id)
+	if !ok {
+		g.refuseUDP(a, quoteOf(pkt))
+		a.release()
 		return true
 	}
-	if !tryAcquire(&g.udpFlows, g.lim.MaxUDPFlows) {
-		p.fail("%s", limitReason("concurrent udp flows", g.lim.MaxUDPFlows))
-		g.stats.limitRefused.Add(1)
-		g.refuseUDP(&p, quoteOf(pkt))
-		return true
-	}
-	if !tryAcquire(&g.pendingDials, g.lim.MaxPendingDials) {
-		g.udpFlows.Add(-1)
-		p.fail("%s", limitReason("pending dials", g.lim.MaxPendingDials))
-		g.stats.limitRefused.Add(1)
-		g.refuseUDP(&p, quoteOf(pkt))
-		return true
-	}
-	if !g.enter() {
-		g.udpFlows.Add(-1)
-		g.pendingDials.Add(-1)
-		return true
-	}
-	started = true
 	quote := quoteOf(pkt)
-	clone := pkt.Clone()
-	go g.runUDP(id, clone, &p, needResolve, quote)
+	go g.runUDP(a, id, pkt.Clone(), quote)
 	return true
 }
 
-// runUDP dials and relays one allowed UDP flow. It owns pkt (the flow's
-// first datagram) and releases the flow's slots when done.
-func (g *Gateway) runUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer, p *plan, needResolve bool, quote []byte) {
-	defer g.wg.Done()
-	defer g.udpFlows.Add(-1)
+// runUDP connects and relays one admitted UDP flow. It owns pkt (the
+// flow's first datagram) and a, which it releases when done.
+func (g *Gateway) runUDP(a *admission, id stack.TransportEndpointID, pkt *stack.PacketBuffer, quote []byte) {
+	defer a.release()
 	defer pkt.DecRef()
-	defer g.unpend(id)
-
-	ctx, cancel := context.WithTimeout(g.ctx, g.lim.DialTimeout)
-	if needResolve {
-		g.resolve(ctx, p)
-	}
-	if !p.allowed() {
-		cancel()
-		g.pendingDials.Add(-1)
-		if p.reason != "" {
-			g.stats.dialFailed.Add(1)
-		}
-		g.refuseUDP(p, quote)
+	up, ok := a.connect("udp")
+	if !ok {
+		g.refuseUDP(a, quote)
 		return
 	}
-	up, target, err := g.dialAny(ctx, "udp", p)
-	cancel()
-	g.pendingDials.Add(-1)
-	if err != nil {
-		p.fail("dial: %v", err)
-		g.stats.dialFailed.Add(1)
-		g.refuseUDP(p, quote)
-		return
-	}
-
-	if g.auditRefuses(p) {
-		up.Close()
-		g.refuseUDP(p, quote)
-		return
-	}
-	g.countDecision(p)
-	seq := g.record(p, target)
-	start := time.Now()
 	var wq waiter.Queue
 	ep, terr := udp.NewForwarderRequest(g.stack, id, pkt).CreateEndpoint(&wq)
-	g.unpend(id)
+	a.unpend()
 	if terr != nil {
 		up.Close()
-		g.audit.Log(audit.FlowEnd{FlowSeq: seq, Error: "worker endpoint: " + tcpipError(terr).Error()})
+		a.abort("worker endpoint: " + tcpipError(terr).Error())
 		return
 	}
 	worker := gonet.NewUDPConn(&wq, ep)
-	res := relay.Packets(g.ctx, worker, up, g.lim.UDPIdle)
-	g.endRecord(seq, res, time.Since(start).Milliseconds())
+	a.end(relay.Packets(g.ctx, worker, up, g.lim.UDPIdle))
+}
+
+// pend notes that the flow id is being set up; false when it already is.
+func (g *Gateway) pend(id stack.TransportEndpointID) bool {
+	g.udpMu.Lock()
+	defer g.udpMu.Unlock()
+	if _, pending := g.udpPending[id]; pending {
+		return false
+	}
+	g.udpPending[id] = struct{}{}
+	return true
 }
 
 // unpend forgets that the flow id is being set up.
@@ -133,12 +81,12 @@ func (g *Gateway) unpend(id stack.TransportEndpointID) {
 	g.udpMu.Unlock()
 }
 
-// refuseUDP answers a refused flow's datagram with ICMP administratively
-// prohibited and records the refusal.
-func (g *Gateway) refuseUDP(p *plan, quote []byte) {
-	g.countDecision(p)
-	g.record(p, p.dst)
-	g.sendProhibited(p.src.Addr().Is6(), p.src.Addr(), quote)
+// refuseUDP records a refused flow and answers its datagram with ICMP
+// administratively prohibited (neither once the gateway is closing).
+func (g *Gateway) refuseUDP(a *admission, quote []byte) {
+	if a.refuse() {
+		g.sendProhibited(a.p.src.Addr().Is6(), a.p.src.Addr(), quote)
+	}
 }
 
 // udpValid checks a datagram's length and checksum before it can start a
