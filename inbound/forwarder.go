@@ -357,7 +357,9 @@ func (l *listener) relayTCP(c net.Conn, src netip.AddrPort) {
 		c.Close()
 		return
 	}
-	relay.Copy(f.ctx, c, g, f.o.TCPIdle)
+	// The worker's side is the connection through the gateway (g); the
+	// host client is the far end.
+	relay.Copy(f.ctx, g, c, f.o.TCPIdle)
 }
 
 // udpFlow is one client address's connection to the worker.
