@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/nsgate/nsgate/lab"
 	"github.com/nsgate/nsgate/probe"
 	"github.com/nsgate/nsgate/sandbox"
 )
@@ -136,8 +137,8 @@ var commands = []command{
 	{sandbox.JoinArg, func(env, []string) int { return sandbox.JoinMain() }, "", ""},
 	{guardExecArg, cmdGuardExec, "", ""},
 	// Hidden: what tests and the lab run as the worker.
-	{"__attack", cmdAttack, "", ""},
-	{"__browserworker", cmdBrowserWorker, "", ""},
+	{"__attack", func(e env, args []string) int { return lab.AttackMain(args, e.stdout, e.stderr) }, "", ""},
+	{"__browserworker", func(e env, args []string) int { return lab.BrowserWorkerMain(args, e.stdout, e.stderr) }, "", ""},
 	{"__probe", func(e env, args []string) int { return probe.Main(args, e.stdout, e.stderr) }, "", ""},
 	{"__guardprobe", func(e env, args []string) int { return probe.GuardMain(args, e.stdout, e.stderr) }, "", ""},
 }

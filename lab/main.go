@@ -1,4 +1,4 @@
-package main
+package lab
 
 import (
 	"context"
@@ -6,26 +6,38 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os/signal"
 	"strings"
 	"syscall"
 	"time"
-
-	"github.com/nsgate/nsgate/lab"
 )
+
+// The lab's two hidden commands, which nsgate runs as the worker: their
+// command lines are the lab's own protocol with its attacker, so they live
+// here; cmd/nsgate only lists them.
+
+// mainEnv carries a hidden command's output streams.
+type mainEnv struct{ stdout, stderr io.Writer }
+
+func (e mainEnv) errorf(format string, args ...any) {
+	fmt.Fprintf(e.stderr, "nsgate: "+format+"\n", args...)
+}
 
 // `nsgate __attack` (hidden) is the lab's attacker: it runs inside the
 // worker and tries every attempt of the catalogue, in pure Go, printing
-// one line per attempt (a JSON lab.Observation with --json). It exits 0
+// one line per attempt (a JSON Observation with --json). It exits 0
 // once every attempt has run, whatever they observed; 2 on usage errors.
 //
 //	nsgate __attack [--json] [--ca FILE] [--unix PATH] [--abstract @NAME] [--only IDS] [--timeout D]
 //	                [--token T] [--policy-file F] [--audit-file F] [--key-file F] [--work-dir D] [--rw-dir D]
 //	nsgate __attack --helper CMD ARGS...   (its own helper processes, and the lab's)
 
-func cmdAttack(e env, args []string) int {
+// AttackMain is `nsgate __attack ARGS...`; it returns the exit status.
+func AttackMain(args []string, stdout, stderr io.Writer) int {
+	e := mainEnv{stdout, stderr}
 	if len(args) > 0 && args[0] == "--helper" {
-		return lab.AttackHelper(args[1:], e.stdout, e.stderr)
+		return AttackHelper(args[1:], e.stdout, e.stderr)
 	}
 	fs := flag.NewFlagSet("nsgate __attack", flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
@@ -45,9 +57,9 @@ func cmdAttack(e env, args []string) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
-		return exitUsage
+		return 2
 	}
-	cfg := lab.AttackConfig{
+	cfg := AttackConfig{
 		CAFile:     *ca,
 		UnixPath:   *unixPath,
 		Abstract:   *abstract,
@@ -66,7 +78,7 @@ func cmdAttack(e env, args []string) int {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	enc := json.NewEncoder(e.stdout)
-	emit := func(o lab.Observation) {
+	emit := func(o Observation) {
 		if *asJSON {
 			enc.Encode(o)
 			return
@@ -77,12 +89,57 @@ func cmdAttack(e env, args []string) int {
 		}
 		fmt.Fprintf(e.stdout, "%-26s %-8s %s\n", o.ID, o.Observed, o.Detail)
 	}
-	if err := lab.Attack(ctx, cfg, emit); err != nil {
+	if err := Attack(ctx, cfg, emit); err != nil {
 		e.errorf("attack: %v", err)
 		if ctx.Err() != nil {
 			return 130
 		}
-		return exitUsage
+		return 2
 	}
 	return 0
+}
+
+// `nsgate __browserworker` (hidden) is the worker of `nsgate lab
+// --browser`: inside `nsgate run` it starts Chromium with its DevTools
+// port on the worker's 127.0.0.1:PORT and relays the worker's
+// 10.0.2.100:PORT (where --publish forwards) to it (BrowserWorker).
+// It exits with Chromium's status; 125 if it could not start, 2 on usage
+// errors.
+//
+//	nsgate __browserworker --chromium PATH [--port 9222] [--listen ADDR] -- CHROMIUM-ARGS...
+
+// BrowserWorkerMain is `nsgate __browserworker ARGS...`; it returns the
+// exit status.
+func BrowserWorkerMain(args []string, stdout, stderr io.Writer) int {
+	e := mainEnv{stdout, stderr}
+	fs := flag.NewFlagSet("nsgate __browserworker", flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	chromium := fs.String("chromium", "", "Chromium executable `PATH`")
+	port := fs.Int("port", 9222, "Chromium's DevTools `PORT` on 127.0.0.1, relayed from the same port of --listen's address")
+	listen := fs.String("listen", "", "relay listen `ADDR` (default "+GuestV4+":PORT)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *chromium == "" {
+		e.errorf("__browserworker: --chromium PATH is required")
+		return 2
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	code, err := BrowserWorker(ctx, BrowserWorkerConfig{
+		Chromium: *chromium,
+		Args:     fs.Args(),
+		Port:     *port,
+		Listen:   *listen,
+		Stdout:   e.stdout,
+		Stderr:   e.stderr,
+	})
+	if err != nil {
+		e.errorf("__browserworker: %v", err)
+		return 125
+	}
+	return code
 }
