@@ -344,3 +344,40 @@ func TestRunWarnsOfAShellInterpreter(t *testing.T) {
 		}
 	})
 }
+
+// TestViewPrivateDev: the worker's /dev holds only the usual devices,
+// /dev/pts, /dev/shm and the fd links, and is read-only: no other device
+// node of the host (a raw disk a root caller's worker could open) exists
+// for it.
+func TestViewPrivateDev(t *testing.T) {
+	host, err := os.ReadDir("/dev")
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := map[string]bool{"null": true, "zero": true, "full": true, "random": true, "urandom": true, "tty": true,
+		"ptmx": true, "pts": true, "shm": true, "fd": true, "stdin": true, "stdout": true, "stderr": true}
+	var others []string
+	for _, e := range host {
+		if !allowed[e.Name()] {
+			others = append(others, e.Name())
+		}
+	}
+	if len(others) == 0 {
+		t.Fatal("the host's /dev has nothing beyond the private /dev's entries: the test would show nothing")
+	}
+	forEachMode(t, func(t *testing.T, m mode) {
+		r := runNsgate(t, m, "run", "--", "/bin/sh", "-c",
+			`for f in /dev/* /dev/.[!.]*; do [ -e "$f" ] || [ -L "$f" ] && echo "entry ${f#/dev/}"; done
+echo x > /dev/null && echo null-writable
+(: > /dev/planted) 2>/dev/null || echo dev-read-only`)
+		if r.code != 0 || !strings.Contains(r.stdout, "null-writable") || !strings.Contains(r.stdout, "dev-read-only") {
+			t.Fatalf("exit %d stdout %q; want /dev/null writable and /dev read-only", r.code, r.stdout)
+		}
+		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			if name, ok := strings.CutPrefix(l, "entry "); ok && !allowed[name] {
+				t.Errorf("the worker's /dev has %q", name)
+			}
+		}
+		t.Logf("host /dev entries the worker does not see: %d (%s ...)", len(others), others[0])
+	})
+}

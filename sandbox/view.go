@@ -25,6 +25,10 @@ import (
 //     own paths;
 //   - Hide paths covered: a directory by an empty, read-only tmpfs that
 //     nobody may list, a file by an empty, unreadable file;
+//   - a private /dev: a read-only tmpfs holding only devDevices (bound
+//     from the host's), /dev/pts, /dev/shm and the usual links, so that no
+//     other device node (a raw disk a root caller's worker could open)
+//     exists for the worker;
 //   - /etc/resolv.conf replaced by ResolvConf.
 //
 // Every mount the worker can write to is noexec, nosuid and nodev. The
@@ -91,6 +95,19 @@ type ViewConfig struct {
 	ResolvConf string
 	// Cwd is the caller's working directory.
 	Cwd string
+}
+
+// devDir is the directory the view replaces with a private /dev.
+const devDir = "/dev"
+
+// devDevices are the device nodes (and /dev/pts) the private /dev holds,
+// bound from the host's /dev; the ones the host lacks are left out.
+var devDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"}
+
+// devLinks are the symbolic links of the private /dev.
+var devLinks = map[string]string{
+	"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0",
+	"/dev/stdout": "/proc/self/fd/1", "/dev/stderr": "/proc/self/fd/2",
 }
 
 // scratchDirs are the directories that become private tmpfs mounts, with
@@ -172,7 +189,7 @@ func PlanView(cfg ViewConfig) (View, error) {
 
 	// Places that are private to the worker: exec entries there are bound
 	// read-only from the host.
-	private := make([]string, 0, len(v.Scratch)+1)
+	private := []string{devDir}
 	for _, s := range v.Scratch {
 		private = append(private, s.Path)
 	}
@@ -248,6 +265,7 @@ func (v View) shows(p string) bool {
 			best, private = depth(place), isPrivate
 		}
 	}
+	consider(devDir, true)
 	for _, s := range v.Scratch {
 		consider(s.Path, true)
 	}

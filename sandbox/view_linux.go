@@ -86,6 +86,19 @@ func applyView(v *View) (degraded []string, err error) {
 	for _, s := range v.Scratch {
 		steps = append(steps, step{path: s.Path, tree: -1, mode: s.Mode})
 	}
+	// The private /dev: a tmpfs, and the device nodes bound into it.
+	steps = append(steps, step{path: devDir, tree: -1, mode: 0o755})
+	for _, d := range devDevices {
+		st, err := os.Stat(d)
+		if err != nil {
+			continue
+		}
+		t, err := cloneTree(d, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NOEXEC, 0) // not nodev: they are devices
+		if err != nil {
+			return nil, fmt.Errorf("device %s: %w", d, err)
+		}
+		steps = append(steps, step{path: d, tree: t, file: !st.IsDir()})
+	}
 
 	// 2. The host, read-only: every mount of the tree at once.
 	if !v.KeepHostWritable {
@@ -122,6 +135,18 @@ func applyView(v *View) (degraded []string, err error) {
 		}
 		unix.Close(s.tree)
 		s.tree = -1
+	}
+
+	// The private /dev's links, then it is made read-only (its device
+	// binds and /dev/shm are mounts of their own and keep their flags).
+	for link, target := range devLinks {
+		if err := os.Symlink(target, link); err != nil {
+			return nil, fmt.Errorf("private /dev: %w", err)
+		}
+	}
+	devRO := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_RDONLY}
+	if err := unix.MountSetattr(unix.AT_FDCWD, devDir, 0, &devRO); err != nil {
+		return nil, fmt.Errorf("private /dev read-only: %w", err)
 	}
 
 	// 5. Hidden paths, last, so that one inside a writable path stays
