@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"os"
-	"runtime"
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
@@ -24,68 +23,12 @@ func applyGuard(spec []byte, argv []string) (sandbox.GuardResult, error) {
 		return sandbox.GuardResult{}, fmt.Errorf("exec guard spec: %w", err)
 	}
 	cfg.Command = argv
-	plan, degraded, listener, err := restrictSelf(cfg)
+	plan, degraded, listener, err := guard.RestrictSelf(cfg)
 	if err != nil {
 		return sandbox.GuardResult{}, err
 	}
 	return sandbox.GuardResult{Path: plan.Path, Degraded: degraded, ExecListener: listener}, nil
 }
-
-// restrictSelf resolves cfg and restricts the calling process: Landlock
-// and seccomp (Plan.Apply), then the exec notifier. The caller must hand
-// the listener (nil under best effort without the notifier) to a process
-// that serves it before anything is executed.
-func restrictSelf(cfg guard.Config) (guard.Plan, []string, *os.File, error) {
-	plan, err := guard.Resolve(cfg)
-	if err != nil {
-		return guard.Plan{}, nil, nil, err
-	}
-	runtime.LockOSThread() // never unlocked: the thread is restricted
-	degraded, err := plan.Apply(cfg)
-	if err != nil {
-		return guard.Plan{}, nil, nil, err
-	}
-	listener, d, err := guard.InstallExecNotifier(cfg)
-	if err != nil {
-		return guard.Plan{}, nil, nil, err
-	}
-	return plan, append(degraded, d...), listener, nil
-}
-
-// guardPreflight checks, before any namespace exists, that the guard can be
-// enforced, so a missing layer is one clear line and exit 125 (fail closed).
-// Under best-effort it returns the layers that will be missing.
-func guardPreflight(bestEffort bool) ([]string, error) {
-	sup := guard.Probe()
-	var missing []string
-	var errs []error
-	for _, l := range []struct {
-		name string
-		ok   bool
-		why  string
-	}{
-		{guard.LayerLandlock, sup.LandlockABI > 0, sup.LandlockWhy},
-		{guard.LayerSeccomp, sup.Seccomp, sup.SeccompWhy},
-		{guard.LayerExecAudit, sup.ExecAudit, sup.ExecAuditWhy},
-	} {
-		if !l.ok {
-			missing = append(missing, l.name)
-			errs = append(errs, &guard.MissingLayerError{Layer: l.name, Why: l.why})
-		}
-	}
-	if len(errs) > 0 && !bestEffort {
-		return nil, errors.Join(errs...)
-	}
-	return missing, nil
-}
-
-// The guard child: nsgate re-executed with guardExecArg restricts itself
-// and executes the command in place (cmdGuardExec); guardSpecEnv carries
-// its guard.Config as JSON.
-const (
-	guardExecArg = "__guard-exec"
-	guardSpecEnv = "NSGATE_GUARD_SPEC"
-)
 
 // cmdGuard: nsgate guard [--exec-allow PATH]... [--audit FILE] -- COMMAND.
 // The exec/syscall guard alone, for a container whose network nsgate
@@ -130,7 +73,7 @@ func cmdGuard(e env, args []string) int {
 		e.errorf("guard: %v", err)
 		return exitFailure
 	}
-	missing, err := guardPreflight(cfg.BestEffort)
+	missing, err := guard.Preflight(cfg.BestEffort)
 	if err != nil {
 		e.errorf("guard: exec guard cannot be enforced: %v", err)
 		return exitFailure
@@ -152,5 +95,12 @@ func cmdGuard(e env, args []string) int {
 		e.errorf("guard: %v", err)
 		return exitFailure
 	}
-	return s.Close(superviseGuard(e, s, plan, cfg))
+	return s.Close(guard.Supervise(guard.SuperviseOptions{
+		Config:   cfg,
+		Plan:     plan,
+		Serve:    s.ExecAudit(plan),
+		Degraded: func(d string) { s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + d}) },
+		OnStart:  s.StopOnAuditFailure,
+		Stderr:   e.stderr,
+	}))
 }

@@ -11,6 +11,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/lab"
 	"github.com/nsgate/nsgate/probe"
 	"github.com/nsgate/nsgate/sandbox"
@@ -135,7 +136,7 @@ var commands = []command{
 	// Hidden: nsgate's own children.
 	{sandbox.InitArg, func(env, []string) int { return sandbox.InitMain(applyGuard) }, "", ""},
 	{sandbox.JoinArg, func(env, []string) int { return sandbox.JoinMain() }, "", ""},
-	{guardExecArg, cmdGuardExec, "", ""},
+	{guard.ChildArg, func(e env, _ []string) int { return guard.ChildMain(e.stderr) }, "", ""},
 	// Hidden: what tests and the lab run as the worker.
 	{"__attack", func(e env, args []string) int { return lab.AttackMain(args, e.stdout, e.stderr) }, "", ""},
 	{"__browserworker", func(e env, args []string) int { return lab.BrowserWorkerMain(args, e.stdout, e.stderr) }, "", ""},

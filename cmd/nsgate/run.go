@@ -157,7 +157,7 @@ func (r *runner) fail(err error) int {
 // run turns the flags into a session, starts the worker in its sandbox,
 // attaches the session to the worker's TUN and waits.
 func (r *runner) run() int {
-	degraded, err := guardPreflight(r.f.execGuard == "best-effort")
+	degraded, err := guard.Preflight(r.f.execGuard == "best-effort")
 	if err != nil {
 		r.e.errorf("exec guard cannot be enforced: %v", err)
 		return exitFailure

@@ -1,24 +1,70 @@
-package main
+package guard
 
 import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/nsgate/nsgate/audit"
-	"github.com/nsgate/nsgate/guard"
-	"github.com/nsgate/nsgate/session"
 )
 
-// superviseGuard starts the guard child, serves its exec notifier and
-// returns COMMAND's exit status (125 when the child could not start it).
-func superviseGuard(e env, s *session.Session, plan guard.Plan, cfg guard.Config) int {
+// `nsgate guard` is the exec and syscall guard alone, for a container whose
+// network nsgate already provides. The exec audit needs a process outside
+// the guard to answer the notifier (Landlock gives each thread of a
+// restricted Go process a domain of its own, and a thread may not read
+// /proc of a process in a sibling domain), so it is two processes: a small
+// supervisor (Supervise) and the guard child (ChildMain), which restricts
+// itself and executes the command in place.
+
+// ChildArg is the hidden first argument that makes nsgate the guard child;
+// cmd/nsgate dispatches it to ChildMain. guardChildSpecEnv carries the child's
+// Config as JSON.
+const (
+	ChildArg          = "__guard-exec"
+	guardChildSpecEnv = "NSGATE_GUARD_SPEC"
+)
+
+// exitFailure is the status of a supervisor or child that failed itself.
+const exitFailure = 125
+
+// SuperviseOptions are what Supervise runs and the hooks it calls.
+type SuperviseOptions struct {
+	// Config is the guard's configuration; Config.Command is run.
+	Config Config
+	// Plan is Resolve(Config), for the caller's exec audit.
+	Plan Plan
+	// Serve serves the child's exec notifier listener (it takes
+	// ownership); nil is an error if the child installs one.
+	Serve func(*os.File) error
+	// Degraded, when set, is told the layers the child could not apply.
+	Degraded func(layers string)
+	// OnStart, when set, is given a func that ends the child (e.g. to
+	// stop it when the audit log fails).
+	OnStart func(kill func())
+	// Stderr receives nsgate's own error lines.
+	Stderr io.Writer
+}
+
+// stderrEnv prints nsgate's error lines.
+type stderrEnv struct{ w io.Writer }
+
+func (e stderrEnv) errorf(format string, args ...any) {
+	fmt.Fprintf(e.w, "nsgate: "+format+"\n", args...)
+}
+
+// Supervise runs o.Config.Command as `nsgate guard` does: it re-executes
+// nsgate (os.Executable) as the guard child (ChildArg), which restricts
+// itself and passes back the exec notifier's listener, served at once by
+// o.Serve; it forwards signals, reaps orphans (when nsgate is PID 1 or a
+// subreaper) and returns the command's exit status as a shell would (125
+// when the child could not start it).
+func Supervise(o SuperviseOptions) int {
+	cfg, e := o.Config, stderrEnv{o.Stderr}
 	spec, err := json.Marshal(cfg)
 	if err != nil {
 		e.errorf("guard: %v", err)
@@ -44,8 +90,8 @@ func superviseGuard(e env, s *session.Session, plan guard.Plan, cfg guard.Config
 	defer signal.Stop(sigs)
 	// Like run, only the standard streams reach the command: nsgate marks
 	// every other inherited descriptor close-on-exec at start.
-	proc, err := os.StartProcess(self, []string{"nsgate-guard", guardExecArg}, &os.ProcAttr{
-		Env:   append(os.Environ(), guardSpecEnv+"="+string(spec)),
+	proc, err := os.StartProcess(self, []string{"nsgate-guard", ChildArg}, &os.ProcAttr{
+		Env:   append(os.Environ(), guardChildSpecEnv+"="+string(spec)),
 		Files: []*os.File{os.Stdin, os.Stdout, os.Stderr, childEnd}, // control socket: fd 3
 		Sys:   &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
@@ -54,14 +100,16 @@ func superviseGuard(e env, s *session.Session, plan guard.Plan, cfg guard.Config
 		e.errorf("guard: start: %v", err)
 		return exitFailure
 	}
-	s.StopOnAuditFailure(func() { proc.Signal(syscall.SIGKILL) })
+	if o.OnStart != nil {
+		o.OnStart(func() { proc.Signal(syscall.SIGKILL) })
+	}
 	go func() {
 		for s := range sigs {
 			proc.Signal(s)
 		}
 	}()
 
-	if err := receiveGuardChild(ctl, s.ExecAudit(plan), s.Log()); err != nil {
+	if err := receiveChild(ctl, o.Serve, o.Degraded); err != nil {
 		e.errorf("guard: %v", err)
 		proc.Kill()
 		reapUntil(proc.Pid)
@@ -70,9 +118,9 @@ func superviseGuard(e env, s *session.Session, plan guard.Plan, cfg guard.Config
 	return reapUntil(proc.Pid)
 }
 
-// receiveGuardChild reads the guard child's report: its listener (served
-// at once) and degraded layers, or why it failed.
-func receiveGuardChild(ctl *os.File, serve func(*os.File) error, log *audit.Logger) error {
+// receiveChild reads the guard child's report: its listener (served at
+// once) and degraded layers, or why it failed.
+func receiveChild(ctl *os.File, serve func(*os.File) error, degraded func(string)) error {
 	buf := make([]byte, 4096)
 	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := unix.Recvmsg(int(ctl.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
@@ -101,8 +149,12 @@ func receiveGuardChild(ctl *os.File, serve func(*os.File) error, log *audit.Logg
 		}
 		return fmt.Errorf("guard child: unexpected message %q", msg)
 	}
-	if d := strings.TrimSpace(rest); d != "" {
-		log.Log(audit.Policy{Action: "degraded", Error: "not in force: " + d})
+	if d := strings.TrimSpace(rest); d != "" && degraded != nil {
+		degraded(d)
+	}
+	if len(fds) == 1 && serve == nil {
+		unix.Close(fds[0])
+		return errors.New("the guard child installed an exec notifier but nothing serves it")
 	}
 	if len(fds) == 1 {
 		return serve(os.NewFile(uintptr(fds[0]), "nsgate-exec-listener"))
@@ -135,22 +187,24 @@ func reapUntil(pid int) int {
 	}
 }
 
-// cmdGuardExec is the guard child (see cmdGuard): it restricts itself,
-// sends "ok [DEGRADED]" with the exec listener over its control socket
-// (fd 3) or "err:WHY", and executes the command in place.
-func cmdGuardExec(e env, _ []string) int {
+// ChildMain is the guard child (nsgate run with ChildArg, see Supervise):
+// it restricts itself, sends "ok [DEGRADED]" with the exec listener over
+// its control socket (fd 3) or "err:WHY", and executes the command in
+// place. It returns only on failure.
+func ChildMain(stderr io.Writer) int {
+	e := stderrEnv{stderr}
 	const ctl = 3
 	unix.CloseOnExec(ctl)
 	fail := func(err error) int {
 		unix.Sendmsg(ctl, []byte("err:"+err.Error()), nil, nil, 0)
 		return exitFailure
 	}
-	var cfg guard.Config
-	if err := json.Unmarshal([]byte(os.Getenv(guardSpecEnv)), &cfg); err != nil {
+	var cfg Config
+	if err := json.Unmarshal([]byte(os.Getenv(guardChildSpecEnv)), &cfg); err != nil {
 		return fail(fmt.Errorf("guard spec: %w", err))
 	}
-	os.Unsetenv(guardSpecEnv)
-	plan, degraded, listener, err := restrictSelf(cfg)
+	os.Unsetenv(guardChildSpecEnv)
+	plan, degraded, listener, err := RestrictSelf(cfg)
 	if err != nil {
 		return fail(err)
 	}

@@ -1,0 +1,55 @@
+package guard
+
+import (
+	"errors"
+	"os"
+	"runtime"
+)
+
+// RestrictSelf resolves cfg and restricts the calling process: Landlock
+// and seccomp (Plan.Apply), then the exec notifier. The caller must hand
+// the listener (nil under best effort without the notifier) to a process
+// that serves it before anything is executed.
+func RestrictSelf(cfg Config) (Plan, []string, *os.File, error) {
+	plan, err := Resolve(cfg)
+	if err != nil {
+		return Plan{}, nil, nil, err
+	}
+	runtime.LockOSThread() // never unlocked: the thread is restricted
+	degraded, err := plan.Apply(cfg)
+	if err != nil {
+		return Plan{}, nil, nil, err
+	}
+	listener, d, err := InstallExecNotifier(cfg)
+	if err != nil {
+		return Plan{}, nil, nil, err
+	}
+	return plan, append(degraded, d...), listener, nil
+}
+
+// Preflight checks, before any namespace exists, that the guard can be
+// enforced, so a missing layer is one clear line and exit 125 (fail closed).
+// Under best-effort it returns the layers that will be missing.
+func Preflight(bestEffort bool) ([]string, error) {
+	sup := Probe()
+	var missing []string
+	var errs []error
+	for _, l := range []struct {
+		name string
+		ok   bool
+		why  string
+	}{
+		{LayerLandlock, sup.LandlockABI > 0, sup.LandlockWhy},
+		{LayerSeccomp, sup.Seccomp, sup.SeccompWhy},
+		{LayerExecAudit, sup.ExecAudit, sup.ExecAuditWhy},
+	} {
+		if !l.ok {
+			missing = append(missing, l.name)
+			errs = append(errs, &MissingLayerError{Layer: l.name, Why: l.why})
+		}
+	}
+	if len(errs) > 0 && !bestEffort {
+		return nil, errors.Join(errs...)
+	}
+	return missing, nil
+}
