@@ -73,6 +73,23 @@ const (
 	nsFlagsUnshare = nsFlagsClone | cloneNewTime
 )
 
+// File mode bits the worker may not set: a setuid or setgid program it
+// left in a --rw tree (nosuid only inside the sandbox) would give its uid
+// to anyone on the host who runs it afterwards.
+const modeSetID = 0o6000
+
+// Open flags that make open(2) and openat(2) create a file (x86 and arm64
+// values), so that their mode argument counts.
+const openCreates = 0o100 /* O_CREAT */ | 0o20000000 /* __O_TMPFILE */
+
+// modeCall is a call that sets a file's mode: the mode is argument mode;
+// for the open family (flags >= 0) only when the flags create a file.
+type modeCall struct {
+	name        string
+	nr          uint32
+	mode, flags int
+}
+
 // sysno names one system call of the native ABI.
 type sysno struct {
 	name string
@@ -94,6 +111,12 @@ type archSpec struct {
 	deny []sysno
 	// The calls whose arguments the filter inspects.
 	clone, clone3, unshare, socket, ioctl uint32
+	// modes are the calls that set a file's mode: refused (EPERM) when
+	// the mode has the setuid or setgid bit. openat2 carries its mode in
+	// a struct the filter cannot read and is refused with ENOSYS (libc
+	// falls back to openat).
+	modes   []modeCall
+	openat2 uint32
 	// The calls the exec notifier sends to user space.
 	execve, execveat, memfdCreate uint32
 }
@@ -114,7 +137,10 @@ type filterOptions struct {
 //   - socket(AF_PACKET|AF_VSOCK|AF_ALG): EPERM; socket(AF_UNIX) too unless
 //     allowUnix (socketpair(2) is never restricted);
 //   - ioctl(TIOCSTI|TIOCLINUX): EPERM;
-//   - unless allowUserns, clone and unshare with any CLONE_NEW* flag: EPERM.
+//   - unless allowUserns, clone and unshare with any CLONE_NEW* flag: EPERM;
+//   - chmod, fchmod, fchmodat(2), creat, mknod(at) and a creating
+//     open(at) whose mode has the setuid or setgid bit: EPERM; openat2:
+//     ENOSYS.
 func buildFilter(a *archSpec, o filterOptions) ([]bpf.Instruction, error) {
 	var p program
 	p.add(bpf.LoadAbsolute{Off: offArch, Size: 4})
@@ -129,6 +155,12 @@ func buildFilter(a *archSpec, o filterOptions) ([]bpf.Instruction, error) {
 		p.jeq(s.nr, "deny", "")
 	}
 	p.jeq(a.clone3, "enosys", "")
+	if a.openat2 != 0 {
+		p.jeq(a.openat2, "enosys", "")
+	}
+	for i, m := range a.modes {
+		p.jeq(m.nr, fmt.Sprintf("mode%d", i), "")
+	}
 	p.jeq(a.socket, "socket", "")
 	p.jeq(a.ioctl, "ioctl", "")
 	if !o.allowUserns {
@@ -165,6 +197,18 @@ func buildFilter(a *archSpec, o filterOptions) ([]bpf.Instruction, error) {
 		p.ret(seccompRetAllow)
 	}
 
+	for i, m := range a.modes {
+		p.label(fmt.Sprintf("mode%d", i))
+		if m.flags >= 0 {
+			p.add(bpf.LoadAbsolute{Off: argLo(m.flags), Size: 4})
+			p.jset(openCreates, "", "allow")
+		}
+		p.add(bpf.LoadAbsolute{Off: argLo(m.mode), Size: 4})
+		p.jset(modeSetID, "deny", "allow")
+	}
+
+	p.label("allow")
+	p.ret(seccompRetAllow)
 	p.label("deny")
 	p.ret(retEPERM)
 	p.label("enosys")

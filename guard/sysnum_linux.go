@@ -63,6 +63,8 @@ func nativeArch() *archSpec {
 		unshare:   unix.SYS_UNSHARE,
 		socket:    unix.SYS_SOCKET,
 		ioctl:     unix.SYS_IOCTL,
+		modes:     modeCalls,
+		openat2:   unix.SYS_OPENAT2,
 
 		execve:      unix.SYS_EXECVE,
 		execveat:    unix.SYS_EXECVEAT,
