@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // The worker's file system view: the host read-only but for --rw, private
@@ -378,6 +380,77 @@ echo x > /dev/null && echo null-writable
 				t.Errorf("the worker's /dev has %q", name)
 			}
 		}
+		// Its /dev/pts is its own: none of the host's terminals (the
+		// caller's other sessions; here one this test opens) is there to
+		// open.
+		ptmx, err := os.OpenFile("/dev/ptmx", os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ptmx.Close()
+		if err := unix.IoctlSetPointerInt(int(ptmx.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+			t.Fatal(err)
+		}
+		r = runNsgate(t, m, "run", "--", "/bin/sh", "-c", `for f in /dev/pts/*; do echo "pts ${f#/dev/pts/}"; done`)
+		if strings.TrimSpace(r.stdout) != "pts ptmx" {
+			t.Errorf("the worker's /dev/pts holds %q, want only ptmx", r.stdout)
+		}
 		t.Logf("host /dev entries the worker does not see: %d (%s ...)", len(others), others[0])
+	})
+}
+
+// TestViewProcSysReadOnly: the kernel's global settings stay out of the
+// worker's reach. A worker of a root caller is uid 0, and /proc/sys checks
+// only the uid: without the read-only bind it could set
+// kernel.core_pattern to run a program as root on the host.
+func TestViewProcSysReadOnly(t *testing.T) {
+	before, err := os.ReadFile("/proc/sys/kernel/core_pattern")
+	if err != nil {
+		t.Fatal(err)
+	}
+	forEachMode(t, func(t *testing.T, m mode) {
+		r := runNsgate(t, m, "run", "--", "/bin/sh", "-c",
+			`(echo '|/bin/false' > /proc/sys/kernel/core_pattern) 2>/dev/null && echo wrote-sysctl
+(echo 0 > /proc/sys/kernel/randomize_va_space) 2>/dev/null && echo wrote-aslr
+(echo h > /proc/sysrq-trigger) 2>/dev/null && echo wrote-sysrq
+echo 100 > /proc/self/oom_score_adj && echo own-proc-writable`)
+		after, _ := os.ReadFile("/proc/sys/kernel/core_pattern")
+		if string(after) != string(before) {
+			os.WriteFile("/proc/sys/kernel/core_pattern", before, 0o644)
+			t.Fatalf("the worker changed kernel.core_pattern to %q", after)
+		}
+		if strings.Contains(r.stdout, "wrote-") {
+			t.Errorf("the worker wrote a global kernel setting: %q", r.stdout)
+		}
+		if !strings.Contains(r.stdout, "own-proc-writable") {
+			t.Errorf("the worker's own /proc/self is not writable: %q", r.stdout)
+		}
+	})
+}
+
+// TestWorkerCannotSetID: a setuid or setgid file the worker left in a --rw
+// tree would give its uid to anyone on the host who runs it afterwards
+// (the nosuid of the worker's mount does not travel with the file).
+func TestWorkerCannotSetID(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		rw := hostDir(t, m)
+		r := runNsgate(t, m, "run", "--rw", rw, "--exec-allow", "/usr/bin/cp", "--exec-allow", "/usr/bin/chmod", "--", "/bin/sh", "-c",
+			`cp /bin/sh `+rw+`/suid && echo copied
+chmod 4755 `+rw+`/suid 2>/dev/null && echo setuid-set
+chmod 2755 `+rw+`/suid 2>/dev/null && echo setgid-set
+chmod 755 `+rw+`/suid && echo plain-chmod-ok`)
+		if !strings.Contains(r.stdout, "copied") || !strings.Contains(r.stdout, "plain-chmod-ok") {
+			t.Fatalf("exit %d stdout %q: the control did not work", r.code, r.stdout)
+		}
+		if strings.Contains(r.stdout, "-set") {
+			t.Errorf("the worker set a set-id bit: %q", r.stdout)
+		}
+		st, err := os.Stat(filepath.Join(rw, "suid"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+			t.Errorf("the file on the host is %v", st.Mode())
+		}
 	})
 }

@@ -26,7 +26,8 @@ import (
 //   - Hide paths covered: a directory by an empty, read-only tmpfs that
 //     nobody may list, a file by an empty, unreadable file;
 //   - a private /dev: a read-only tmpfs holding only devDevices (bound
-//     from the host's), /dev/pts, /dev/shm and the usual links, so that no
+//     from the host's), a devpts of its own, /dev/shm and the usual links,
+//     so that no
 //     other device node (a raw disk a root caller's worker could open)
 //     exists for the worker;
 //   - /etc/resolv.conf replaced by ResolvConf.
@@ -100,14 +101,17 @@ type ViewConfig struct {
 // devDir is the directory the view replaces with a private /dev.
 const devDir = "/dev"
 
-// devDevices are the device nodes (and /dev/pts) the private /dev holds,
-// bound from the host's /dev; the ones the host lacks are left out.
-var devDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts"}
+// devDevices are the device nodes the private /dev holds, bound from the
+// host's /dev; the ones the host lacks are left out. Its /dev/pts is a
+// devpts instance of its own (the host's would let the worker open the
+// caller's other terminals), with /dev/ptmx a link into it.
+var devDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
 // devLinks are the symbolic links of the private /dev.
 var devLinks = map[string]string{
 	"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0",
 	"/dev/stdout": "/proc/self/fd/1", "/dev/stderr": "/proc/self/fd/2",
+	"/dev/ptmx": "pts/ptmx",
 }
 
 // scratchDirs are the directories that become private tmpfs mounts, with

@@ -112,6 +112,8 @@ func applyView(v *View) (degraded []string, err error) {
 	// the worker's /proc/self files).
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		degraded = append(degraded, "proc")
+	} else if err := readOnlyProcPaths(); err != nil {
+		return nil, err
 	}
 
 	// 4. Scratch, home, binds: outer paths first, so a bind below a
@@ -137,8 +139,15 @@ func applyView(v *View) (degraded []string, err error) {
 		s.tree = -1
 	}
 
-	// The private /dev's links, then it is made read-only (its device
-	// binds and /dev/shm are mounts of their own and keep their flags).
+	// The private /dev's own terminals, its links, then it is made
+	// read-only (its device binds, pts and shm are mounts of their own and
+	// keep their flags).
+	if err := os.Mkdir(devDir+"/pts", 0o755); err != nil {
+		return nil, fmt.Errorf("private /dev: %w", err)
+	}
+	if err := unix.Mount("devpts", devDir+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+		return nil, fmt.Errorf("private /dev/pts: %w", err)
+	}
 	for link, target := range devLinks {
 		if err := os.Symlink(target, link); err != nil {
 			return nil, fmt.Errorf("private /dev: %w", err)
@@ -177,6 +186,35 @@ func applyView(v *View) (degraded []string, err error) {
 		}
 	}
 	return degraded, nil
+}
+
+// procReadOnly are the parts of a fresh /proc that reach beyond the
+// worker's own processes: the kernel's global settings (a worker of a root
+// caller is uid 0, and /proc/sys checks only the uid: kernel.core_pattern
+// would run a program as root on the host), the magic SysRq key, IRQ
+// affinities, the PCI bus, file-system knobs. They are bound read-only
+// onto themselves, as container runtimes do.
+var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus", "/proc/fs"}
+
+// readOnlyProcPaths binds each existing procReadOnly path read-only onto
+// itself.
+func readOnlyProcPaths() error {
+	for _, p := range procReadOnly {
+		st, err := os.Lstat(p)
+		if err != nil {
+			continue
+		}
+		t, err := cloneTree(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("read-only %s: %w", p, err)
+		}
+		err = unix.MoveMount(t, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
+		unix.Close(t)
+		if err != nil {
+			return fmt.Errorf("read-only %s: %w (a %v)", p, err, st.Mode().Type())
+		}
+	}
+	return nil
 }
 
 // stagingTmpfs returns a detached tmpfs mount (a descriptor of its root).
