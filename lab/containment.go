@@ -179,6 +179,38 @@ func containmentAttempts() []Attempt {
 			fsWriteEtc, func(h *hostEnv, at Attempt) HostResult {
 				return h.absent(filepath.Join("/etc", fsName(at.ID, h.Token)))
 			}),
+		view("fs-write-sysctl", "write kernel.core_pattern and /proc/sysrq-trigger through the worker's /proc (a root caller's worker is uid 0, which is all /proc/sys checks: a core pattern runs a program as root on the host)",
+			"the host's kernel.core_pattern does not name the attempt",
+			fsWriteSysctl, func(h *hostEnv, at Attempt) HostResult {
+				b, err := os.ReadFile("/proc/sys/kernel/core_pattern")
+				if err != nil {
+					return HostResult{Detail: "read core_pattern: " + err.Error()}
+				}
+				if strings.Contains(string(b), fsName(at.ID, h.Token)) {
+					os.WriteFile("/proc/sys/kernel/core_pattern", []byte("core\n"), 0o644)
+					return HostResult{Detail: "core_pattern was set by the worker: " + strings.TrimSpace(string(b))}
+				}
+				return HostResult{OK: true, Detail: "core_pattern is " + strings.TrimSpace(string(b))}
+			}),
+		view("fs-setid-rw", "leave a setuid and a setgid copy of a program in the --rw directory (chmod 4755, 2755; open O_CREAT with mode 4755): nosuid inside the sandbox, but not on the host",
+			"no file the attempt left in the --rw directory has a set-id bit",
+			fsSetID, func(h *hostEnv, at Attempt) HostResult {
+				p := filepath.Join(h.RW, fsName(at.ID, h.Token))
+				for _, f := range []string{p, p + ".open"} {
+					if st, err := os.Stat(f); err == nil && st.Mode()&(os.ModeSetuid|os.ModeSetgid) != 0 {
+						return HostResult{Detail: f + " is " + st.Mode().String()}
+					}
+				}
+				return HostResult{OK: true, Detail: "no set-id bit on " + p}
+			}),
+		{
+			ID: "fs-other-terminals", Category: "containment", Layer: LayerView,
+			Description: "open the caller's other terminals in /dev/pts (the lab holds one open on the host during the run) to read their keystrokes and write to their screens",
+			Expect:      Blocked, Audit: AuditNone,
+			HostCheck: "nothing to check on the host: the worker's /dev/pts, its own devpts with none of the host's terminals, is the evidence",
+			NoRecord:  noRecordFS,
+			run:       fsOtherTerminals,
+		},
 		{
 			ID: "fs-writable-exec-mount", Category: "containment", Layer: LayerView,
 			Description: "look through every mount of the view (/proc/self/mountinfo) for one that is writable without noexec, create a program there and exec it",

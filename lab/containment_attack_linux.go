@@ -814,3 +814,91 @@ func quickGET(addr, host string, timeout time.Duration) (string, error) {
 	}
 	return "", err
 }
+
+// fsWriteSysctl writes global kernel settings through the worker's /proc:
+// a root caller's worker is uid 0, and /proc/sys checks only the uid, so
+// kernel.core_pattern would run a program of the worker's choice as root
+// on the host at the next crash.
+func fsWriteSysctl(ctx context.Context, a *attacker) result {
+	var met refusals
+	for _, w := range []struct{ path, value string }{
+		{"/proc/sys/kernel/core_pattern", "|/bin/false " + fsName("fs-write-sysctl", a.cfg.Token)},
+		{"/proc/sysrq-trigger", "h"},
+	} {
+		f, err := os.OpenFile(w.path, os.O_WRONLY, 0)
+		if err == nil {
+			_, err = f.WriteString(w.value)
+			f.Close()
+			if err == nil {
+				return allowedf("wrote %s", w.path)
+			}
+		}
+		if !met.add("write "+w.path, err) {
+			return erroredf("write %s: %v", w.path, err)
+		}
+	}
+	return blockedf("%s", met)
+}
+
+// fsSetID leaves a setuid and a setgid copy of a program in the --rw
+// directory: the worker's mount is nosuid, but the host's is not, so
+// anyone on the host who ran it afterwards would get the worker's uid.
+func fsSetID(ctx context.Context, a *attacker) result {
+	dir, err := a.rwDir()
+	if err != nil {
+		return erroredf("%v", err)
+	}
+	p := filepath.Join(dir, fsName("fs-setid-rw", a.cfg.Token))
+	if err := copyFile("/proc/self/exe", p, 4096); err != nil {
+		return erroredf("copy a program to %s: %v", p, err)
+	}
+	var met refusals
+	for _, mode := range []uint32{0o4755, 0o2755} {
+		err := unix.Chmod(p, mode)
+		if err == nil {
+			return allowedf("chmod %o %s", mode, p)
+		}
+		if !met.add(fmt.Sprintf("chmod %o", mode), err) {
+			return erroredf("chmod %o %s: %v", mode, p, err)
+		}
+	}
+	q := p + ".open"
+	fd, err := unix.Open(q, unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_CLOEXEC, 0o4755)
+	if err == nil {
+		unix.Close(fd)
+		var st unix.Stat_t
+		if unix.Stat(q, &st) == nil && st.Mode&unix.S_ISUID != 0 {
+			return allowedf("created %s setuid", q)
+		}
+	} else if !met.add("create setuid", err) {
+		return erroredf("create %s: %v", q, err)
+	}
+	return blockedf("%s", met)
+}
+
+// fsOtherTerminals opens every terminal in /dev/pts: the host's devpts
+// would hold the caller's other sessions (the lab opens one before the
+// run), whose keystrokes the worker could read and whose screens it could
+// write.
+func fsOtherTerminals(ctx context.Context, a *attacker) result {
+	ents, err := os.ReadDir("/dev/pts")
+	if err != nil {
+		return blockedf("no /dev/pts: %v", err)
+	}
+	var seen []string
+	for _, e := range ents {
+		if e.Name() == "ptmx" {
+			continue
+		}
+		p := "/dev/pts/" + e.Name()
+		seen = append(seen, e.Name())
+		if fd, err := unix.Open(p, unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0); err == nil {
+			unix.Close(fd)
+			return allowedf("opened %s, a terminal that is not the worker's", p)
+		}
+	}
+	if len(seen) > 0 {
+		return blockedf("/dev/pts lists %s, none opens", strings.Join(seen, ", "))
+	}
+	return blockedf("/dev/pts holds only ptmx: the worker's own devpts, none of the host's terminals")
+}

@@ -25,6 +25,9 @@ var (
 	fsMmapExec           = notLinux
 	fsLdPreload          = notLinux
 	auditFill            = notLinux
+	fsWriteSysctl        = notLinux
+	fsSetID              = notLinux
+	fsOtherTerminals     = notLinux
 )
 
 func fsExec(id string, dir func(*attacker) (string, error)) func(context.Context, *attacker) result {

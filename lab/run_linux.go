@@ -446,6 +446,11 @@ type mainRun struct {
 // the worker's standard input.
 func runMain(ctx context.Context, cfg Config, args, env []string, cat []Attempt, onPartial func(Observation, *os.Process) string) (mainRun, error) {
 	var m mainRun
+	// A terminal of the caller's, open on the host during the run: the
+	// fs-other-terminals attempt must not find it.
+	if pty, err := openHostPTY(); err == nil {
+		defer pty.Close()
+	}
 	rctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	cmd := exec.CommandContext(rctx, cfg.Self, args...)
@@ -590,4 +595,18 @@ func firstLines(s string, n int) string {
 		lines = lines[:n]
 	}
 	return strings.Join(lines, " / ")
+}
+
+// openHostPTY opens a pseudo-terminal on the host (its /dev/pts entry
+// exists while the returned file is open).
+func openHostPTY() (*os.File, error) {
+	f, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.IoctlSetPointerInt(int(f.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
