@@ -36,8 +36,6 @@ const exitFailure = 125
 type SuperviseOptions struct {
 	// Config is the guard's configuration; Config.Command is run.
 	Config Config
-	// Plan is Resolve(Config), for the caller's exec audit.
-	Plan Plan
 	// Serve serves the child's exec notifier listener (it takes
 	// ownership); nil is an error if the child installs one.
 	Serve func(*os.File) error

@@ -14,7 +14,6 @@ const ChildArg = "__guard-exec"
 // SuperviseOptions are what Supervise runs (Linux only).
 type SuperviseOptions struct {
 	Config   Config
-	Plan     Plan
 	Serve    func(*os.File) error
 	Degraded func(layers string)
 	OnStart  func(kill func())

@@ -150,7 +150,7 @@ func TestNetwork(t *testing.T) {
 		DefaultPrefix4 != "10.0.2.0/24" || DefaultPrefix6 != "fd00::/64" {
 		t.Fatalf("test plan: %s %s %s %s %s %s %s %s", Gateway4, DNS4, Guest4, Gateway6, DNS6, Guest6, DefaultPrefix4, DefaultPrefix6)
 	}
-	if v4, v6 := FakePools(); v4.String() != "198.18.0.0/15" || v6.String() != "fd6e:7367:6174::/64" {
+	if v4, v6 := n.FakePool4(), n.FakePool6(); v4.String() != "198.18.0.0/15" || v6.String() != "fd6e:7367:6174::/64" {
 		t.Fatalf("fake pools %v %v", v4, v6)
 	}
 	d := n.WithDefaults()

@@ -107,6 +107,23 @@ const devDir = "/dev"
 // caller's other terminals), with /dev/ptmx a link into it.
 var devDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
+// WritePaths returns where the view lets the worker create, change and
+// remove files (the writable binds, the scratch directories, the home),
+// and where it may only write existing files (the devices of the private
+// /dev, its pts, and its own /proc): what the exec guard's Landlock write
+// rules grant.
+func (v View) WritePaths() (paths, devices []string) {
+	paths = append(paths, v.Writable...)
+	for _, s := range v.Scratch {
+		paths = append(paths, s.Path)
+	}
+	if v.Home != "" {
+		paths = append(paths, v.Home)
+	}
+	devices = append(append(devices, devDevices...), devDir+"/pts", "/proc")
+	return paths, devices
+}
+
 // devLinks are the symbolic links of the private /dev.
 var devLinks = map[string]string{
 	"/dev/fd": "/proc/self/fd", "/dev/stdin": "/proc/self/fd/0",

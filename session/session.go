@@ -223,13 +223,6 @@ func (s *Session) Attach(link stack.LinkEndpoint) error {
 	return nil
 }
 
-// Gateway returns the gateway (nil before Attach).
-func (s *Session) Gateway() *netstack.Gateway {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.gw
-}
-
 // Inbound returns the host-side forwarder to the worker's guest address,
 // audited, made on first use. It needs Attach first.
 func (s *Session) Inbound() *inbound.Forwarder {

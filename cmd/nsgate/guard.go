@@ -97,7 +97,6 @@ func cmdGuard(e env, args []string) int {
 	}
 	return s.Close(guard.Supervise(guard.SuperviseOptions{
 		Config:   cfg,
-		Plan:     plan,
 		Serve:    s.ExecAudit(plan),
 		Degraded: func(d string) { s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + d}) },
 		OnStart:  s.StopOnAuditFailure,

@@ -222,7 +222,8 @@ func (r *runner) run() int {
 	if err != nil {
 		return r.fail(err)
 	}
-	gcfg.Writes = workerWrites(view)
+	paths, devices := view.WritePaths()
+	gcfg.Writes = &guard.WriteRules{Paths: paths, Devices: devices}
 	if r.f.broken(breakFSReadOnly) {
 		view.KeepHostWritable = true
 	}
@@ -371,23 +372,4 @@ func (r *runner) view(plan guard.Plan) (sandbox.View, error) {
 		r.e.errorf("warning: %s", w)
 	}
 	return v, nil
-}
-
-// workerDevices are the files the worker may write without being able to
-// create or remove anything there: the character devices every program
-// expects, its terminal, and its own /proc.
-var workerDevices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty", "/dev/ptmx", "/dev/pts", "/proc"}
-
-// workerWrites are the exec guard's write rules for v: the places the view
-// makes writable, and the devices.
-func workerWrites(v sandbox.View) *guard.WriteRules {
-	w := &guard.WriteRules{Devices: workerDevices}
-	w.Paths = append(w.Paths, v.Writable...)
-	for _, s := range v.Scratch {
-		w.Paths = append(w.Paths, s.Path)
-	}
-	if v.Home != "" {
-		w.Paths = append(w.Paths, v.Home)
-	}
-	return w
 }
