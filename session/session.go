@@ -224,18 +224,22 @@ func (s *Session) Attach(link stack.LinkEndpoint) error {
 }
 
 // Inbound returns the host-side forwarder to the worker's guest address,
-// audited, made on first use. It needs Attach first.
+// audited, made on first use. Its connections reach the worker once Attach
+// has put the gateway on the link; before that (and after Close) they are
+// refused.
 func (s *Session) Inbound() *inbound.Forwarder {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fwds == nil {
-		gw := s.gw
 		s.fwds = inbound.New(inbound.Options{
 			Guest: s.cfg.Plan.Guest4(),
 			Audit: s.log,
 			Dial: func(ctx context.Context, proto string, a netip.AddrPort) (net.Conn, error) {
+				s.mu.Lock()
+				gw := s.gw
+				s.mu.Unlock()
 				if gw == nil {
-					return nil, errors.New("no gateway yet")
+					return nil, errors.New("the gateway is not attached (or already closed)")
 				}
 				return gw.DialGuest(ctx, proto, a)
 			},
