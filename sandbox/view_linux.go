@@ -200,8 +200,7 @@ var procReadOnly = []string{"/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/p
 // itself.
 func readOnlyProcPaths() error {
 	for _, p := range procReadOnly {
-		st, err := os.Lstat(p)
-		if err != nil {
+		if _, err := os.Lstat(p); err != nil {
 			continue
 		}
 		t, err := cloneTree(p, unix.MOUNT_ATTR_RDONLY|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV|unix.MOUNT_ATTR_NOEXEC, 0)
@@ -211,7 +210,7 @@ func readOnlyProcPaths() error {
 		err = unix.MoveMount(t, "", unix.AT_FDCWD, p, unix.MOVE_MOUNT_F_EMPTY_PATH)
 		unix.Close(t)
 		if err != nil {
-			return fmt.Errorf("read-only %s: %w (a %v)", p, err, st.Mode().Type())
+			return fmt.Errorf("read-only %s: %w", p, err)
 		}
 	}
 	return nil
