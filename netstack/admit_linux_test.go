@@ -353,8 +353,16 @@ allow:
 		c.Close()
 		t.Fatal("a flow was admitted though the audit log failed during its dial")
 	}
-	if tf, uf, _, _ := held(h.g); tf != 1 || uf != 1 {
-		t.Fatalf("%d tcp and %d udp flows held before Close, want the two open ones", tf, uf)
+	// The refused flow gives its slot back on its own goroutine, just after
+	// the worker saw the refusal: wait for it (bounded).
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		tf, uf, _, _ := held(h.g)
+		if tf == 1 && uf == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tcp and %d udp flows held before Close, want the two open ones", tf, uf)
+		}
 	}
 	closed := make(chan struct{})
 	go func() { h.g.Close(); close(closed) }()
