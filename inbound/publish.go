@@ -1,4 +1,4 @@
-package main
+package inbound
 
 import (
 	"fmt"
@@ -7,24 +7,14 @@ import (
 	"strings"
 )
 
-// publishSpec is one --publish [HOSTIP:]HOSTPORT:PORT[/tcp|/udp].
-type publishSpec struct {
-	Proto     string     // "tcp" or "udp"
-	Host      netip.Addr // listen address on the host side (default 127.0.0.1)
-	HostPort  uint16
-	GuestPort uint16
-}
-
-func (p publishSpec) String() string {
-	return fmt.Sprintf("%s:%d:%d/%s", p.Host, p.HostPort, p.GuestPort, p.Proto)
-}
-
-// parsePublish parses one --publish value. An IPv6 host address goes in
-// brackets: [::1]:8080:80.
-func parsePublish(s string) (publishSpec, error) {
-	p := publishSpec{Proto: "tcp", Host: netip.MustParseAddr("127.0.0.1")}
-	bad := func(why string) (publishSpec, error) {
-		return publishSpec{}, fmt.Errorf("--publish %q: %s (want [HOSTIP:]HOSTPORT:PORT[/tcp|/udp])", s, why)
+// ParsePublish parses one `nsgate run --publish` value,
+// [HOSTIP:]HOSTPORT:PORT[/tcp|/udp], into a Rule for the worker's address
+// (GuestAddr unset). The host address defaults to 127.0.0.1, the protocol
+// to tcp; an IPv6 host address goes in brackets: [::1]:8080:80.
+func ParsePublish(s string) (Rule, error) {
+	p := Rule{Proto: "tcp", HostAddr: netip.AddrFrom4([4]byte{127, 0, 0, 1})}
+	bad := func(why string) (Rule, error) {
+		return Rule{}, fmt.Errorf("--publish %q: %s (want [HOSTIP:]HOSTPORT:PORT[/tcp|/udp])", s, why)
 	}
 	rest := s
 	if i := strings.LastIndexByte(rest, '/'); i >= 0 {
@@ -45,7 +35,7 @@ func parsePublish(s string) (publishSpec, error) {
 		if err != nil || !a.Is6() || a.Zone() != "" {
 			return bad("bad IPv6 host address")
 		}
-		p.Host, rest = a, rest[end+2:]
+		p.HostAddr, rest = a, rest[end+2:]
 	}
 	parts := strings.Split(rest, ":")
 	switch len(parts) {
@@ -58,7 +48,7 @@ func parsePublish(s string) (publishSpec, error) {
 		if err != nil || !a.Is4() {
 			return bad("bad host address")
 		}
-		p.Host, parts = a, parts[1:]
+		p.HostAddr, parts = a, parts[1:]
 	default:
 		return bad("wrong number of fields")
 	}

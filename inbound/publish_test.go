@@ -1,6 +1,9 @@
-package main
+package inbound
 
-import "testing"
+import (
+	"fmt"
+	"testing"
+)
 
 func TestParsePublish(t *testing.T) {
 	for _, tc := range []struct {
@@ -19,15 +22,16 @@ func TestParsePublish(t *testing.T) {
 		{"unterminated bracket", "[::1:80:80", "", true},
 		{"IPv4 in brackets", "[127.0.0.1]:80:80", "", true},
 	} {
-		got, err := parsePublish(tc.in)
+		r, err := ParsePublish(tc.in)
+		got := fmt.Sprintf("%s:%d:%d/%s", r.HostAddr, r.HostPort, r.GuestPort, r.Proto)
 		if tc.err {
 			if err == nil {
-				t.Errorf("%s: parsePublish(%q) = %v, want an error", tc.why, tc.in, got)
+				t.Errorf("%s: ParsePublish(%q) = %v, want an error", tc.why, tc.in, r)
 			}
 			continue
 		}
-		if err != nil || got.String() != tc.want {
-			t.Errorf("%s: parsePublish(%q) = %v, %v; want %s", tc.why, tc.in, got, err, tc.want)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: ParsePublish(%q) = %v, %v; want %s", tc.why, tc.in, got, err, tc.want)
 		}
 	}
 }
