@@ -1,34 +1,14 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
-	"fmt"
 	"os"
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
-	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/session"
 )
-
-// applyGuard is handed to the sandbox init: it decodes the guard.Config
-// that run wrote, resolves the allowlist inside the worker's mount
-// namespace, restricts every thread of init (Landlock, seccomp) and
-// installs the exec notifier, whose listener init passes to nsgate.
-func applyGuard(spec []byte, argv []string) (sandbox.GuardResult, error) {
-	var cfg guard.Config
-	if err := json.Unmarshal(spec, &cfg); err != nil {
-		return sandbox.GuardResult{}, fmt.Errorf("exec guard spec: %w", err)
-	}
-	cfg.Command = argv
-	plan, degraded, listener, err := guard.RestrictSelf(cfg)
-	if err != nil {
-		return sandbox.GuardResult{}, err
-	}
-	return sandbox.GuardResult{Path: plan.Path, Degraded: degraded, ExecListener: listener}, nil
-}
 
 // cmdGuard: nsgate guard [--exec-allow PATH]... [--audit FILE] -- COMMAND.
 // The exec/syscall guard alone, for a container whose network nsgate

@@ -1,0 +1,341 @@
+// Package worker runs one untrusted program (the worker) the way `nsgate
+// run` does: in fresh user, network, mount and PID namespaces (sandbox),
+// with its file-system view planned (sandbox.PlanView) and its exec guard
+// resolved (guard), behind a gateway assembled by session on the worker's
+// TUN device. The command line only turns its flags into a Config; Run
+// does the rest and returns the exit status.
+//
+//	Run(cfg)
+//	  guard.Preflight          can Landlock and seccomp be enforced?
+//	  session.Open             policy, audit log, start record
+//	  guard.Resolve            the exec allowlist, for a clear error now
+//	  sandbox.PlanView         what the worker sees and may write
+//	  sandbox.Start            namespaces; init builds the view, the guard
+//	  tun.NewEndpoint          the worker's TUN, passed up by init
+//	  session.Attach           DNS and the gateway on that link
+//	  Inbound().Add            --publish forwards
+//	  child.Release, Wait      the worker runs; its status is the result
+//	  session.Close            exit record, audit head
+package worker
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/netip"
+	"os"
+	"os/signal"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/guard"
+	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/netplan"
+	"github.com/nsgate/nsgate/policy"
+	"github.com/nsgate/nsgate/sandbox"
+	"github.com/nsgate/nsgate/session"
+	"github.com/nsgate/nsgate/tun"
+)
+
+// ExitFailure is Run's status when nsgate itself failed (set-up, the audit
+// log): the worker's own statuses are passed through.
+const ExitFailure = 125
+
+// Break switches off enforcement layers, one at a time, so that tests and
+// `nsgate lab --break` can show a missing layer is noticed, or that another
+// layer holds alone. Nothing else sets it; a run with any of them set says
+// so on stderr and in its start record.
+type Break struct {
+	Metadata   bool // the cloud-metadata decision step
+	FSReadOnly bool // the read-only remount of the host
+	FSLandlock bool // Landlock's write rules
+}
+
+func (b Break) String() string {
+	var s []string
+	for _, l := range []struct {
+		on   bool
+		name string
+	}{{b.Metadata, "metadata"}, {b.FSReadOnly, "fs-readonly"}, {b.FSLandlock, "fs-landlock"}} {
+		if l.on {
+			s = append(s, l.name)
+		}
+	}
+	return strings.Join(s, ",")
+}
+
+// Config is one run. Session carries the gateway's part (policy, audit,
+// address plan, limits); Run fills in its Start record's argv, the reload
+// hook and the pcap writer.
+type Config struct {
+	Argv    []string
+	Session session.Config
+	// Pcap is a file to write a pcap of the worker's TUN to ("" none).
+	Pcap string
+	// Exec guard: programs the worker may run besides the policy's
+	// exec.allow, and what it may do beyond the defaults.
+	ExecAllow              []string
+	AllowUserns, AllowUnix bool
+	BestEffort             bool // start even if Landlock or seccomp is missing
+	// File-system view: --rw, --ro, --home.
+	Writable, ReadOnly []string
+	HomeDir            string
+	// Root maps the caller to uid 0 inside the sandbox.
+	Root bool
+	// Publish are inbound forwards from the host to the worker.
+	Publish []inbound.Rule
+	Break   Break
+	// Quiet: no "running without" line (the degraded record is written
+	// all the same).
+	Quiet bool
+	Stdio sandbox.Stdio
+}
+
+// run holds one Run while it lives.
+type run struct {
+	cfg     Config
+	stderr  io.Writer
+	s       *session.Session
+	child   *sandbox.Child
+	fs      policy.Filesystem // the policy's filesystem section at start
+	cleanup []func()          // after the session closed, last first
+}
+
+// Run starts cfg.Argv as the worker and returns its exit status (128+N
+// when a signal N ended it), or ExitFailure, after one line on stderr
+// naming the cause, when nsgate failed: set-up, or the audit log (which
+// fails closed: the worker is killed).
+func Run(cfg Config) int {
+	r := &run{cfg: cfg, stderr: cfg.Stdio.Stderr}
+	if r.stderr == nil {
+		r.stderr = os.Stderr
+	}
+	return r.run()
+}
+
+func (r *run) errorf(format string, args ...any) {
+	fmt.Fprintf(r.stderr, "nsgate: "+format+"\n", args...)
+}
+
+// fail says err (unless the audit log failed: then Close says that, the
+// cause) and ends the run with ExitFailure.
+func (r *run) fail(err error) int {
+	if r.s == nil || !r.s.AuditFailed() {
+		r.errorf("%v", err)
+	}
+	if r.child != nil {
+		r.child.Kill()
+	}
+	r.finish(ExitFailure)
+	return ExitFailure
+}
+
+func (r *run) run() int {
+	cfg := &r.cfg
+	degraded, err := guard.Preflight(cfg.BestEffort)
+	if err != nil {
+		r.errorf("exec guard cannot be enforced: %v", err)
+		return ExitFailure
+	}
+	if b := cfg.Break.String(); b != "" {
+		degraded = append(degraded, b+" (--unsafe-break)")
+		r.errorf("WARNING: the %s layer is switched off (--unsafe-break): this run is NOT safe", b)
+	}
+	// The pcap exists before the worker's view is built, so that the view
+	// hides it.
+	if cfg.Pcap != "" {
+		pf, err := os.OpenFile(cfg.Pcap, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		if err != nil {
+			return r.fail(fmt.Errorf("pcap: %w", err))
+		}
+		pw := bufio.NewWriterSize(pf, 1<<20)
+		cfg.Session.Pcap = pw
+		r.cleanup = append(r.cleanup, func() { pw.Flush(); pf.Close() })
+	}
+	scfg := cfg.Session
+	scfg.Reload = session.ReloadOnSIGHUP
+	scfg.OnReload = r.onReload
+	scfg.WithoutMetadataStep = cfg.Break.Metadata
+	scfg.Start.Argv = cfg.Argv
+	scfg.Start.PID = os.Getpid()
+	scfg.Start.Degraded = degraded
+	if r.s, err = session.Open(scfg); err != nil {
+		return r.fail(err)
+	}
+
+	gcfg := guard.Config{
+		Command:     cfg.Argv,
+		ExecAllow:   append(slices.Clone(cfg.ExecAllow), r.s.Policy().ExecAllow()...),
+		AllowUserns: cfg.AllowUserns,
+		AllowUnix:   cfg.AllowUnix,
+		BestEffort:  cfg.BestEffort,
+	}
+	// Resolved here for a clear error before any namespace exists; init
+	// resolves again in the worker's mount namespace and enforces that.
+	plan, err := guard.Resolve(gcfg)
+	if err != nil {
+		return r.fail(err)
+	}
+	for _, si := range plan.ShellInterpreters() {
+		// Said even with --quiet: it is about what the allowlist means.
+		r.errorf("warning: %s is a script run by the shell %s, so the worker may run that shell with any command line; to avoid it, run the program the script starts instead", si.Script, si.Shell)
+	}
+	view, err := r.view(plan)
+	if err != nil {
+		return r.fail(err)
+	}
+	paths, devices := view.WritePaths()
+	gcfg.Writes = &guard.WriteRules{Paths: paths, Devices: devices}
+	view.KeepHostWritable = cfg.Break.FSReadOnly
+	if cfg.Break.FSLandlock {
+		gcfg.Writes = nil
+	}
+	gspec, err := json.Marshal(gcfg)
+	if err != nil {
+		return r.fail(err)
+	}
+	spec := sandbox.Spec{
+		Argv:      cfg.Argv,
+		Root:      cfg.Root,
+		Iface:     Iface(scfg.Plan, scfg.MTU, scfg.IPv6),
+		View:      view,
+		Hostname:  "nsgate",
+		GuardSpec: gspec,
+	}
+	child, err := sandbox.Start(spec, cfg.Stdio)
+	if err != nil {
+		return r.fail(err)
+	}
+	r.child = child
+	r.cleanup = append(r.cleanup, func() { syscall.Close(child.TunFD) })
+	r.s.StopOnAuditFailure(func() { child.Signal(syscall.SIGKILL) }) // the audit fails closed
+	child.ExecListener = r.s.ExecAudit(plan)
+
+	link, err := tun.NewEndpoint(child.TunFD, tun.EndpointOptions{MTU: scfg.MTU})
+	if err != nil {
+		return r.fail(err)
+	}
+	if err := r.s.Attach(link); err != nil {
+		return r.fail(err)
+	}
+	for _, rule := range cfg.Publish {
+		if _, err := r.s.Inbound().Add(rule); err != nil {
+			return r.fail(fmt.Errorf("--publish %s: %w", rule.Listen(), err))
+		}
+	}
+
+	// SIGHUP is the session's (a reload); the rest go to the worker.
+	sigs := make(chan os.Signal, 8)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGQUIT)
+	defer signal.Stop(sigs)
+	go func() {
+		for sig := range sigs {
+			child.Signal(sig)
+		}
+	}()
+
+	d, err := child.Release()
+	if err != nil {
+		return r.fail(err)
+	}
+	if len(d) > 0 {
+		r.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + strings.Join(d, ", ")})
+		if !cfg.Quiet {
+			r.errorf("running without %s", strings.Join(d, ", "))
+		}
+	}
+	r.child = nil // it exits by itself now
+	return r.finish(child.Wait())
+}
+
+// onReload says when a reloaded policy's filesystem section differs from
+// the one the worker's view was built from.
+func (r *run) onReload(p *policy.Policy) {
+	if fs, err := p.Filesystem(os.Getenv("HOME")); err != nil || !slices.Equal(fs.Write, r.fs.Write) || !slices.Equal(fs.Hide, r.fs.Hide) {
+		r.errorf("reload: the filesystem section changed; the worker's view stays as it started, the new one applies to the next run")
+	}
+}
+
+// finish closes the session (exit record, head) and what the run opened
+// besides. It returns the exit status: code, or ExitFailure when the audit
+// log failed.
+func (r *run) finish(code int) int {
+	if r.s != nil {
+		code = r.s.Close(code)
+	}
+	for i := len(r.cleanup) - 1; i >= 0; i-- {
+		r.cleanup[i]()
+	}
+	return code
+}
+
+// Iface is the worker's TUN device on plan.
+func Iface(plan netplan.Plan, mtu uint32, ipv6 bool) tun.Iface {
+	ifc := tun.Iface{Name: "tun0", MTU: mtu, Addrs: []netip.Prefix{plan.GuestPrefix4()}, Gateways: []netip.Addr{plan.Gateway4()}}
+	if ipv6 {
+		ifc.Addrs = append(ifc.Addrs, plan.GuestPrefix6())
+		ifc.Gateways = append(ifc.Gateways, plan.Gateway6())
+	}
+	return ifc
+}
+
+// view plans the worker's file system: the host read-only but for --rw
+// and the policy's filesystem.write, private scratch directories and home
+// (or --home), and nsgate's own files hidden.
+func (r *run) view(plan guard.Plan) (sandbox.View, error) {
+	cfg, scfg := &r.cfg, &r.cfg.Session
+	var own []string
+	for _, p := range []string{scfg.PolicyPath, scfg.AuditKey, cfg.Pcap} {
+		if p != "" {
+			own = append(own, p)
+		}
+	}
+	if scfg.AuditPath != "" && scfg.AuditPath != "-" {
+		own = append(own, scfg.AuditPath, scfg.AuditPath+".head")
+	}
+	fs, err := r.s.Policy().Filesystem(os.Getenv("HOME"))
+	if err != nil {
+		return sandbox.View{}, fmt.Errorf("policy %s: %w", scfg.PolicyPath, err)
+	}
+	r.fs = fs
+	cwd, _ := os.Getwd()
+	v, err := sandbox.PlanView(sandbox.ViewConfig{
+		Writable:   append(slices.Clone(cfg.Writable), fs.Write...),
+		Hide:       fs.Hide,
+		ReadOnly:   cfg.ReadOnly,
+		Home:       os.Getenv("HOME"),
+		HomeDir:    cfg.HomeDir,
+		UID:        os.Getuid(),
+		Exec:       plan.Allow,
+		Own:        own,
+		ResolvConf: scfg.Plan.ResolvConf(scfg.IPv6),
+		Cwd:        cwd,
+	})
+	if err != nil {
+		return sandbox.View{}, fmt.Errorf("run: %w", err)
+	}
+	for _, w := range v.Warnings {
+		r.errorf("warning: %s", w)
+	}
+	return v, nil
+}
+
+// ApplyGuard is the guard of the sandbox's init (sandbox.InitMain): it
+// decodes the guard.Config that Run wrote, resolves the allowlist inside
+// the worker's mount namespace, restricts every thread of init (Landlock, seccomp) and
+// installs the exec notifier, whose listener init passes to nsgate.
+func ApplyGuard(spec []byte, argv []string) (sandbox.GuardResult, error) {
+	var cfg guard.Config
+	if err := json.Unmarshal(spec, &cfg); err != nil {
+		return sandbox.GuardResult{}, fmt.Errorf("exec guard spec: %w", err)
+	}
+	cfg.Command = argv
+	plan, degraded, listener, err := guard.RestrictSelf(cfg)
+	if err != nil {
+		return sandbox.GuardResult{}, err
+	}
+	return sandbox.GuardResult{Path: plan.Path, Degraded: degraded, ExecListener: listener}, nil
+}
