@@ -1,7 +1,7 @@
 package sandbox
 
 // This file holds the plain-data side of the pieces that serve
-// `nsgate slirp4netns` (cmd/nsgate/slirp4netns.go): opening a TAP device
+// `nsgate slirp4netns` (podnet/): opening a TAP device
 // inside another process's namespaces (OpenTAP, join_linux.go) and
 // confining nsgate's own process (Confine, confine_linux.go).
 

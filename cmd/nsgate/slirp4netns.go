@@ -1,19 +1,16 @@
 package main
 
 import (
-	"errors"
 	"fmt"
-	"net"
+	"io"
 	"net/netip"
 	"os"
-	"os/signal"
-	"path/filepath"
-	"strconv"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/podnet"
 	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/session"
 	"github.com/nsgate/nsgate/slirp"
@@ -30,19 +27,9 @@ import (
 // signals readiness on the ready fd and exits when the exit fd hangs up.
 // See docs/podman.md.
 
-// Environment of the Podman helper (SPEC §10; docs/podman.md).
-const (
-	envPolicy   = "NSGATE_POLICY"
-	envAuditDir = "NSGATE_AUDIT_DIR"
-	// envAuditKey names an HMAC key file: every audit record gets a mac.
-	envAuditKey = "NSGATE_AUDIT_KEY"
-	// envOwnMountNS marks the copy of the helper that
-	// sandbox.RunInOwnMountNS started in a fresh mount namespace.
-	envOwnMountNS = "NSGATE_SLIRP4NETNS_MOUNTNS"
-)
-
-// systemPolicy is the last place the helper looks for a policy.
-const systemPolicy = "/etc/nsgate/policy.yaml"
+// envOwnMountNS marks the copy of the helper that sandbox.RunInOwnMountNS
+// started in a fresh mount namespace.
+const envOwnMountNS = "NSGATE_SLIRP4NETNS_MOUNTNS"
 
 func cmdSlirp4netns(e env, args []string) int {
 	cfg, err := slirp.ParseArgs(args)
@@ -77,53 +64,63 @@ func cmdSlirp4netns(e env, args []string) int {
 	for _, w := range cfg.Warnings {
 		fmt.Fprintln(e.stdout, w)
 	}
-	h, err := startSlirp(e, cfg, os.Getenv)
+	dial, err := session.BoundDialer(cfg.OutboundAddr, cfg.OutboundAddr6)
 	if err != nil {
-		if h.s == nil || !h.s.AuditFailed() { // else close printed the cause
+		fmt.Fprintf(e.stderr, "nsgate slirp4netns: %v\n", err)
+		return slirp.ExitFailure
+	}
+	pc := slirpConfig(e, cfg, os.Getenv)
+	pc.Session.Dial = dial
+	h, err := podnet.Start(pc)
+	if err != nil {
+		if !h.AuditFailed() { // else the session said the cause
 			fmt.Fprintf(e.stderr, "nsgate slirp4netns: %v\n", err)
 		}
 		return slirp.ExitFailure
 	}
-	return h.serve()
+	return h.Serve(nil)
 }
 
-// slirpPolicyPath returns the Podman helper's policy file (SPEC §10):
-// $NSGATE_POLICY, else $XDG_CONFIG_HOME/nsgate/policy.yaml ($HOME/.config
-// when XDG_CONFIG_HOME is unset), else /etc/nsgate/policy.yaml, else ""
-// for deny-all. $NSGATE_POLICY is taken as given (a missing file is then an
-// error); the other two are used only if they exist.
-func slirpPolicyPath(getenv func(string) string, exists func(string) bool) string {
-	if p := getenv(envPolicy); p != "" {
-		return p
+// slirpConfig turns slirp4netns's command line into the helper's Config.
+func slirpConfig(e env, cfg slirp.Config, getenv func(string) string) podnet.Config {
+	pc := podnet.Config{
+		Session: session.Config{
+			PolicyPath: podnet.PolicyPath(getenv, podnet.FileExists),
+			// SIGHUP ends the helper, as it ends slirp4netns; a new
+			// policy applies to the next container.
+			Reload:    session.NoReload,
+			AuditPath: podnet.AuditPath(getenv, cfg.NetnsName()),
+			AuditKey:  getenv(podnet.EnvAuditKey),
+			Stderr:    e.stderr,
+			Stopped:   "the container's network was stopped",
+			Start:     audit.Start{Version: versionString(), Argv: os.Args, PID: os.Getpid()},
+			Plan:      cfg.Plan(),
+			IPv6:      cfg.IPv6,
+			MTU:       uint32(cfg.MTU),
+			NoDNS:     cfg.DisableDNS,
+		},
+		TAP:         slirpTAPSpec(cfg),
+		TapFD:       -1,
+		MAC:         podnet.GatewayMAC(cfg.Gateway()),
+		ReadyFD:     cfg.ReadyFD,
+		ExitFD:      cfg.ExitFD,
+		ExitFailure: slirp.ExitFailure,
 	}
-	cfgHome := getenv("XDG_CONFIG_HOME")
-	if cfgHome == "" && getenv("HOME") != "" {
-		cfgHome = filepath.Join(getenv("HOME"), ".config")
+	if pc.Session.AuditPath == "" {
+		pc.Session.Human = e.stderr
 	}
-	if cfgHome != "" {
-		if p := filepath.Join(cfgHome, "nsgate", "policy.yaml"); exists(p) {
-			return p
+	if cfg.NetnsType == slirp.NetnsTapFD {
+		pc.TapFD = cfg.TapFD
+	}
+	if cfg.APISocket != "" {
+		pc.API = func(f *inbound.Forwarder) (io.Closer, error) {
+			return slirp.ListenAPI(cfg.APISocket, slirp.NewHandler(f))
 		}
 	}
-	if exists(systemPolicy) {
-		return systemPolicy
+	if cfg.EnableSandbox || cfg.EnableSeccomp {
+		pc.Confine = &sandbox.Confinement{Root: cfg.EnableSandbox, DropCaps: cfg.EnableSandbox, Seccomp: cfg.EnableSeccomp}
 	}
-	return ""
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
-// slirpAuditPath returns the audit log of this helper:
-// $NSGATE_AUDIT_DIR/<netns name>.jsonl, or "" when the variable is unset.
-func slirpAuditPath(getenv func(string) string, cfg slirp.Config) string {
-	dir := getenv(envAuditDir)
-	if dir == "" {
-		return ""
-	}
-	return filepath.Join(dir, cfg.NetnsName()+".jsonl")
+	return pc
 }
 
 // slirpIface is the TAP device -c configures: slirp4netns's addresses,
@@ -149,170 +146,9 @@ func slirpIface(cfg slirp.Config) tun.Iface {
 // PID without --userns-path, the target's user namespace is joined, as
 // slirp4netns does; for a path, the owner of the network namespace.
 func slirpTAPSpec(cfg slirp.Config) sandbox.TAPSpec {
-	spec := sandbox.TAPSpec{Iface: slirpIface(cfg), Configure: cfg.Configure, UsernsPath: cfg.UsernsPath}
-	switch cfg.NetnsType {
-	case slirp.NetnsPID:
-		proc := "/proc/" + strconv.Itoa(cfg.PID)
-		spec.NetnsPath = proc + "/ns/net"
-		if spec.UsernsPath == "" {
-			spec.UsernsPath = proc + "/ns/user"
-		}
-	default:
-		spec.NetnsPath = cfg.Target
+	spec := sandbox.TAPSpec{Iface: slirpIface(cfg), Configure: cfg.Configure, UsernsPath: cfg.UsernsPath, NetnsPath: cfg.Target}
+	if cfg.NetnsType == slirp.NetnsPID {
+		spec.NetnsPath, spec.UsernsPath = podnet.NetnsOfPID(cfg.PID, cfg.UsernsPath)
 	}
 	return spec
-}
-
-// gatewayMAC is the gateway's Ethernet address on the TAP, in libslirp's
-// style: 52:55 followed by the gateway's IPv4 address.
-func gatewayMAC(gw netip.Addr) net.HardwareAddr {
-	a := gw.As4()
-	return net.HardwareAddr{0x52, 0x55, a[0], a[1], a[2], a[3]}
-}
-
-// slirpHelper is one running `nsgate slirp4netns`.
-type slirpHelper struct {
-	e     env
-	cfg   slirp.Config
-	s     *session.Session
-	tapFD int
-	api   *slirp.API
-}
-
-// startSlirp sets everything up and signals readiness. On error nothing it
-// started is left running.
-func startSlirp(e env, cfg slirp.Config, getenv func(string) string) (h *slirpHelper, err error) {
-	h = &slirpHelper{e: e, cfg: cfg, tapFD: -1}
-	defer func() {
-		if err != nil {
-			h.close(slirp.ExitFailure)
-		}
-	}()
-	dial, err := session.BoundDialer(cfg.OutboundAddr, cfg.OutboundAddr6)
-	if err != nil {
-		return h, err
-	}
-	scfg := session.Config{
-		PolicyPath: slirpPolicyPath(getenv, fileExists),
-		// SIGHUP ends the helper, as it ends slirp4netns; a new policy
-		// applies to the next container.
-		Reload:    session.NoReload,
-		AuditPath: slirpAuditPath(getenv, cfg),
-		AuditKey:  getenv(envAuditKey),
-		Stderr:    e.stderr,
-		Stopped:   "the container's network was stopped",
-		Start:     audit.Start{Version: versionString(), Argv: os.Args, PID: os.Getpid()},
-		Plan:      cfg.Plan(),
-		IPv6:      cfg.IPv6,
-		MTU:       uint32(cfg.MTU),
-		NoDNS:     cfg.DisableDNS,
-		Dial:      dial,
-	}
-	if scfg.AuditPath == "" {
-		scfg.Human = e.stderr
-	} else if err := os.MkdirAll(filepath.Dir(scfg.AuditPath), 0o700); err != nil {
-		return h, fmt.Errorf("audit directory: %w", err)
-	}
-	if h.s, err = session.Open(scfg); err != nil {
-		return h, err
-	}
-	if cfg.NetnsType == slirp.NetnsTapFD {
-		h.tapFD = cfg.TapFD
-	} else if h.tapFD, err = sandbox.OpenTAP(slirpTAPSpec(cfg)); err != nil {
-		return h, err
-	}
-	link, err := tun.NewEndpoint(h.tapFD, tun.EndpointOptions{MTU: uint32(cfg.MTU), TAP: true, MAC: gatewayMAC(cfg.Gateway())})
-	if err != nil {
-		return h, err
-	}
-	if err := h.s.Attach(link); err != nil {
-		return h, err
-	}
-	if cfg.APISocket != "" {
-		if h.api, err = slirp.ListenAPI(cfg.APISocket, slirp.NewHandler(h.s.Inbound())); err != nil {
-			return h, err
-		}
-	}
-	if cfg.EnableSandbox || cfg.EnableSeccomp {
-		c := sandbox.Confinement{Root: cfg.EnableSandbox, DropCaps: cfg.EnableSandbox, Seccomp: cfg.EnableSeccomp}
-		if c.Root {
-			// The DNS resolver reads the host's resolv.conf on each cache
-			// miss: give the sandbox a copy.
-			c.Files = map[string][]byte{}
-			if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
-				c.Files["etc/resolv.conf"] = b
-			}
-		}
-		if err := sandbox.Confine(c); err != nil {
-			return h, err
-		}
-	}
-	if cfg.ReadyFD >= 0 {
-		f := os.NewFile(uintptr(cfg.ReadyFD), "ready-fd")
-		_, err := f.Write([]byte("1"))
-		f.Close()
-		if err != nil {
-			return h, fmt.Errorf("ready-fd: %w", err)
-		}
-	}
-	return h, nil
-}
-
-// serve runs until the exit fd hangs up or SIGINT, SIGTERM or SIGHUP
-// arrives, then shuts down and returns 0; or until the audit log fails,
-// then shuts down (the audit fails closed: the container's network stops)
-// and returns 1 after one line naming the cause.
-func (h *slirpHelper) serve() int {
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
-	defer signal.Stop(sigs)
-	hup := make(chan struct{})
-	if h.cfg.ExitFD >= 0 {
-		go waitHangup(h.cfg.ExitFD, hup)
-	}
-	select {
-	case <-sigs:
-	case <-hup:
-	case <-h.s.Log().Failed():
-	}
-	return h.close(0)
-}
-
-// waitHangup closes done once fd reports hang-up or an error (slirp4netns
-// exits on G_IO_HUP of its exit fd); data read from it is discarded.
-func waitHangup(fd int, done chan<- struct{}) {
-	defer close(done)
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-	buf := make([]byte, 64)
-	for {
-		_, err := unix.Poll(pfd, -1)
-		if errors.Is(err, unix.EINTR) {
-			continue
-		}
-		if err != nil || pfd[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
-			return
-		}
-		if pfd[0].Revents&unix.POLLIN != 0 {
-			if n, err := unix.Read(fd, buf); n == 0 || (err != nil && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR)) {
-				return
-			}
-		}
-	}
-}
-
-// close stops everything that was started, in reverse order, and ends the
-// audit log with an exit record. It returns code, or slirp.ExitFailure when
-// the audit log failed.
-func (h *slirpHelper) close(code int) int {
-	if h.api != nil {
-		h.api.Close()
-	}
-	if h.s != nil && h.s.Close(code) != code {
-		code = slirp.ExitFailure // the audit log failed; Close said why
-	}
-	if h.tapFD >= 0 {
-		unix.Close(h.tapFD)
-		h.tapFD = -1
-	}
-	return code
 }

@@ -2,51 +2,12 @@ package main
 
 import (
 	"bytes"
-	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/nsgate/nsgate/podnet"
 	"github.com/nsgate/nsgate/slirp"
 )
-
-func TestSlirpPolicyPath(t *testing.T) {
-	for _, tc := range []struct {
-		why    string
-		env    map[string]string
-		exists []string
-		want   string
-	}{
-		{"$NSGATE_POLICY wins, even if it does not exist (then loading fails loudly)",
-			map[string]string{"NSGATE_POLICY": "/p/explicit.yaml", "XDG_CONFIG_HOME": "/cfg"},
-			[]string{"/cfg/nsgate/policy.yaml", systemPolicy}, "/p/explicit.yaml"},
-		{"then the user's XDG config",
-			map[string]string{"XDG_CONFIG_HOME": "/cfg", "HOME": "/home/u"},
-			[]string{"/cfg/nsgate/policy.yaml", systemPolicy}, "/cfg/nsgate/policy.yaml"},
-		{"XDG_CONFIG_HOME unset means $HOME/.config",
-			map[string]string{"HOME": "/home/u"},
-			[]string{"/home/u/.config/nsgate/policy.yaml"}, "/home/u/.config/nsgate/policy.yaml"},
-		{"a missing user policy falls through to the system one",
-			map[string]string{"XDG_CONFIG_HOME": "/cfg"},
-			[]string{systemPolicy}, systemPolicy},
-		{"nothing anywhere: deny-all",
-			map[string]string{"XDG_CONFIG_HOME": "/cfg"}, nil, ""},
-		{"no HOME and no XDG_CONFIG_HOME: only the system policy",
-			map[string]string{}, []string{"/.config/nsgate/policy.yaml"}, ""},
-	} {
-		getenv := func(k string) string { return tc.env[k] }
-		exists := func(p string) bool {
-			for _, e := range tc.exists {
-				if e == p {
-					return true
-				}
-			}
-			return false
-		}
-		if got := slirpPolicyPath(getenv, exists); got != tc.want {
-			t.Errorf("%s: got %q, want %q", tc.why, got, tc.want)
-		}
-	}
-}
 
 func mustParse(t *testing.T, args ...string) slirp.Config {
 	t.Helper()
@@ -58,7 +19,7 @@ func mustParse(t *testing.T, args ...string) slirp.Config {
 }
 
 func TestSlirpAuditPath(t *testing.T) {
-	getenv := func(k string) string { return map[string]string{envAuditDir: "/var/log/nsgate"}[k] }
+	getenv := func(k string) string { return map[string]string{podnet.EnvAuditDir: "/var/log/nsgate"}[k] }
 	for _, tc := range []struct {
 		why  string
 		args []string
@@ -68,11 +29,11 @@ func TestSlirpAuditPath(t *testing.T) {
 			[]string{"-c", "--netns-type=path", "/run/user/1000/netns/netns-1234", "tap0"}, "/var/log/nsgate/netns-1234.jsonl"},
 		{"a PID target", []string{"4242", "tap0"}, "/var/log/nsgate/pid-4242.jsonl"},
 	} {
-		if got := slirpAuditPath(getenv, mustParse(t, tc.args...)); got != tc.want {
+		if got := podnet.AuditPath(getenv, mustParse(t, tc.args...).NetnsName()); got != tc.want {
 			t.Errorf("%s: got %q, want %q", tc.why, got, tc.want)
 		}
 	}
-	if got := slirpAuditPath(func(string) string { return "" }, mustParse(t, "1", "tap0")); got != "" {
+	if got := podnet.AuditPath(func(string) string { return "" }, mustParse(t, "1", "tap0").NetnsName()); got != "" {
 		t.Errorf("no NSGATE_AUDIT_DIR: got %q, want no file (human lines on stderr)", got)
 	}
 }
@@ -117,13 +78,6 @@ func TestSlirpTAPSpec(t *testing.T) {
 			spec.Iface.MAC != tc.mac || spec.Iface.Name != tc.tapName {
 			t.Errorf("%s: got %+v", tc.why, spec)
 		}
-	}
-}
-
-func TestGatewayMAC(t *testing.T) {
-	// libslirp's scheme: 52:55 and the IPv4 address.
-	if got := gatewayMAC(netip.MustParseAddr("10.0.2.2")).String(); got != "52:55:0a:00:02:02" {
-		t.Errorf("gateway MAC %s, want 52:55:0a:00:02:02", got)
 	}
 }
 

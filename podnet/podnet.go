@@ -1,0 +1,273 @@
+// Package podnet runs nsgate as the network helper of a rootless container
+// engine (Podman's slirp4netns and pasta, RootlessKit's slirp4netns
+// driver). The engine creates the container's network namespace and runs
+// the helper in the host's; the helper opens a TAP device in the
+// container's namespace (or takes one it is handed), serves it with a
+// gateway assembled by session (the same policy, DNS and audit as `nsgate
+// run`), says when it is ready, and stays until the engine lets it go.
+// The command line of each helper (slirp/, and its own argv package for
+// pasta) only turns its arguments into a Config.
+//
+//	h, err := podnet.Start(cfg)   // session, TAP, gateway, API, confinement, ready
+//	status := h.Serve(done)       // until the exit fd hangs up, done, a signal or an audit failure
+package podnet
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/sandbox"
+	"github.com/nsgate/nsgate/session"
+	"github.com/nsgate/nsgate/tun"
+)
+
+// The helpers' environment (docs/podman.md): a container engine passes no
+// nsgate flags, so the policy and the audit come from here.
+const (
+	// EnvPolicy names the policy file.
+	EnvPolicy = "NSGATE_POLICY"
+	// EnvAuditDir names a directory: each container's audit log is
+	// DIR/<netns name>.jsonl.
+	EnvAuditDir = "NSGATE_AUDIT_DIR"
+	// EnvAuditKey names an HMAC key file: every audit record gets a mac.
+	EnvAuditKey = "NSGATE_AUDIT_KEY"
+)
+
+// SystemPolicy is the last place a helper looks for a policy.
+const SystemPolicy = "/etc/nsgate/policy.yaml"
+
+// PolicyPath returns a helper's policy file: $NSGATE_POLICY, else
+// $XDG_CONFIG_HOME/nsgate/policy.yaml ($HOME/.config when XDG_CONFIG_HOME
+// is unset), else /etc/nsgate/policy.yaml, else "" for deny-all.
+// $NSGATE_POLICY is taken as given (a missing file is then an error); the
+// other two are used only if they exist.
+func PolicyPath(getenv func(string) string, exists func(string) bool) string {
+	if p := getenv(EnvPolicy); p != "" {
+		return p
+	}
+	cfgHome := getenv("XDG_CONFIG_HOME")
+	if cfgHome == "" && getenv("HOME") != "" {
+		cfgHome = filepath.Join(getenv("HOME"), ".config")
+	}
+	if cfgHome != "" {
+		if p := filepath.Join(cfgHome, "nsgate", "policy.yaml"); exists(p) {
+			return p
+		}
+	}
+	if exists(SystemPolicy) {
+		return SystemPolicy
+	}
+	return ""
+}
+
+// FileExists reports whether p exists (PolicyPath's exists).
+func FileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// AuditPath returns the audit log of the helper for the network namespace
+// called name: $NSGATE_AUDIT_DIR/name.jsonl, or "" when the variable is
+// unset.
+func AuditPath(getenv func(string) string, name string) string {
+	dir := getenv(EnvAuditDir)
+	if dir == "" {
+		return ""
+	}
+	return filepath.Join(dir, name+".jsonl")
+}
+
+// NetnsOfPID returns the network namespace of process pid and, unless
+// userns is given, the user namespace to join for it: the process's own,
+// as slirp4netns does.
+func NetnsOfPID(pid int, userns string) (netns, user string) {
+	proc := "/proc/" + strconv.Itoa(pid)
+	if userns == "" {
+		userns = proc + "/ns/user"
+	}
+	return proc + "/ns/net", userns
+}
+
+// GatewayMAC is the gateway's Ethernet address on a TAP, in libslirp's
+// style: 52:55 followed by the gateway's IPv4 address.
+func GatewayMAC(gw netip.Addr) net.HardwareAddr {
+	a := gw.As4()
+	return net.HardwareAddr{0x52, 0x55, a[0], a[1], a[2], a[3]}
+}
+
+// Config is one helper.
+type Config struct {
+	// Session is the gateway: policy, audit, address plan, DNS, dialer.
+	Session session.Config
+	// TAP says where to open the TAP device, when TapFD is negative.
+	TAP sandbox.TAPSpec
+	// TapFD is a TAP device the engine handed over (-1: open TAP).
+	TapFD int
+	// MAC is the gateway's Ethernet address on the TAP.
+	MAC net.HardwareAddr
+	// API, when set, starts the helper's control socket over the
+	// session's inbound forwarder (slirp4netns's --api-socket).
+	API func(*inbound.Forwarder) (io.Closer, error)
+	// Confine, when set, confines the helper itself once everything is
+	// open (slirp4netns's --enable-sandbox and --enable-seccomp).
+	Confine *sandbox.Confinement
+	// ReadyFD gets "1" once the helper serves (-1: none).
+	ReadyFD int
+	// ExitFD ends the helper when it hangs up (-1: none).
+	ExitFD int
+	// ExitFailure is the status of a helper that failed.
+	ExitFailure int
+}
+
+// Helper is one running helper.
+type Helper struct {
+	cfg   Config
+	s     *session.Session
+	tapFD int
+	api   io.Closer
+	// auditFailed: the audit log failed and the session said so.
+	auditFailed bool
+}
+
+// Start sets everything up and signals readiness. On error nothing it
+// started is left running, and the error has been said unless the audit
+// log failed (then the session said that, the cause): see Said.
+func Start(cfg Config) (h *Helper, err error) {
+	h = &Helper{cfg: cfg, tapFD: -1}
+	defer func() {
+		if err != nil {
+			h.Close(cfg.ExitFailure)
+		}
+	}()
+	scfg := cfg.Session
+	if scfg.AuditPath != "" && scfg.AuditPath != "-" {
+		if err := os.MkdirAll(filepath.Dir(scfg.AuditPath), 0o700); err != nil {
+			return h, fmt.Errorf("audit directory: %w", err)
+		}
+	}
+	if h.s, err = session.Open(scfg); err != nil {
+		return h, err
+	}
+	if cfg.TapFD >= 0 {
+		h.tapFD = cfg.TapFD
+	} else if h.tapFD, err = sandbox.OpenTAP(cfg.TAP); err != nil {
+		return h, err
+	}
+	link, err := tun.NewEndpoint(h.tapFD, tun.EndpointOptions{MTU: scfg.MTU, TAP: true, MAC: cfg.MAC})
+	if err != nil {
+		return h, err
+	}
+	if err := h.s.Attach(link); err != nil {
+		return h, err
+	}
+	if cfg.API != nil {
+		if h.api, err = cfg.API(h.s.Inbound()); err != nil {
+			return h, err
+		}
+	}
+	if c := cfg.Confine; c != nil {
+		if c.Root {
+			// The DNS resolver reads the host's resolv.conf on each cache
+			// miss: give the confined helper a copy.
+			c.Files = map[string][]byte{}
+			if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+				c.Files["etc/resolv.conf"] = b
+			}
+		}
+		if err := sandbox.Confine(*c); err != nil {
+			return h, err
+		}
+	}
+	if cfg.ReadyFD >= 0 {
+		f := os.NewFile(uintptr(cfg.ReadyFD), "ready-fd")
+		_, err := f.Write([]byte("1"))
+		f.Close()
+		if err != nil {
+			return h, fmt.Errorf("ready-fd: %w", err)
+		}
+	}
+	return h, nil
+}
+
+// AuditFailed reports whether the helper's audit log failed (and the
+// session has said so); a caller then adds nothing of its own.
+func (h *Helper) AuditFailed() bool {
+	return h != nil && (h.auditFailed || h.s != nil && h.s.AuditFailed())
+}
+
+// Serve runs until the exit fd hangs up, done is closed, or SIGINT,
+// SIGTERM or SIGHUP arrives, then shuts down and returns 0; or until the
+// audit log fails, then shuts down (the audit fails closed: the
+// container's network stops) and returns ExitFailure after the session's
+// one line naming the cause. A nil done never closes.
+func (h *Helper) Serve(done <-chan struct{}) int {
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, syscall.SIGINT, syscall.SIGTERM, syscall.SIGHUP)
+	defer signal.Stop(sigs)
+	hup := make(chan struct{})
+	if h.cfg.ExitFD >= 0 {
+		go waitHangup(h.cfg.ExitFD, hup)
+	}
+	select {
+	case <-sigs:
+	case <-hup:
+	case <-done:
+	case <-h.s.Log().Failed():
+	}
+	return h.Close(0)
+}
+
+// waitHangup closes done once fd reports hang-up or an error (slirp4netns
+// exits on G_IO_HUP of its exit fd); data read from it is discarded.
+func waitHangup(fd int, done chan<- struct{}) {
+	defer close(done)
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	buf := make([]byte, 64)
+	for {
+		_, err := unix.Poll(pfd, -1)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil || pfd[0].Revents&(unix.POLLHUP|unix.POLLERR|unix.POLLNVAL) != 0 {
+			return
+		}
+		if pfd[0].Revents&unix.POLLIN != 0 {
+			if n, err := unix.Read(fd, buf); n == 0 || (err != nil && !errors.Is(err, unix.EAGAIN) && !errors.Is(err, unix.EINTR)) {
+				return
+			}
+		}
+	}
+}
+
+// Close stops everything that was started, in reverse order, and ends the
+// audit log with an exit record. It returns code, or ExitFailure when the
+// audit log failed.
+func (h *Helper) Close(code int) int {
+	if h.api != nil {
+		h.api.Close()
+		h.api = nil
+	}
+	if h.s != nil {
+		if h.s.Close(code) != code {
+			code = h.cfg.ExitFailure // the audit log failed; Close said why
+		}
+		h.auditFailed = h.s.AuditFailed()
+		h.s = nil
+	}
+	if h.tapFD >= 0 {
+		unix.Close(h.tapFD)
+		h.tapFD = -1
+	}
+	return code
+}
