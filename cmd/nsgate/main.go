@@ -8,13 +8,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
-	"time"
 
+	"github.com/nsgate/nsgate/bench/profile"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/lab"
 	"github.com/nsgate/nsgate/probe"
 	"github.com/nsgate/nsgate/sandbox"
+	"github.com/nsgate/nsgate/worker"
 )
 
 func main() {
@@ -29,7 +29,7 @@ func main() {
 		args = append([]string{"slirp4netns"}, args...)
 	}
 	setProcs()
-	stop := startProfile()
+	stop := profile.Start()
 	code := Main(args, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
@@ -48,50 +48,6 @@ func setProcs() {
 		return
 	}
 	runtime.GOMAXPROCS(max(1, (runtime.GOMAXPROCS(0)+1)/2))
-}
-
-// startProfile writes a CPU profile of this process to the file named by
-// NSGATE_CPUPROFILE, and a heap profile to NSGATE_MEMPROFILE every 2 s,
-// for the measurements in docs/performance.md. The returned func
-// stops and flushes them.
-func startProfile() (stop func()) {
-	cpu, mem := os.Getenv("NSGATE_CPUPROFILE"), os.Getenv("NSGATE_MEMPROFILE")
-	os.Unsetenv("NSGATE_CPUPROFILE")
-	os.Unsetenv("NSGATE_MEMPROFILE")
-	var f *os.File
-	if cpu != "" {
-		var err error
-		if f, err = os.Create(cpu); err != nil {
-			fmt.Fprintf(os.Stderr, "nsgate: NSGATE_CPUPROFILE: %v\n", err)
-			os.Exit(exitFailure)
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			fmt.Fprintf(os.Stderr, "nsgate: NSGATE_CPUPROFILE: %v\n", err)
-			os.Exit(exitFailure)
-		}
-	}
-	if mem != "" {
-		// Flows are held while the worker runs, not at exit: write the
-		// heap profile (and a line of memory statistics) every 2 s.
-		go func() {
-			for range time.Tick(2 * time.Second) {
-				if mf, err := os.Create(mem); err == nil {
-					pprof.WriteHeapProfile(mf)
-					mf.Close()
-				}
-				var ms runtime.MemStats
-				runtime.ReadMemStats(&ms)
-				fmt.Fprintf(os.Stderr, "nsgate: memory: heap in use %d KiB, stacks %d KiB, from the OS %d KiB, %d goroutines\n",
-					ms.HeapInuse>>10, ms.StackInuse>>10, ms.Sys>>10, runtime.NumGoroutine())
-			}
-		}()
-	}
-	return func() {
-		if f != nil {
-			pprof.StopCPUProfile()
-			f.Close()
-		}
-	}
 }
 
 // Exit statuses of nsgate's own failures.
@@ -134,7 +90,7 @@ var commands = []command{
 	{"help", nil, "", "this list"}, // Main prints usage (a run func here would be an initialization cycle)
 
 	// Hidden: nsgate's own children.
-	{sandbox.InitArg, func(env, []string) int { return sandbox.InitMain(applyGuard) }, "", ""},
+	{sandbox.InitArg, func(env, []string) int { return sandbox.InitMain(worker.ApplyGuard) }, "", ""},
 	{sandbox.JoinArg, func(env, []string) int { return sandbox.JoinMain() }, "", ""},
 	{guard.ChildArg, func(e env, _ []string) int { return guard.ChildMain(e.stderr) }, "", ""},
 	// Hidden: what tests and the lab run as the worker.
