@@ -252,6 +252,61 @@ func TestSlirp4netnsStandalone(t *testing.T) {
 	})
 }
 
+// TestSlirp4netnsSpoofedSource: a container's root (CAP_NET_ADMIN and
+// CAP_NET_RAW in its namespaces, as in Podman) adds another address of the
+// subnet and connects from it. Only the container's own address is a
+// source: the connections get no answer, the target sees none of them,
+// and the audit log has one folded packet record for them.
+func TestSlirp4netnsSpoofedSource(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		_, err := exec.LookPath("nsenter")
+		need(t, "nsenter and unshare (util-linux)", err)
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		target := startTarget(t, m)
+		s := startSlirp(t, m, dir, pol, target, false)
+		app := targetAt(appV4 + ":8080/tcp")
+		before := app.count()
+
+		enter := func(args ...string) (string, error) {
+			cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(target), "-U", "-n", "--preserve-credentials"}, args...)...)
+			if m.uid >= 0 {
+				cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(m.uid), Gid: uint32(m.gid)}}
+			}
+			out, err := cmd.CombinedOutput()
+			return strings.TrimSpace(string(out)), err
+		}
+		if out, err := enter("ip", "addr", "add", "10.0.2.50/24", "dev", "tap0"); err != nil {
+			t.Fatalf("ip addr add in the target: %v: %s", err, out)
+		}
+		// The control first: the container's own address connects.
+		if out, err := enter(nsgateBin, "__probe", "tcp-from", "10.0.2.100", appV4+":8080", "1"); err != nil {
+			t.Fatalf("from the container's own address: %v: %s", err, out)
+		}
+		own := app.count() - before
+		out, err := enter(nsgateBin, "__probe", "tcp-from", "10.0.2.50", appV4+":8080", "50")
+		t.Logf("50 connections from 10.0.2.50: %s", out)
+		if err == nil || !strings.HasPrefix(out, "refused 0/50") {
+			t.Errorf("connections from another address of the subnet: %v %q, want none to complete", err, out)
+		}
+		if got := app.count() - before - own; got != 0 {
+			t.Errorf("the target saw %d connections from the spoofed source", got)
+		}
+		s.stop(t)
+		var n uint64
+		for _, r := range readAudit(t, s.audit) {
+			if r.str("event") == "packet" && r.str("src") == "10.0.2.50" && strings.Contains(r.str("reason"), "source address") {
+				c, _ := r["count"].(float64)
+				n += max(1, uint64(c))
+			}
+		}
+		if n == 0 {
+			t.Errorf("no packet record for the spoofed source")
+		}
+		t.Logf("packet records count %d refused packets from 10.0.2.50", n)
+	})
+}
+
 func TestSlirp4netnsCommandLine(t *testing.T) {
 	sealed(t)
 	m := mode{name: "self", uid: -1, gid: -1}

@@ -221,22 +221,15 @@ func (p Plan) Broadcast4() netip.Addr {
 }
 
 // GuestSource reports whether a may be the source of a packet from the
-// worker: an address of the plan's own prefixes other than the network
-// address, the IPv4 broadcast address, the gateway and the DNS server. An
-// IPv4-mapped IPv6 address is not unmapped: it is never a source.
+// worker: the worker's own two addresses (Guest4, Guest6) and nothing
+// else. Other hosts of the plan's prefixes are refused too: a container
+// with CAP_NET_RAW or CAP_NET_ADMIN (Podman's root) could otherwise use
+// them to make flows that are not its own, e.g. spoofed SYNs that each
+// become an upstream connection. An IPv4-mapped IPv6 address is not
+// unmapped: it is never a source.
 func (p Plan) GuestSource(a netip.Addr) bool {
 	p = p.WithDefaults()
-	pfx := p.Prefix6
-	if a.Is4() {
-		pfx = p.Prefix4
-		if a == p.Broadcast4() {
-			return false
-		}
-	}
-	if !pfx.Contains(a) {
-		return false
-	}
-	return a != pfx.Addr() && a != host(pfx, hostGateway) && a != host(pfx, hostDNS)
+	return a == p.Guest4() || a == p.Guest6()
 }
 
 // FakePool4 returns the IPv4 pool of the fake addresses that stand for

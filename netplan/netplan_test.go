@@ -176,13 +176,14 @@ func TestGuestSource(t *testing.T) {
 		why  string
 	}{
 		{Plan{}, "10.0.2.100", true, "the worker"},
-		{Plan{}, "10.0.2.15", true, "any other host of the subnet"},
+		{Plan{}, "10.0.2.15", false, "any other host of the subnet: not the worker's (spoofed)"},
 		{Plan{}, "10.0.2.2", false, "the gateway"},
 		{Plan{}, "10.0.2.3", false, "the DNS server"},
 		{Plan{}, "10.0.2.0", false, "the network address"},
 		{Plan{}, "10.0.2.255", false, "the broadcast address"},
 		{Plan{}, "10.0.3.1", false, "another subnet"},
 		{Plan{}, "fd00::100", true, "the worker over IPv6"},
+		{Plan{}, "fd00::101", false, "another IPv6 host of the subnet"},
 		{Plan{}, "fd00::2", false, "the IPv6 gateway"},
 		{Plan{}, "fd00::3", false, "the IPv6 DNS server"},
 		{Plan{}, "fd00::", false, "the IPv6 network address"},

@@ -74,8 +74,10 @@ type verdict struct {
 // construction and safe for concurrent use.
 type inspector struct {
 	gw4, bc4, gw6 netip.Addr
-	net           Network
-	ipv6          bool
+	// guest4 and guest6 are the only sources accepted (Plan.GuestSource).
+	guest4, guest6 netip.Addr
+	net            Network
+	ipv6           bool
 	// l2 is set when the link resolves addresses (a TAP): IPv6 neighbour
 	// solicitations and advertisements then go to the stack.
 	l2 bool
@@ -84,12 +86,14 @@ type inspector struct {
 func newInspector(n Network, ipv6, l2 bool) *inspector {
 	n = n.WithDefaults()
 	return &inspector{
-		net:  n,
-		gw4:  n.Gateway4(),
-		bc4:  n.Broadcast4(),
-		gw6:  n.Gateway6(),
-		ipv6: ipv6,
-		l2:   l2,
+		net:    n,
+		gw4:    n.Gateway4(),
+		bc4:    n.Broadcast4(),
+		gw6:    n.Gateway6(),
+		guest4: n.Guest4(),
+		guest6: n.Guest6(),
+		ipv6:   ipv6,
+		l2:     l2,
 	}
 }
 
@@ -143,7 +147,7 @@ func (in *inspector) inspect4(d packetData) verdict {
 	v.proto = h[9]
 	fragOff := binary.BigEndian.Uint16(h[6:8]) & 0x1fff
 
-	if !in.net.GuestSource(v.src) {
+	if v.src != in.guest4 {
 		v.act, v.reason = actDeny, "source address is not the worker's"
 		return v
 	}
@@ -295,7 +299,7 @@ transport:
 			return v
 		}
 	}
-	if !in.net.GuestSource(v.src) {
+	if v.src != in.guest6 {
 		v.act, v.reason = actDeny, "source address is not the worker's"
 		return v
 	}

@@ -68,6 +68,8 @@ func TestInspect(t *testing.T) {
 		{"mld", "MLD reports are dropped quietly", nd(143), true, false, actDrop, ""},
 		{"spoofed4", "a source outside the guest network is denied", tcpSyn(ap("192.0.2.1:1"), ap("203.0.113.10:80")), false, false, actDeny, "source"},
 		{"spoofed-gw", "the gateway's own address is not a worker source", tcpSyn(ap("10.0.2.2:1"), ap("203.0.113.10:80")), false, false, actDeny, "source"},
+		{"spoofed-neighbour4", "another host of the worker's own subnet is not the worker (Podman's root has CAP_NET_RAW)", tcpSyn(ap("10.0.2.50:1"), ap("203.0.113.10:80")), false, false, actDeny, "source"},
+		{"spoofed-neighbour6", "the same over IPv6", tcpSyn(ap("[fd00::50]:1"), ap("[2001:db8::10]:80")), true, false, actDeny, "source"},
 		{"spoofed6", "the same over IPv6", tcpSyn(ap("[2001:db8::99]:1"), ap("[2001:db8::10]:80")), true, false, actDeny, "source"},
 		{"bcast", "directed broadcast gets no ICMP", udpPacket(ap("10.0.2.100:68"), ap("10.0.2.255:67"), nil), false, false, actDeny, "broadcast"},
 		{"mcast", "multicast gets no ICMP", udpPacket(ap("10.0.2.100:5353"), ap("224.0.0.251:5353"), nil), false, false, actDeny, "multicast"},
@@ -163,7 +165,7 @@ func TestNetwork(t *testing.T) {
 		why  string
 	}{
 		{"10.0.2.100", true, "the worker"},
-		{"10.0.2.15", true, "any other host of the subnet"},
+		{"10.0.2.15", false, "any other host of the subnet: not the worker's (spoofed)"},
 		{"10.0.2.2", false, "the gateway"},
 		{"10.0.2.3", false, "the DNS server"},
 		{"10.0.2.0", false, "the network address"},

@@ -23,6 +23,7 @@ import (
 //	nsgate __probe banner ADDR          connect and print the server's first line (server-first protocols)
 //	nsgate __probe hold ADDR N          open N connections one after another and hold them; print each outcome
 //	nsgate __probe dns SERVER NAME TYPE udp|tcp   one DNS query; prints the rcode and answers
+//	nsgate __probe tcp-from SRC ADDR N  N connects at once from source address SRC; prints how many completed
 //
 // It prints "ok ..." or "refused ..."/"error ..." and exits 0 on success, 1
 // when the attempt failed, 2 on usage errors.
@@ -68,6 +69,14 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		secs := 5.0
 		fmt.Sscan(args[3], &secs)
 		return probeDNSFlood(e, addr, args[2], time.Duration(secs*float64(time.Second)))
+	case "tcp-from":
+		if len(args) != 4 {
+			e.errorf("usage: nsgate __probe tcp-from SRC ADDR N")
+			return exitUsage
+		}
+		n := 1
+		fmt.Sscan(args[3], &n)
+		return probeTCPFrom(e, args[1], args[2], n)
 	case "udp-flood":
 		secs := 5.0
 		if len(args) > 2 {
@@ -96,6 +105,43 @@ func probeTCP(e env, addr string) int {
 		return 1
 	}
 	fmt.Fprintf(e.stdout, "ok %s %s\n", addr, strings.TrimSpace(line))
+	return 0
+}
+
+// probeTCPFrom opens n connections to addr at once, each bound to the
+// source address src (one the sandbox's network has but the gateway must
+// not accept, e.g. a second address a container's root added), and says
+// how many completed within 2 s.
+func probeTCPFrom(e env, src, addr string, n int) int {
+	a, err := netip.ParseAddr(src)
+	if err != nil || n < 1 || n > 10000 {
+		e.errorf("probe: tcp-from: want an address and 1 to 10000 connections")
+		return exitUsage
+	}
+	d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: a.AsSlice()}}
+	done := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			c, err := d.Dial("tcp", addr)
+			if err == nil {
+				c.Close()
+			}
+			done <- err
+		}()
+	}
+	ok, last := 0, error(nil)
+	for i := 0; i < n; i++ {
+		if err := <-done; err != nil {
+			last = err
+		} else {
+			ok++
+		}
+	}
+	if ok < n {
+		fmt.Fprintf(e.stdout, "refused %d/%d connected from %s: %v\n", ok, n, src, last)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "ok %d/%d connected from %s\n", ok, n, src)
 	return 0
 }
 
