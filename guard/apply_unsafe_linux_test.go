@@ -563,12 +563,7 @@ func runChild(t *testing.T, spec childSpec, env ...string) childReport {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^$")
 	cmd.WaitDelay = 5 * time.Second
-	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, EnvTestNoLandlock+"=") && !strings.HasPrefix(kv, EnvTestNoSeccomp+"=") &&
-			!strings.HasPrefix(kv, EnvTestNoExecAudit+"=") {
-			cmd.Env = append(cmd.Env, kv)
-		}
-	}
+	cmd.Env = append(cmd.Env, os.Environ()...)
 	cmd.Env = append(cmd.Env, childEnv+"=1", childSpecEnv+"="+string(js))
 	if os.Getenv("GORACE") == "" {
 		cmd.Env = append(cmd.Env, "GORACE=atexit_sleep_ms=0") // no 1 s pause per child
@@ -791,7 +786,7 @@ func TestGuardMissingLayer(t *testing.T) {
 	names := []string{"exec-ls", "exec-allowed", "socket-unix"}
 	tests := []struct {
 		why          string
-		env          string
+		absent       []string
 		bestEffort   bool
 		wantMissing  string
 		wantDegraded string
@@ -799,26 +794,26 @@ func TestGuardMissingLayer(t *testing.T) {
 		wantSeccomp  string
 	}{
 		{
-			why: "no Landlock, strict: refuse, naming the layer and the fix", env: EnvTestNoLandlock + "=1",
+			why: "no Landlock, strict: refuse, naming the layer and the fix", absent: []string{LayerLandlock},
 			wantMissing: LayerLandlock,
 		},
 		{
-			why: "no seccomp, strict: refuse, naming the layer and the fix", env: EnvTestNoSeccomp + "=1",
+			why: "no seccomp, strict: refuse, naming the layer and the fix", absent: []string{LayerSeccomp},
 			wantMissing: LayerSeccomp,
 		},
 		{
-			why: "neither, strict: one error naming both", env: EnvTestNoSeccomp + "=1 " + EnvTestNoLandlock + "=1",
+			why: "neither, strict: one error naming both", absent: []string{LayerSeccomp, LayerLandlock},
 			wantMissing: LayerLandlock + "," + LayerSeccomp,
 		},
 		{
-			why: "no Landlock, best effort: seccomp still applies", env: EnvTestNoLandlock + "=1", bestEffort: true,
-			wantDegraded: LayerLandlock + ": " + EnvTestNoLandlock + "=1",
+			why: "no Landlock, best effort: seccomp still applies", absent: []string{LayerLandlock}, bestEffort: true,
+			wantDegraded: LayerLandlock + ": " + WhyAbsent,
 			want:         []expectation{{"exec-ls", "exit 0", "no Landlock"}, {"socket-unix", "EPERM", "seccomp is on"}},
 			wantSeccomp:  "2",
 		},
 		{
-			why: "no seccomp, best effort: Landlock still applies", env: EnvTestNoSeccomp + "=1", bestEffort: true,
-			wantDegraded: LayerSeccomp + ": " + EnvTestNoSeccomp + "=1",
+			why: "no seccomp, best effort: Landlock still applies", absent: []string{LayerSeccomp}, bestEffort: true,
+			wantDegraded: LayerSeccomp + ": " + WhyAbsent,
 			want:         []expectation{{"exec-ls", "EACCES", "Landlock is on"}, {"exec-allowed", "exit 0", "Landlock is on"}, {"socket-unix", "ok", "no seccomp"}},
 			wantSeccomp:  "0",
 		},
@@ -827,7 +822,8 @@ func TestGuardMissingLayer(t *testing.T) {
 		t.Run(tc.why, func(t *testing.T) {
 			cfg := baseConfig(dir)
 			cfg.BestEffort = tc.bestEffort
-			rep := runChild(t, childSpec{Cfg: cfg, Apply: true, Dir: dir, Probes: names}, strings.Fields(tc.env)...)
+			cfg.Absent = tc.absent
+			rep := runChild(t, childSpec{Cfg: cfg, Apply: true, Dir: dir, Probes: names})
 			if tc.wantMissing != "" {
 				if rep.MissingLayer != tc.wantMissing {
 					t.Fatalf("missing layer %q (error %q), want %q", rep.MissingLayer, rep.ApplyErr, tc.wantMissing)
@@ -888,23 +884,25 @@ func TestProbe(t *testing.T) {
 			t.Errorf("reasons set for available layers: %+v", s)
 		}
 	})
-	t.Run(EnvTestNoLandlock, func(t *testing.T) {
-		t.Setenv(EnvTestNoLandlock, "1")
-		s := Probe()
-		if s.LandlockABI != 0 || !strings.Contains(s.LandlockWhy, EnvTestNoLandlock) {
-			t.Errorf("Probe() = %+v, want no Landlock because of the knob", s)
+	t.Run("Absent takes layers away", func(t *testing.T) {
+		requireFullSupport(t)
+		s := Config{Absent: []string{LayerLandlock}}.support()
+		if s.LandlockABI != 0 || s.LandlockWhy != WhyAbsent || !s.Seccomp || !s.ExecAudit {
+			t.Errorf("support() = %+v, want only Landlock missing", s)
+		}
+		s = Config{Absent: []string{LayerSeccomp}}.support()
+		if s.Seccomp || s.SeccompWhy != WhyAbsent || s.ExecAudit || !strings.Contains(s.ExecAuditWhy, "needs seccomp") || s.LandlockABI == 0 {
+			t.Errorf("support() = %+v, want seccomp and the exec audit (which needs it) missing", s)
+		}
+		s = Config{Absent: []string{LayerExecAudit}}.support()
+		if s.ExecAudit || s.ExecAuditWhy != WhyAbsent || !s.Seccomp {
+			t.Errorf("support() = %+v, want only the exec audit missing", s)
 		}
 	})
-	t.Run(EnvTestNoSeccomp, func(t *testing.T) {
-		t.Setenv(EnvTestNoSeccomp, "1")
-		s := Probe()
-		if s.Seccomp || !strings.Contains(s.SeccompWhy, EnvTestNoSeccomp) {
-			t.Errorf("Probe() = %+v, want no seccomp because of the knob", s)
+	t.Run("unknown names take nothing away", func(t *testing.T) {
+		requireFullSupport(t)
+		if s := (Config{Absent: []string{"everything"}}).support(); s != Probe() {
+			t.Errorf("support() = %+v, want Probe()'s %+v", s, Probe())
 		}
-	})
-	t.Run("other values do not count", func(t *testing.T) {
-		t.Setenv(EnvTestNoLandlock, "0")
-		s := Probe()
-		requireOrSkip(t, s.LandlockABI > 0, "no Landlock: %s", s.LandlockWhy)
 	})
 }

@@ -33,7 +33,7 @@ func InstallExecNotifier(cfg Config) (listener *os.File, degraded []string, err 
 		}
 		return nil, nil, &MissingLayerError{Layer: LayerExecAudit, Why: why}
 	}
-	sup := Probe()
+	sup := cfg.support()
 	if !sup.ExecAudit {
 		return missing(sup.ExecAuditWhy)
 	}
@@ -54,8 +54,6 @@ func InstallExecNotifier(cfg Config) (listener *os.File, degraded []string, err 
 // probeExecAudit fills in the exec-audit part of Support.
 func probeExecAudit(s *Support) {
 	switch {
-	case os.Getenv(EnvTestNoExecAudit) == "1":
-		s.ExecAuditWhy = EnvTestNoExecAudit + "=1"
 	case !s.Seccomp:
 		s.ExecAuditWhy = "needs seccomp (" + s.SeccompWhy + ")"
 	case nativeArch() == nil:

@@ -380,8 +380,9 @@ func TestExecAuditWithoutLandlock(t *testing.T) {
 	dir := scratch(t)
 	cfg := baseConfig(dir)
 	cfg.BestEffort = true
+	cfg.Absent = []string{LayerLandlock}
 	rep := runChild(t, childSpec{Cfg: cfg, Apply: true, ExecAudit: true, Dir: dir,
-		Probes: []string{"exec-allowed", "exec-ls", "exec-copy", "exec-symlink"}}, EnvTestNoLandlock+"=1")
+		Probes: []string{"exec-allowed", "exec-ls", "exec-copy", "exec-symlink"}})
 	if rep.ApplyErr != "" || rep.NotifyErr != "" {
 		t.Fatalf("Apply: %q, notifier: %q", rep.ApplyErr, rep.NotifyErr)
 	}
@@ -409,10 +410,10 @@ func TestExecAuditMissing(t *testing.T) {
 		t.Run(tc.why, func(t *testing.T) {
 			cfg := baseConfig(dir)
 			cfg.BestEffort = tc.bestEffort
-			rep := runChild(t, childSpec{Cfg: cfg, Apply: true, ExecAudit: true, Dir: dir, Probes: []string{"exec-ls"}},
-				EnvTestNoExecAudit+"=1")
+			cfg.Absent = []string{LayerExecAudit}
+			rep := runChild(t, childSpec{Cfg: cfg, Apply: true, ExecAudit: true, Dir: dir, Probes: []string{"exec-ls"}})
 			if tc.bestEffort {
-				if rep.NotifyErr != "" || !slices.Contains(rep.NotifyDegraded, LayerExecAudit+": "+EnvTestNoExecAudit+"=1") {
+				if rep.NotifyErr != "" || !slices.Contains(rep.NotifyDegraded, LayerExecAudit+": "+WhyAbsent) {
 					t.Errorf("notifier error %q, degraded %v", rep.NotifyErr, rep.NotifyDegraded)
 				}
 				check(t, rep, []expectation{{"exec-ls", "EACCES", "Landlock still refuses"}})

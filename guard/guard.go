@@ -89,6 +89,35 @@ type Config struct {
 	// Relative entries (including empty ones) are ignored: the worker's
 	// working directory is not trusted.
 	PathEnv string
+	// Absent are layers (LayerLandlock, LayerSeccomp, LayerExecAudit) to
+	// treat as missing whatever the kernel offers. Only the hidden
+	// --unsafe-break flag sets it (tests, and `nsgate lab --break
+	// exec-guard`), to show the fail-closed and best-effort paths on a
+	// kernel that has every layer. It can only take layers away.
+	Absent []string `json:",omitempty"`
+}
+
+// WhyAbsent is the reason a layer in Config.Absent is reported missing.
+const WhyAbsent = "switched off (--unsafe-break)"
+
+// support is what the kernel offers (Probe) less the layers cfg.Absent
+// takes away.
+func (cfg Config) support() Support {
+	s := Probe()
+	for _, l := range cfg.Absent {
+		switch l {
+		case LayerLandlock:
+			s.LandlockABI, s.LandlockWhy = 0, WhyAbsent
+		case LayerSeccomp:
+			s.Seccomp, s.SeccompWhy = false, WhyAbsent
+			if s.ExecAudit {
+				s.ExecAudit, s.ExecAuditWhy = false, "needs seccomp ("+WhyAbsent+")"
+			}
+		case LayerExecAudit:
+			s.ExecAudit, s.ExecAuditWhy = false, WhyAbsent
+		}
+	}
+	return s
 }
 
 // WriteRules are the places the worker may write (Config.Writes). Every
@@ -164,17 +193,6 @@ type Support struct {
 	// ExecAuditWhy says why the exec audit is unavailable ("" when it is).
 	ExecAuditWhy string
 }
-
-// Environment variables that make Probe pretend a layer is missing, so that
-// the fail-closed and best-effort paths can be tested on a kernel that has
-// both. They only ever weaken what Probe reports: set on a production
-// system, nsgate refuses to start (or, with best effort, says the layer is
-// missing).
-const (
-	EnvTestNoLandlock  = "NSGATE_TEST_NO_LANDLOCK"
-	EnvTestNoSeccomp   = "NSGATE_TEST_NO_SECCOMP"
-	EnvTestNoExecAudit = "NSGATE_TEST_NO_EXEC_AUDIT"
-)
 
 // Layer names used in Apply's degraded list and in MissingLayerError.
 const (

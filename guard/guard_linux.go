@@ -12,32 +12,23 @@ import (
 )
 
 // Probe reports what the running kernel offers. It changes nothing and is
-// safe to call from any goroutine. The test knobs EnvTestNoLandlock,
-// EnvTestNoSeccomp and EnvTestNoExecAudit (value "1") make it report the
-// layer as missing.
+// safe to call from any goroutine.
 func Probe() Support {
 	var s Support
+	v, err := llsys.LandlockGetABIVersion()
 	switch {
-	case os.Getenv(EnvTestNoLandlock) == "1":
-		s.LandlockWhy = EnvTestNoLandlock + "=1"
+	case errors.Is(err, unix.ENOSYS):
+		s.LandlockWhy = "kernel built without Landlock"
+	case errors.Is(err, unix.EOPNOTSUPP):
+		s.LandlockWhy = "Landlock is disabled at boot"
+	case err != nil:
+		s.LandlockWhy = "landlock_create_ruleset: " + err.Error()
+	case v < 1:
+		s.LandlockWhy = fmt.Sprintf("Landlock ABI %d", v)
 	default:
-		v, err := llsys.LandlockGetABIVersion()
-		switch {
-		case errors.Is(err, unix.ENOSYS):
-			s.LandlockWhy = "kernel built without Landlock"
-		case errors.Is(err, unix.EOPNOTSUPP):
-			s.LandlockWhy = "Landlock is disabled at boot"
-		case err != nil:
-			s.LandlockWhy = "landlock_create_ruleset: " + err.Error()
-		case v < 1:
-			s.LandlockWhy = fmt.Sprintf("Landlock ABI %d", v)
-		default:
-			s.LandlockABI = v
-		}
+		s.LandlockABI = v
 	}
 	switch {
-	case os.Getenv(EnvTestNoSeccomp) == "1":
-		s.SeccompWhy = EnvTestNoSeccomp + "=1"
 	case nativeArch() == nil:
 		s.SeccompWhy = "no filter for " + runtime.GOARCH
 	default:
@@ -78,7 +69,7 @@ func (p Plan) Apply(cfg Config) (degraded []string, err error) {
 
 	// Refuse before changing anything when a layer is missing and the
 	// user did not accept that.
-	sup := Probe()
+	sup := cfg.support()
 	var missing []error
 	if sup.LandlockABI == 0 {
 		missing = append(missing, &MissingLayerError{Layer: LayerLandlock, Why: sup.LandlockWhy})

@@ -29,9 +29,10 @@ func RestrictSelf(cfg Config) (Plan, []string, *os.File, error) {
 
 // Preflight checks, before any namespace exists, that the guard can be
 // enforced, so a missing layer is one clear line and exit 125 (fail closed).
-// Under best-effort it returns the layers that will be missing.
-func Preflight(bestEffort bool) ([]string, error) {
-	sup := Probe()
+// Under best-effort (cfg.BestEffort) it returns the layers that will be
+// missing.
+func Preflight(cfg Config) ([]string, error) {
+	sup := cfg.support()
 	var missing []string
 	var errs []error
 	for _, l := range []struct {
@@ -48,7 +49,7 @@ func Preflight(bestEffort bool) ([]string, error) {
 			errs = append(errs, &MissingLayerError{Layer: l.name, Why: l.why})
 		}
 	}
-	if len(errs) > 0 && !bestEffort {
+	if len(errs) > 0 && !cfg.BestEffort {
 		return nil, errors.Join(errs...)
 	}
 	return missing, nil

@@ -89,8 +89,7 @@ func runBrowser(ctx context.Context, cfg Config, polFile, auditPath, work string
 	case BreakMetadata:
 		args = append(args, "--unsafe-break", "metadata")
 	case BreakExecGuard:
-		args = append(args, "--exec-guard=best-effort")
-		env = append(env, guard.EnvTestNoLandlock+"=1", guard.EnvTestNoSeccomp+"=1")
+		args = append(args, "--exec-guard=best-effort", "--unsafe-break", guard.LayerLandlock+","+guard.LayerSeccomp)
 	}
 	args = append(args, "--", cfg.Self, "__browserworker", "--chromium", chromium,
 		"--port", strconv.Itoa(browserDevToolsPort), "--",

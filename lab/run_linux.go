@@ -189,8 +189,7 @@ func Run(ctx context.Context, cfg Config) int {
 	case BreakMetadata:
 		breakArgs = append(breakArgs, "--unsafe-break", "metadata")
 	case BreakExecGuard:
-		breakArgs = append(breakArgs, "--exec-guard=best-effort")
-		env = append(env, guard.EnvTestNoLandlock+"=1", guard.EnvTestNoSeccomp+"=1")
+		breakArgs = append(breakArgs, "--exec-guard=best-effort", "--unsafe-break", guard.LayerLandlock+","+guard.LayerSeccomp)
 	}
 	args = append(args, breakArgs...)
 	ev.Environment.Notes = append(ev.Environment.Notes, "nsgate run was started with HOME="+host.Home+" (the caller's home for the containment attempts: a directory the lab made, holding its canary "+HomeCanary+" and a fake SSH key), --rw "+host.RW+" and --audit-key "+host.AuditKey)

@@ -52,19 +52,29 @@ type Break struct {
 	Metadata   bool // the cloud-metadata decision step
 	FSReadOnly bool // the read-only remount of the host
 	FSLandlock bool // Landlock's write rules
+	// Guard layers treated as missing (guard.Config.Absent): with
+	// BestEffort the run goes on without them, else it is refused.
+	Landlock, Seccomp, ExecAudit bool
 }
 
-func (b Break) String() string {
+func (b Break) String() string { return strings.Join(b.names(false), ",") }
+
+// absent is the guard layers b takes away (guard.Config.Absent).
+func (b Break) absent() []string { return b.names(true) }
+
+// names lists the layers b switches off (only the guard's with guardOnly).
+func (b Break) names(guardOnly bool) []string {
 	var s []string
 	for _, l := range []struct {
-		on   bool
-		name string
-	}{{b.Metadata, "metadata"}, {b.FSReadOnly, "fs-readonly"}, {b.FSLandlock, "fs-landlock"}} {
-		if l.on {
+		on, guard bool
+		name      string
+	}{{b.Metadata, false, "metadata"}, {b.FSReadOnly, false, "fs-readonly"}, {b.FSLandlock, false, "fs-landlock"},
+		{b.Landlock, true, guard.LayerLandlock}, {b.Seccomp, true, guard.LayerSeccomp}, {b.ExecAudit, true, guard.LayerExecAudit}} {
+		if l.on && (l.guard || !guardOnly) {
 			s = append(s, l.name)
 		}
 	}
-	return strings.Join(s, ",")
+	return s
 }
 
 // Config is one run. Session carries the gateway's part (policy, audit,
@@ -135,14 +145,18 @@ func (r *run) fail(err error) int {
 
 func (r *run) run() int {
 	cfg := &r.cfg
-	degraded, err := guard.Preflight(cfg.BestEffort)
+	degraded, err := guard.Preflight(guard.Config{BestEffort: cfg.BestEffort, Absent: cfg.Break.absent()})
 	if err != nil {
 		r.errorf("exec guard cannot be enforced: %v", err)
 		return ExitFailure
 	}
 	if b := cfg.Break.String(); b != "" {
-		degraded = append(degraded, b+" (--unsafe-break)")
 		r.errorf("WARNING: the %s layer is switched off (--unsafe-break): this run is NOT safe", b)
+		// The guard's layers are in degraded already, as missing.
+		absent := cfg.Break.absent()
+		if other := slices.DeleteFunc(cfg.Break.names(false), func(n string) bool { return slices.Contains(absent, n) }); len(other) > 0 {
+			degraded = append(degraded, strings.Join(other, ",")+" (--unsafe-break)")
+		}
 	}
 	// The pcap exists before the worker's view is built, so that the view
 	// hides it.
@@ -172,6 +186,7 @@ func (r *run) run() int {
 		AllowUserns: cfg.AllowUserns,
 		AllowUnix:   cfg.AllowUnix,
 		BestEffort:  cfg.BestEffort,
+		Absent:      cfg.Break.absent(),
 	}
 	// Resolved here for a clear error before any namespace exists; init
 	// resolves again in the worker's mount namespace and enforces that.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"flag"
 	"os"
+	"strings"
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
@@ -33,6 +34,8 @@ func cmdGuard(e env, args []string) int {
 	unixSock := fs.Bool("allow-unix", false, "let the command create AF_UNIX sockets")
 	mode := fs.String("exec-guard", "strict", "`strict`, or best-effort: start even if Landlock, seccomp or the exec audit is missing")
 	quiet := fs.Bool("quiet", false, "no human-readable denial lines on stderr")
+	// Hidden, for tests: guard layers to treat as missing (comma-separated).
+	absent := fs.String("unsafe-break", "", "")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -48,12 +51,22 @@ func cmdGuard(e env, args []string) int {
 		return exitFailure
 	}
 	cfg := guard.Config{Command: fs.Args(), ExecAllow: allow, AllowUserns: *userns, AllowUnix: *unixSock, BestEffort: *mode == "best-effort"}
+	for _, l := range strings.Split(*absent, ",") {
+		switch l {
+		case "":
+		case guard.LayerLandlock, guard.LayerSeccomp, guard.LayerExecAudit:
+			cfg.Absent = append(cfg.Absent, l)
+		default:
+			e.errorf("guard: --unsafe-break %q: only landlock, seccomp and exec-audit can be broken", *absent)
+			return exitFailure
+		}
+	}
 	plan, err := guard.Resolve(cfg)
 	if err != nil {
 		e.errorf("guard: %v", err)
 		return exitFailure
 	}
-	missing, err := guard.Preflight(cfg.BestEffort)
+	missing, err := guard.Preflight(cfg)
 	if err != nil {
 		e.errorf("guard: exec guard cannot be enforced: %v", err)
 		return exitFailure

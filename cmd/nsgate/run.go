@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/netstack"
@@ -137,6 +138,12 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 			cfg.Break.FSReadOnly = true
 		case "fs-landlock":
 			cfg.Break.FSLandlock = true
+		case guard.LayerLandlock:
+			cfg.Break.Landlock = true
+		case guard.LayerSeccomp:
+			cfg.Break.Seccomp = true
+		case guard.LayerExecAudit:
+			cfg.Break.ExecAudit = true
 		}
 	}
 	return cfg
@@ -156,9 +163,9 @@ func (f *runFlags) validate() error {
 	}
 	for _, b := range strings.Split(f.unsafeBreak, ",") {
 		switch b {
-		case "", "metadata", "fs-readonly", "fs-landlock":
+		case "", "metadata", "fs-readonly", "fs-landlock", guard.LayerLandlock, guard.LayerSeccomp, guard.LayerExecAudit:
 		default:
-			return fmt.Errorf("--unsafe-break %q: only metadata, fs-readonly and fs-landlock can be broken (comma-separated)", f.unsafeBreak)
+			return fmt.Errorf("--unsafe-break %q: only metadata, fs-readonly, fs-landlock, landlock, seccomp and exec-audit can be broken (comma-separated)", f.unsafeBreak)
 		}
 	}
 	switch f.execGuard {
