@@ -74,3 +74,17 @@ func writeHeadFile(path, head string) error {
 	defer h.close()
 	return h.writeHead(head)
 }
+
+// IsHead reports whether s is written as a head is: 64 lower-case hex
+// digits (a hex SHA-256).
+func IsHead(s string) bool {
+	if len(s) != 64 {
+		return false
+	}
+	for _, c := range s {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -52,7 +52,7 @@ func cmdAudit(e env, args []string) int {
 		}
 		key = k
 	}
-	if *anchor != "" && !isHead(*anchor) {
+	if *anchor != "" && !audit.IsHead(*anchor) {
 		e.errorf("audit verify: --head %q: want 64 lower-case hex digits", *anchor)
 		return exitUsage
 	}
@@ -75,17 +75,4 @@ func cmdAudit(e env, args []string) int {
 		fmt.Fprintln(e.stderr, w)
 	}
 	return 0
-}
-
-// isHead reports whether s is a head: 64 lower-case hex digits.
-func isHead(s string) bool {
-	if len(s) != 64 {
-		return false
-	}
-	for _, c := range s {
-		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
-			return false
-		}
-	}
-	return true
 }

@@ -22,7 +22,7 @@ func main() {
 	// reach the worker: an inherited socket from the host's network
 	// namespace would bypass the gateway. nsgate's own descriptors are
 	// opened close-on-exec; anything it passes on, it passes explicitly.
-	closeInheritedOnExec()
+	sandbox.CloseInheritedOnExec()
 	args := os.Args[1:]
 	// Invoked through a link named slirp4netns: act as the Podman drop-in.
 	if filepath.Base(os.Args[0]) == "slirp4netns" {

@@ -1,4 +1,4 @@
-package main
+package sandbox
 
 import (
 	"math"
@@ -8,10 +8,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// closeInheritedOnExec marks every descriptor above stderr close-on-exec.
+// CloseInheritedOnExec marks every descriptor above stderr close-on-exec.
 // Descriptors stay usable inside nsgate (Podman's exit and ready pipes,
 // init's control socket) but none leaks into a program nsgate executes.
-func closeInheritedOnExec() {
+func CloseInheritedOnExec() {
 	if err := unix.CloseRange(3, math.MaxUint32, unix.CLOSE_RANGE_CLOEXEC); err == nil {
 		return
 	}

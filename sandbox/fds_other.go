@@ -1,0 +1,6 @@
+//go:build !linux
+
+package sandbox
+
+// CloseInheritedOnExec does nothing outside Linux.
+func CloseInheritedOnExec() {}
