@@ -416,7 +416,9 @@ func TestWorstCaseRecordsPerWindow(t *testing.T) {
 	var out countLines
 	clock := newFakeClock()
 	// A queue that always has room: the worst case (a full queue folds more).
-	l := startMem(Options{Now: clock.Now, QueueLen: 1 << 22}, &out)
+	// The timeout is long: under -race on a busy machine the writer takes
+	// seconds to drain 200,000 records, and this test is about counts.
+	l := startMem(Options{Now: clock.Now, QueueLen: 1 << 22, Timeout: time.Minute}, &out)
 	const windows, perWindow = 5, 40_000
 	step := time.Second / perWindow
 	var counts []int
