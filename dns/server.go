@@ -311,7 +311,9 @@ func (s *Server) answer(h dnsmessage.Header, q *dnsmessage.Question) reply {
 	if d.Verdict != policy.Allow {
 		s.log(name, qtype, d, nil)
 		s.stats.denied.Add(1)
-		return newReply(h, dnsmessage.RCodeNameError, q)
+		r := newReply(h, dnsmessage.RCodeNameError, q)
+		r.ede = blockedText(d)
+		return r
 	}
 	s.stats.allowed.Add(1)
 	r := newReply(h, dnsmessage.RCodeSuccess, q)
@@ -353,6 +355,15 @@ func (s *Server) answerPTR(h dnsmessage.Header, q *dnsmessage.Question, qname st
 	r.answer(dnsmessage.TypePTR, s.ttl, appendTextName(nil, target))
 	s.log(qname, "PTR", d, []string{target})
 	return r
+}
+
+// blockedText is the Extended DNS Error text of a name the policy refused:
+// that nsgate refused it, the rule and the reason, so that a program (an
+// AI agent reading `dig` or its resolver's error) can tell a policy
+// refusal from a missing name. The text is ASCII: names are normalized
+// (punycode) before they are decided.
+func blockedText(d policy.Decision) string {
+	return "nsgate policy: denied by rule " + d.Rule + ": " + d.Reason + " (ask the operator to allow the name)"
 }
 
 // decideName asks the policy about a name; no policy denies everything.

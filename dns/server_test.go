@@ -240,6 +240,50 @@ func TestServeDNSEDNSAndTransport(t *testing.T) {
 	}
 }
 
+// TestExtendedDNSError: a name the policy refuses is NXDOMAIN with an
+// Extended DNS Error "Blocked" (RFC 8914) naming nsgate, the rule and the
+// reason, when the query speaks EDNS; an approved name and a query
+// without EDNS carry none.
+func TestExtendedDNSError(t *testing.T) {
+	s, _, _ := newTestServer(t, Config{}, nil)
+	ede := func(r parsed) (code uint16, text string, ok bool) {
+		for _, a := range r.addits {
+			opt, isOPT := a.Body.(*dnsmessage.OPTResource)
+			if !isOPT {
+				continue
+			}
+			for _, o := range opt.Options {
+				if o.Code == optionEDE && len(o.Data) >= 2 {
+					return uint16(o.Data[0])<<8 | uint16(o.Data[1]), string(o.Data[2:]), true
+				}
+			}
+		}
+		return 0, "", false
+	}
+	for _, tcp := range []bool{false, true} {
+		r := parseMsg(t, s.ServeDNS(makeQuery(1, question("evil.test.", dnsmessage.TypeA), withEDNS()), tcp))
+		code, text, ok := ede(r)
+		if r.h.RCode != dnsmessage.RCodeNameError || !ok || code != edeBlocked {
+			t.Fatalf("tcp=%v: rcode %v, EDE %v %d %q; want NXDOMAIN with EDE 15 (Blocked)", tcp, r.h.RCode, ok, code, text)
+		}
+		for _, w := range []string{"nsgate", "rule default", "evil.test"} {
+			if !strings.Contains(text, w) {
+				t.Errorf("EDE text %q does not name %q", text, w)
+			}
+		}
+	}
+	r := parseMsg(t, s.ServeDNS(makeQuery(2, question("metadata.google.internal.", dnsmessage.TypeA), withEDNS()), false))
+	if _, text, ok := ede(r); !ok || !strings.Contains(text, "metadata") {
+		t.Errorf("a metadata name: EDE %v %q, want the metadata rule", ok, text)
+	}
+	if _, _, ok := ede(parseMsg(t, s.ServeDNS(makeQuery(3, question("app.test.", dnsmessage.TypeA), withEDNS()), false))); ok {
+		t.Errorf("an approved name carries an EDE")
+	}
+	if r := parseMsg(t, s.ServeDNS(makeQuery(4, question("evil.test.", dnsmessage.TypeA)), false)); len(r.addits) != 0 {
+		t.Errorf("EDE without EDNS in the query: %+v", r.addits)
+	}
+}
+
 func TestReplyTruncation(t *testing.T) {
 	// Fake answers never reach 512 bytes, so drive the builder directly:
 	// a long-named question with answers past the limit.

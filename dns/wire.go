@@ -104,7 +104,19 @@ type reply struct {
 	arcount uint16
 	// qend is the offset just past the question section.
 	qend int
+	// ede, when set, is the Extended DNS Error the OPT record carries
+	// (RFC 8914): why nsgate refused the name, for the program that asked.
+	ede string
 }
+
+// Extended DNS Error (RFC 8914).
+const (
+	optionEDE  = 15 // the EDNS0 option code
+	edeBlocked = 15 // INFO-CODE "Blocked": refused by the operator's policy
+	// maxEDEText bounds the EXTRA-TEXT, so the reply stays far below the
+	// UDP limit.
+	maxEDEText = 200
+)
 
 // newReply starts a reply to a query with header h and rcode rc. When q
 // is non-nil the question is echoed.
@@ -172,13 +184,23 @@ func (r *reply) answer(t dnsmessage.Type, ttl uint32, rdata []byte) {
 	r.ancount++
 }
 
-// opt appends a minimal EDNS0 OPT record: our payload size, no options.
+// opt appends an EDNS0 OPT record: our payload size, and the Extended DNS
+// Error "Blocked" with r.ede as its text when r.ede is set.
 func (r *reply) opt() {
 	r.buf = append(r.buf, 0) // root owner
 	r.buf = binary.BigEndian.AppendUint16(r.buf, uint16(dnsmessage.TypeOPT))
 	r.buf = binary.BigEndian.AppendUint16(r.buf, ednsSize)
 	r.buf = binary.BigEndian.AppendUint32(r.buf, 0)
-	r.buf = binary.BigEndian.AppendUint16(r.buf, 0)
+	if r.ede == "" {
+		r.buf = binary.BigEndian.AppendUint16(r.buf, 0)
+	} else {
+		text := r.ede[:min(len(r.ede), maxEDEText)]
+		r.buf = binary.BigEndian.AppendUint16(r.buf, uint16(4+2+len(text)))
+		r.buf = binary.BigEndian.AppendUint16(r.buf, optionEDE)
+		r.buf = binary.BigEndian.AppendUint16(r.buf, uint16(2+len(text)))
+		r.buf = binary.BigEndian.AppendUint16(r.buf, edeBlocked)
+		r.buf = append(r.buf, text...)
+	}
 	r.arcount++
 }
 

@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -172,6 +173,40 @@ func TestNamesDeniedNeverLeave(t *testing.T) {
 		}
 		if got := inet.TargetHits("resolver") - resolverBefore; got != 0 {
 			t.Errorf("the outside resolver saw %d queries or connections, want 0", got)
+		}
+	})
+}
+
+// TestNamesDeniedSayWhy: dig, run as the worker, shows the Extended DNS
+// Error nsgate puts on a refused name (RFC 8914: "Blocked", with the rule
+// and the reason), so that an agent can tell a policy refusal from a name
+// that does not exist; an approved name resolves without one.
+func TestNamesDeniedSayWhy(t *testing.T) {
+	dig, err := exec.LookPath("dig")
+	need(t, "dig (package bind9-dnsutils)", err)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", namesPolicy)
+		log := filepath.Join(dir, "dig.jsonl")
+		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", dig, "+tries=1", "+time=3", "unapproved.test", "A")
+		t.Logf("dig unapproved.test:\n%s", r.stdout)
+		if !strings.Contains(r.stdout, "status: NXDOMAIN") || !strings.Contains(r.stdout, "EDE: 15 (Blocked)") ||
+			!strings.Contains(r.stdout, "nsgate policy: denied by rule default") {
+			t.Errorf("dig of a refused name: %q, want NXDOMAIN with EDE 15 (Blocked) naming nsgate's rule", r.stdout)
+		}
+		if upstreamAsked("unapproved.test") {
+			t.Errorf("unapproved.test was sent upstream")
+		}
+		var rec bool
+		for _, rr := range readAudit(t, log) {
+			rec = rec || rr.str("event") == "dns" && rr.str("qname") == "unapproved.test" && rr.str("action") == "deny"
+		}
+		if !rec {
+			t.Errorf("no dns deny record for unapproved.test")
+		}
+		r = runNsgate(t, m, "run", "--policy", pol, "--", dig, "+tries=1", "+time=3", "app.test", "A")
+		if !strings.Contains(r.stdout, "status: NOERROR") || strings.Contains(r.stdout, "EDE") {
+			t.Errorf("dig of an approved name: %q, want NOERROR without an EDE", r.stdout)
 		}
 	})
 }
