@@ -151,6 +151,17 @@ func parseHostPattern(s string) (name string, wild bool, err error) {
 	if _, perr := netip.ParseAddr(strings.Trim(s, "[]")); perr == nil {
 		return "", false, fmt.Errorf("%q is an IP address; use a cidr rule such as cidr: %s", s, hostPrefix(s))
 	}
+	if i := strings.Index(rest, "://"); i >= 0 {
+		host, _, _ := strings.Cut(rest[i+3:], "/")
+		host, _, _ = strings.Cut(host, ":")
+		return "", false, fmt.Errorf("%q is a URL; a host is a name, as in host: %s (the port goes in ports)", s, host)
+	}
+	if h, p, ok := strings.Cut(rest, ":"); ok && p != "" && strings.Trim(p, "0123456789") == "" {
+		return "", false, fmt.Errorf("%q has a port; write host: %s and ports: [%s]", s, h, p)
+	}
+	if h, _, ok := strings.Cut(rest, "/"); ok {
+		return "", false, fmt.Errorf("%q has a path; a host is a name, as in host: %s", s, h)
+	}
 	name, err = NormalizeName(rest)
 	if err != nil {
 		return "", false, err

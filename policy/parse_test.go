@@ -118,6 +118,21 @@ func TestParseErrors(t *testing.T) {
 			want: []string{"3:11: allow[0].host: \"10.0.0.1\" is an IP address; use a cidr rule such as cidr: 10.0.0.1/32"},
 		},
 		{
+			why:  "a URL is not a host; say which name to write",
+			src:  "version: 1\nallow:\n  - host: https://app.test:8443/path\n",
+			want: []string{"3:11: allow[0].host: \"https://app.test:8443/path\" is a URL; a host is a name, as in host: app.test (the port goes in ports)"},
+		},
+		{
+			why:  "a port goes in ports",
+			src:  "version: 1\nallow:\n  - host: app.test:443\n",
+			want: []string{"3:11: allow[0].host: \"app.test:443\" has a port; write host: app.test and ports: [443]"},
+		},
+		{
+			why:  "a path is not part of a host",
+			src:  "version: 1\nallow:\n  - host: app.test/api\n",
+			want: []string{"3:11: allow[0].host: \"app.test/api\" has a path; a host is a name, as in host: app.test"},
+		},
+		{
 			why:  "a name a URL parser reads as an address is not a host",
 			src:  "version: 1\nallow:\n  - host: \"0x7f000001\"\n",
 			want: []string{"3:11: allow[0].host: invalid name \"0x7f000001\": looks like an IP address"},
