@@ -90,7 +90,11 @@ type Exec struct {
 	Path   string `json:"path"`
 	PID    int    `json:"pid"`
 	Reason string `json:"reason,omitempty"`
-	Count  uint64 `json:"count,omitempty"`
+	// Missing: the path names no file (a shell or execvp trying each
+	// $PATH entry); the kernel would have refused it too. Recorded, but
+	// no human line is written for it.
+	Missing bool   `json:"missing,omitempty"`
+	Count   uint64 `json:"count,omitempty"`
 }
 
 // Inbound records a connection through a --publish forward.
@@ -111,6 +115,39 @@ type Policy struct {
 // Exit is the last record of a run.
 type Exit struct {
 	Code int `json:"code"`
+	// Counters are what the gateway counted over the run (absent for a
+	// run without a network, as `nsgate guard`).
+	Counters *Counters `json:"counters,omitempty"`
+}
+
+// Counters are a run's totals, written in its exit record. Flows that
+// were refused count in the *_denied fields, whatever layer refused them;
+// limit_refused and dial_failed say how many of those were refused by the
+// flow limits or failed upstream after the policy allowed them.
+type Counters struct {
+	TCPAllowed   uint64 `json:"tcp_allowed"`
+	TCPDenied    uint64 `json:"tcp_denied"`
+	UDPAllowed   uint64 `json:"udp_allowed"`
+	UDPDenied    uint64 `json:"udp_denied"`
+	LimitRefused uint64 `json:"limit_refused"`
+	DialFailed   uint64 `json:"dial_failed"`
+	// BytesOut went from the worker upstream, BytesIn back.
+	BytesOut uint64 `json:"bytes_out"`
+	BytesIn  uint64 `json:"bytes_in"`
+	// DNS queries the gateway answered for the worker.
+	DNSQueries uint64 `json:"dns_queries"`
+	DNSAllowed uint64 `json:"dns_allowed"`
+	DNSDenied  uint64 `json:"dns_denied"`
+	// Packets read from the worker's link; of them refused (ICMP, other
+	// protocols, spoofed sources), malformed, and dropped without a record.
+	PacketsIn      uint64 `json:"packets_in"`
+	PacketsRefused uint64 `json:"packets_refused"`
+	Malformed      uint64 `json:"malformed"`
+	Dropped        uint64 `json:"dropped"`
+	// LinkDropped counts packets the link itself could not pass (both
+	// directions); PcapDropped packets the pcap could not take.
+	LinkDropped uint64 `json:"link_dropped"`
+	PcapDropped uint64 `json:"pcap_dropped"`
 }
 
 func (Start) EventName() string   { return "start" }

@@ -77,6 +77,12 @@ func humanBody(ev Event) string {
 		reason(&b, e.Error)
 	case Exit:
 		b.WriteString("exit code=" + strconv.Itoa(e.Code))
+		if c := e.Counters; c != nil {
+			u := func(v uint64) string { return strconv.FormatUint(v, 10) }
+			b.WriteString(" flows_allowed=" + u(c.TCPAllowed+c.UDPAllowed) + " flows_denied=" + u(c.TCPDenied+c.UDPDenied) +
+				" dns_allowed=" + u(c.DNSAllowed) + " dns_denied=" + u(c.DNSDenied) +
+				" bytes_out=" + u(c.BytesOut) + " bytes_in=" + u(c.BytesIn))
+		}
 	default:
 		b.WriteString(word(ev.EventName()))
 	}

@@ -42,6 +42,8 @@ func TestFormatHuman(t *testing.T) {
 			"nsgate: flow_end flow=3 bytes_out=1 bytes_in=2 duration_ms=3 error=reset"},
 		{"policy reload refused", Policy{Action: "refuse", Error: "bad yaml"}, "nsgate: policy refuse: bad yaml"},
 		{"exit", Exit{Code: 2}, "nsgate: exit code=2"},
+		{"exit with counters", Exit{Code: 0, Counters: &Counters{TCPAllowed: 2, UDPAllowed: 1, TCPDenied: 4, DNSAllowed: 3, DNSDenied: 1, BytesOut: 10, BytesIn: 20}},
+			"nsgate: exit code=0 flows_allowed=3 flows_denied=4 dns_allowed=3 dns_denied=1 bytes_out=10 bytes_in=20"},
 		{"a pointer renders like its value", &Exit{Code: 1}, "nsgate: exit code=1"},
 		{"an empty field is visible", Flow{Action: "deny", Proto: "tcp", Rule: "default"}, `nsgate: deny tcp "" -> "" rule=default`},
 	}

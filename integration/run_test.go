@@ -42,6 +42,45 @@ func curl(t *testing.T, m mode, pol, auditLog, url string) (result, float64) {
 	return r, secs
 }
 
+// TestRunExitCounters: the exit record carries the run's totals, and they
+// match what the worker did: two allowed connections, one refused, one
+// refused name; the human lines on stderr name the denials even with
+// --audit.
+func TestRunExitCounters(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		log := filepath.Join(dir, "counters.jsonl")
+		p := nsgateBin + " __probe "
+		script := p + "tcp 203.0.113.10:8080; " + p + "tcp 203.0.113.10:8080; " + p + "tcp 169.254.169.254:80; " +
+			p + "dns 10.0.2.3:53 unapproved.test A udp; exit 0"
+		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--exec-allow", nsgateBin, "--", "/bin/sh", "-c", script)
+		if r.code != 0 {
+			t.Fatalf("exit %d", r.code)
+		}
+		for _, w := range []string{"deny tcp", "169.254.169.254:80", "unapproved.test"} {
+			if !strings.Contains(r.stderr, w) {
+				t.Errorf("stderr has no human line with %q (--audit given, no --quiet): %q", w, r.stderr)
+			}
+		}
+		recs := readAudit(t, log)
+		last := recs[len(recs)-1]
+		c, _ := last["counters"].(map[string]any)
+		if last.str("event") != "exit" || c == nil {
+			t.Fatalf("last record %v: want an exit record with counters", last)
+		}
+		n := func(k string) float64 { v, _ := c[k].(float64); return v }
+		for k, want := range map[string]float64{"tcp_allowed": 2, "tcp_denied": 1, "dns_denied": 1, "udp_allowed": 0} {
+			if n(k) != want {
+				t.Errorf("counters %s = %v, want %v (counters %v)", k, n(k), want, c)
+			}
+		}
+		if n("bytes_in") == 0 || n("bytes_out") == 0 || n("dns_queries") < 1 || n("packets_in") == 0 {
+			t.Errorf("counters %v: want bytes both ways, the DNS query and packets counted", c)
+		}
+	})
+}
+
 func TestRunAllowsApprovedIP(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)

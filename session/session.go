@@ -122,6 +122,8 @@ type Session struct {
 
 	mu      sync.Mutex
 	gw      *netstack.Gateway
+	names   *dns.Server
+	link    stack.LinkEndpoint
 	fwds    *inbound.Forwarder
 	execs   []*execAudit
 	kill    func() // ends the worker when the log fails; nil until set
@@ -218,9 +220,41 @@ func (s *Session) Attach(link stack.LinkEndpoint) error {
 		return fmt.Errorf("gateway: %w", err)
 	}
 	s.mu.Lock()
-	s.gw = gw
+	s.gw, s.link = gw, link
+	s.names, _ = ncfg.Names.(*dns.Server)
 	s.mu.Unlock()
 	return nil
+}
+
+// linkDrops is what a link that counts its drops (tun.Endpoint) offers.
+type linkDrops interface {
+	Dropped() uint64
+}
+
+// counters gathers the run's totals for the exit record; nil when no
+// gateway was attached.
+func (s *Session) counters(gw *netstack.Gateway, names *dns.Server, link stack.LinkEndpoint) *audit.Counters {
+	if gw == nil {
+		return nil
+	}
+	st := gw.Stats()
+	c := &audit.Counters{
+		TCPAllowed: st.TCPAllowed, TCPDenied: st.TCPDenied,
+		UDPAllowed: st.UDPAllowed, UDPDenied: st.UDPDenied,
+		LimitRefused: st.LimitRefused, DialFailed: st.DialFailed,
+		BytesOut: st.BytesOut, BytesIn: st.BytesIn,
+		DNSQueries: st.DNSQueries,
+		PacketsIn:  st.PacketsIn, PacketsRefused: st.PacketsRefused,
+		Malformed: st.Malformed, Dropped: st.Dropped, PcapDropped: st.PcapDropped,
+	}
+	if names != nil {
+		ds := names.Stats()
+		c.DNSAllowed, c.DNSDenied = ds.Allowed, ds.Denied
+	}
+	if l, ok := link.(linkDrops); ok {
+		c.LinkDropped = l.Dropped()
+	}
+	return c
 }
 
 // Inbound returns the host-side forwarder to the worker's guest address,
@@ -332,8 +366,8 @@ func (s *Session) Close(code int) int {
 		s.stopSighup()
 	}
 	s.mu.Lock()
-	fwds, gw, execs := s.fwds, s.gw, s.execs
-	s.fwds, s.gw, s.execs = nil, nil, nil
+	fwds, gw, execs, names, link := s.fwds, s.gw, s.execs, s.names, s.link
+	s.fwds, s.gw, s.execs, s.names, s.link = nil, nil, nil, nil, nil
 	killed := s.killed
 	s.mu.Unlock()
 	if fwds != nil {
@@ -347,7 +381,7 @@ func (s *Session) Close(code int) int {
 	}
 	close(s.watched)
 
-	s.log.Log(audit.Exit{Code: code})
+	s.log.Log(audit.Exit{Code: code, Counters: s.counters(gw, names, link)})
 	head, err := s.log.Close()
 	if err != nil {
 		what := s.cfg.Stopped

@@ -221,6 +221,10 @@ func (e *Endpoint) Stats() EndpointStats {
 	}
 }
 
+// Dropped counts the packets the endpoint dropped in both directions
+// (RxDropped + TxDropped).
+func (e *Endpoint) Dropped() uint64 { return e.stats.rxDropped.Load() + e.stats.txDropped.Load() }
+
 // Offloads reports whether the device sends and takes super-packets.
 func (e *Endpoint) Offloads() bool { return e.gso }
 

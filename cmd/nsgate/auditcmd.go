@@ -2,10 +2,10 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/cliflag"
 )
 
 // cmdAudit: nsgate audit verify [--key FILE] [--head HASH] FILE.
@@ -25,16 +25,19 @@ import (
 // which nsgate writes next to the log, makes a cut end an error).
 func cmdAudit(e env, args []string) int {
 	const usage = "usage: nsgate audit verify [--key FILE] [--head HASH] FILE"
+	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
+		fmt.Fprintln(e.stdout, "Usage: nsgate audit verify [--key FILE] [--head HASH] FILE\n\nChecks an audit log's hash chain (and MACs, with --key) against its anchor.")
+		return 0
+	}
 	if len(args) == 0 || args[0] != "verify" {
 		e.errorf(usage)
 		return exitUsage
 	}
-	fs := flag.NewFlagSet("nsgate audit verify", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := cliflag.New("nsgate audit verify", "Usage: nsgate audit verify [--key FILE] [--head HASH] FILE", e.stdout, e.stderr)
 	keyFile := fs.String("key", "", "HMAC key `FILE` the log was written with: every record's mac is checked")
 	anchor := fs.String("head", "", "expected head `HASH` (as printed at exit); default: the one in FILE.head, when that file exists")
 	if err := fs.Parse(args[1:]); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, cliflag.ErrHelp) {
 			return 0
 		}
 		return exitUsage

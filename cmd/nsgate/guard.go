@@ -2,11 +2,11 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"os"
 	"strings"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/cliflag"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/session"
 )
@@ -25,8 +25,7 @@ import (
 // orphans (it may be PID 1 of a container) and exits with COMMAND's
 // status (128+N when killed by signal N).
 func cmdGuard(e env, args []string) int {
-	fs := flag.NewFlagSet("nsgate guard", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := cliflag.New("nsgate guard", "Usage: nsgate guard [flags] -- COMMAND [ARG...]", e.stdout, e.stderr)
 	var allow listFlag
 	fs.Var(&allow, "exec-allow", "`PATH` (file or directory) the command may execute (repeatable)")
 	auditPath := fs.String("audit", "", "append the JSON-lines audit log (start, every exec attempt, exit) to `FILE` (- for stderr)")
@@ -36,8 +35,9 @@ func cmdGuard(e env, args []string) int {
 	quiet := fs.Bool("quiet", false, "no human-readable denial lines on stderr")
 	// Hidden, for tests: guard layers to treat as missing (comma-separated).
 	absent := fs.String("unsafe-break", "", "")
+	fs.Hide("unsafe-break")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, cliflag.ErrHelp) {
 			return 0
 		}
 		return exitFailure
@@ -80,7 +80,7 @@ func cmdGuard(e env, args []string) int {
 		Start:     audit.Start{Version: versionString(), Argv: cfg.Command, PID: os.Getpid(), Degraded: missing},
 		NoNetwork: true,
 	}
-	if *auditPath == "" && !*quiet {
+	if *auditPath != "-" && !*quiet {
 		scfg.Human = e.stderr
 	}
 	s, err := session.Open(scfg)

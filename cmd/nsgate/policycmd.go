@@ -2,12 +2,12 @@ package main
 
 import (
 	"errors"
-	"flag"
 	"fmt"
 	"net"
 	"os"
 	"strconv"
 
+	"github.com/nsgate/nsgate/cliflag"
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/policy"
 )
@@ -30,6 +30,10 @@ func printPolicyError(e env, err error) {
 // gateway's own addresses under run's default network) and the normalized
 // summary, followed by the filesystem paths expanded for the caller.
 func cmdCheck(e env, args []string) int {
+	if len(args) == 1 && (args[0] == "--help" || args[0] == "-h") {
+		fmt.Fprintln(e.stdout, "Usage: nsgate check FILE\n\nValidates a policy file as nsgate run would load it: errors and warnings\non stderr, the normalized policy on stdout. See docs/policy.md.")
+		return 0
+	}
 	if len(args) != 1 || args[0] == "" || args[0][0] == '-' {
 		e.errorf("usage: nsgate check FILE")
 		return exitUsage
@@ -61,12 +65,11 @@ func cmdCheck(e env, args []string) int {
 
 // cmdExplain: nsgate explain --policy FILE [--proto tcp|udp] DEST:PORT.
 func cmdExplain(e env, args []string) int {
-	fs := flag.NewFlagSet("nsgate explain", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
+	fs := cliflag.New("nsgate explain", "Usage: nsgate explain --policy FILE [--proto tcp|udp] DEST:PORT", e.stdout, e.stderr)
 	file := fs.String("policy", os.Getenv("NSGATE_POLICY"), "policy `FILE`")
 	proto := fs.String("proto", "tcp", "`tcp` or udp")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, cliflag.ErrHelp) {
 			return 0
 		}
 		return exitUsage

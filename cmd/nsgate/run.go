@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/cliflag"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/netplan"
@@ -61,25 +62,13 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 }
 
 func cmdRun(e env, args []string) int {
-	fs := flag.NewFlagSet("nsgate run", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(e.stderr, "Usage: nsgate run [flags] -- COMMAND [ARG...]\n\nFlags:")
-		fs.PrintDefaults()
-	}
+	fs := cliflag.New("nsgate run", "Usage: nsgate run [flags] -- COMMAND [ARG...]", e.stdout, e.stderr)
 	var f runFlags
-	f.register(fs)
+	f.register(fs.FlagSet)
 	fs.StringVar(&f.unsafeBreak, "unsafe-break", "", "")
-	fs.Usage = func() {
-		// A second set without the hidden flag, for the listing.
-		shown := flag.NewFlagSet("nsgate run", flag.ContinueOnError)
-		shown.SetOutput(e.stderr)
-		(&runFlags{}).register(shown)
-		fmt.Fprintln(e.stderr, "Usage: nsgate run [flags] -- COMMAND [ARG...]\n\nFlags:")
-		shown.PrintDefaults()
-	}
+	fs.Hide("unsafe-break")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, cliflag.ErrHelp) {
 			return 0
 		}
 		return exitFailure
@@ -123,7 +112,7 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 		Quiet:       f.quiet,
 		Stdio:       sandbox.Stdio{Stdin: e.stdin, Stdout: e.stdout, Stderr: e.stderr},
 	}
-	if f.audit == "" && !f.quiet {
+	if f.audit != "-" && !f.quiet { // with --audit -, the records are on stderr already
 		cfg.Session.Human = e.stderr
 	}
 	for _, p := range f.publish {
