@@ -286,6 +286,32 @@ func TestHumanLines(t *testing.T) {
 	}
 }
 
+// TestHumanExecLines: an exec refusal is said once per path, and a path
+// that names no file (a $PATH lookup) is recorded but not said.
+func TestHumanExecLines(t *testing.T) {
+	var human, out bytes.Buffer
+	clock := newFakeClock()
+	l := startMem(Options{Human: &human, Now: clock.Now}, &out)
+	for _, dir := range []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin"} {
+		l.Log(Exec{Action: "deny", Path: dir + "/curl", PID: 7, Reason: "cannot resolve: no such file or directory", Missing: true})
+	}
+	for range 3 {
+		l.Log(Exec{Action: "deny", Path: "/usr/bin/curl", PID: 7, Reason: "/usr/bin/curl is not in the exec allowlist"})
+		clock.Advance(2 * time.Second)
+		l.sweep(false)
+	}
+	l.Log(Exec{Action: "deny", Path: "/bin/ls", PID: 8, Reason: "/bin/ls is not in the exec allowlist"})
+	mustClose(t, l)
+	want := "nsgate: deny exec /usr/bin/curl pid=7: /usr/bin/curl is not in the exec allowlist\n" +
+		"nsgate: deny exec /bin/ls pid=8: /bin/ls is not in the exec allowlist\n"
+	if human.String() != want {
+		t.Errorf("human lines:\n%s\nwant:\n%s", human.String(), want)
+	}
+	if n := strings.Count(out.String(), `"missing":true`); n != 3 {
+		t.Errorf("%d records of the missing paths, want 3 (recorded, not said)", n)
+	}
+}
+
 func TestHumanOverflowLine(t *testing.T) {
 	var human bytes.Buffer
 	l := mustOpen(t, "", Options{Human: &human, AggKeys: 1, Now: newFakeClock().Now})

@@ -128,10 +128,11 @@ type Logger struct {
 	head1    *headFile // the head file of a regular file (see headfile.go)
 	chain    *chain    // nil when out is nil
 	human    io.Writer
-	buf      []byte   // whole lines not yet written
-	marks    []string // the hash of each line in buf
-	hbuf     []byte   // human lines not yet written
-	size     int64    // regular: bytes of whole records in the file
+	buf      []byte              // whole lines not yet written
+	marks    []string            // the hash of each line in buf
+	hbuf     []byte              // human lines not yet written
+	execSaid map[string]struct{} // exec paths whose refusal has a human line (writer goroutine only)
+	size     int64               // regular: bytes of whole records in the file
 	// watch fails the log when one write or fsync blocks for timeout;
 	// watching names what it watches.
 	watch    *time.Timer
@@ -594,12 +595,12 @@ func (l *Logger) write(it *item) {
 	}
 	switch it.kind {
 	case kindEvent:
-		if !isDeny(it.ev) {
+		if !isDeny(it.ev) || !l.humanExecOnce(it.ev) {
 			return
 		}
 		l.hbuf = append(l.hbuf, FormatHuman(it.ev)...)
 	case kindAggr:
-		if !isDeny(it.ev) {
+		if !isDeny(it.ev) || !l.humanExecOnce(it.ev) {
 			return
 		}
 		l.hbuf = append(l.hbuf, "nsgate: "+humanBody(it.ev)+fmt.Sprintf(" (%d more like this in the last %s)", it.n, windowWords(l.window))...)
@@ -866,4 +867,32 @@ func windowWords(d time.Duration) string {
 		return "second"
 	}
 	return d.String()
+}
+
+// maxHumanExecPaths bounds the paths whose exec refusal was said.
+const maxHumanExecPaths = 4096
+
+// humanExecOnce reports whether ev gets a human line: every event but an
+// exec refusal, which is said once per path (a program that retries, or a
+// shell that runs the same refused command in a loop, would otherwise
+// repeat it), and never for a path that names no file (a $PATH lookup
+// trying each directory: nothing nsgate refused).
+func (l *Logger) humanExecOnce(ev Event) bool {
+	e, ok := normalize(ev).(Exec)
+	if !ok {
+		return true
+	}
+	if e.Missing {
+		return false
+	}
+	if _, said := l.execSaid[e.Path]; said {
+		return false
+	}
+	if l.execSaid == nil {
+		l.execSaid = map[string]struct{}{}
+	}
+	if len(l.execSaid) < maxHumanExecPaths {
+		l.execSaid[e.Path] = struct{}{}
+	}
+	return true
 }

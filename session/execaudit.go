@@ -76,7 +76,8 @@ func (a *execAudit) record(ev guard.ExecEvent) {
 	if ev.Allow {
 		action = "allow"
 	}
-	a.log.Log(audit.Exec{Action: action, Path: ev.Path, PID: ev.PID, Reason: ev.Reason})
+	missing := ev.Errno == unix.ENOENT || ev.Errno == unix.ENOTDIR
+	a.log.Log(audit.Exec{Action: action, Path: ev.Path, PID: ev.PID, Reason: ev.Reason, Missing: missing})
 	if ev.Allow && audit.IsFailed(a.failed) {
 		// Not recorded, so not run.
 		unix.Kill(ev.PID, unix.SIGKILL)
