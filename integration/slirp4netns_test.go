@@ -283,7 +283,15 @@ func TestSlirp4netnsSpoofedSource(t *testing.T) {
 		if out, err := enter(nsgateBin, "__probe", "tcp-from", "10.0.2.100", appV4+":8080", "1"); err != nil {
 			t.Fatalf("from the container's own address: %v: %s", err, out)
 		}
+		// The target counts a connection when it handles it, which may
+		// be after the probe returned.
+		for deadline := time.Now().Add(3 * time.Second); app.count()-before < 1 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
 		own := app.count() - before
+		if own != 1 {
+			t.Fatalf("the target saw %d connections from the container's own address, want 1", own)
+		}
 		out, err := enter(nsgateBin, "__probe", "tcp-from", "10.0.2.50", appV4+":8080", "50")
 		t.Logf("50 connections from 10.0.2.50: %s", out)
 		if err == nil || !strings.HasPrefix(out, "refused 0/50") {
