@@ -8,7 +8,8 @@ import (
 )
 
 // Aggregation: the worker cannot grow the log faster than a bound that
-// nsgate sets (SPEC §8, "The audit fails closed" and the volume bound).
+// nsgate sets, so that it can neither fill the disk nor outrun the writer
+// (the audit fails closed when it cannot write).
 //
 // Every event a worker can repeat at will is keyed by what makes two of
 // them "the same record" for a reader:

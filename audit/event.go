@@ -3,7 +3,7 @@
 package audit
 
 // Event is one audit record's payload. Each concrete type below marshals to
-// the fields of SPEC §8 for its event; the Logger adds seq, time, event,
+// its event's fields (docs/audit.md); the Logger adds seq, time, event,
 // prev and mac.
 type Event interface {
 	// EventName is the value of the record's "event" field.

@@ -20,7 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The audit fails closed (SPEC §8): a record that cannot be written makes
+// The audit fails closed: a record that cannot be written makes
 // the Logger failed; what was written stays verifiable; nothing blocks for
 // longer than Options.Timeout.
 

@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// The head file anchors the end of a log (SPEC §8: truncation is caught
-// only against an anchor). For a regular file FILE, the Logger writes
+// The head file anchors the end of a log (a chain cannot show that records
+// were cut from its end: truncation is caught only against an anchor). For a regular file FILE, the Logger writes
 // FILE.head, mode 0600, atomically (a new file renamed over the old), when
 // it opens the log (anchoring the records already there) and when it closes
 // it (anchoring its last record, also after a failure). It holds the hex

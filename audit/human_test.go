@@ -11,7 +11,7 @@ func TestFormatHuman(t *testing.T) {
 		ev   Event
 		want string
 	}{
-		{"the SPEC's example line", denyFlow(41234),
+		{"the example line of docs/audit.md", denyFlow(41234),
 			"nsgate: deny tcp 10.0.2.100:41234 -> 169.254.169.254:80 rule=builtin:metadata: 169.254.169.254 is a cloud metadata address"},
 		{"a name flow shows its host and the answers it refused",
 			Flow{Action: "deny", Proto: "tcp", Src: "10.0.2.100:1", Dst: "198.18.0.7:443", Host: "app.test", Rule: "builtin:special-range",

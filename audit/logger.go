@@ -20,8 +20,8 @@ type Options struct {
 	Key []byte
 	// Human receives one readable line per denial (see FormatHuman), with
 	// repeated denials summarized once per window. nil means none. The
-	// caller decides when to set it (SPEC §2: when there is no --audit file,
-	// unless --quiet). It is written only by the Logger's writer goroutine,
+	// caller decides when to set it (nsgate run: unless --quiet or
+	// --audit -). It is written only by the Logger's writer goroutine,
 	// so it need not be safe for concurrent use, and a slow Human never
 	// blocks Log; one that blocks for Timeout fails the log. Its write
 	// errors are ignored (it is a view for people, not the record).
@@ -86,7 +86,7 @@ type item struct {
 	n    uint64 // kindAggr/kindOverflow: events folded
 }
 
-// Logger writes the hash-chained JSON-lines audit log of SPEC §8.
+// Logger writes the hash-chained JSON-lines audit log (docs/audit.md).
 //
 // Log is safe for concurrent use and never waits on I/O: it assigns the seq
 // and appends to an in-memory queue under a short mutex (so queue order is

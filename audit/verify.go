@@ -192,7 +192,7 @@ func VerifyFile(path string, key []byte) (n int, head string, err error) {
 	return n, head, err
 }
 
-// Check verifies the log at path as `nsgate audit verify` does (SPEC §2):
+// Check verifies the log at path as `nsgate audit verify` does:
 // the chain (Verify, with key when not nil), then the end of the log
 // against an anchor: head when not "" (it must be the log's head), else the
 // head file next to the log (HeadFile) when there is one. It returns a

@@ -15,8 +15,8 @@ type failingSink struct {
 func (f *failingSink) Failed() <-chan struct{} { return f.failed }
 
 // TestAuditFailureRefusesEveryAnswer: once the audit log has failed, the
-// server answers nothing but refusals, for approved names too (SPEC §8:
-// the audit fails closed).
+// server answers nothing but refusals, for approved names too (the audit
+// fails closed: what cannot be recorded is not done).
 func TestAuditFailureRefusesEveryAnswer(t *testing.T) {
 	sink := &failingSink{failed: make(chan struct{})}
 	s, _, _ := newTestServer(t, Config{Audit: sink}, nil)

@@ -6,7 +6,8 @@ import (
 	"syscall"
 )
 
-// The exec audit (SPEC §6: "each execve/execveat attempt is audited").
+// The exec audit: each execve/execveat attempt of the worker is decided
+// and recorded.
 //
 // The process that applies the guard also installs a second seccomp
 // filter (InstallExecNotifier) that sends every execve, execveat and

@@ -373,8 +373,8 @@ func TestExecAudit(t *testing.T) {
 	}
 }
 
-// TestExecAuditWithoutLandlock: SPEC §6, "an attempt outside the allowlist
-// is refused even if Landlock is unavailable".
+// TestExecAuditWithoutLandlock: an attempt outside the allowlist is refused
+// by the exec audit even where Landlock is unavailable.
 func TestExecAuditWithoutLandlock(t *testing.T) {
 	requireExecAudit(t)
 	dir := scratch(t)

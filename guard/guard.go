@@ -1,4 +1,4 @@
-// Package guard is nsgate's execution guard (SPEC §6): the Landlock and
+// Package guard is nsgate's execution guard: the Landlock and
 // seccomp restrictions put on the worker just before it is executed, and
 // the exec audit that watches every execve/execveat it makes.
 //

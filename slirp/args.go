@@ -139,7 +139,7 @@ func (c Config) Gateway6() netip.Addr { return c.Plan().Gateway6() }
 func (c Config) DNS6() netip.Addr { return c.Plan().DNS6() }
 
 // NetnsName names the target network namespace for file names such as
-// SPEC §10's audit log $NSGATE_AUDIT_DIR/<netns name>.jsonl: the base name
+// the helpers' audit log $NSGATE_AUDIT_DIR/<netns name>.jsonl: the base name
 // of the path for --netns-type=path (Podman's "netns-<uuid>"), "pid-PID"
 // for a PID and "tapfd-FD" for a TAP descriptor. It never contains '/'
 // and is never "", "." or "..".

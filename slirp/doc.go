@@ -1,5 +1,5 @@
 // Package slirp holds the self-contained pieces of nsgate's slirp4netns
-// drop-in (`nsgate slirp4netns ...`, SPEC §10), which rootless Podman runs as
+// drop-in (`nsgate slirp4netns ...`, docs/podman.md), which rootless Podman runs as
 // its network helper:
 //
 //   - ParseArgs: slirp4netns 1.x's command line, with getopt_long semantics

@@ -10,7 +10,7 @@ import (
 
 // cmdAudit: nsgate audit verify [--key FILE] [--head HASH] FILE.
 //
-// Exit status (SPEC §2): 0 and "ok: N records, head HASH" when the chain
+// Exit status: 0 and "ok: N records, head HASH" when the chain
 // verifies and nothing contradicts its anchor; 1 and "FILE:LINE: what is
 // wrong" at the first broken record, at a torn last line, or when the end
 // of the log does not match its anchor (--head, else FILE.head); 2 when the

@@ -1,5 +1,5 @@
 // Command nsgate runs an untrusted program behind a policy-enforcing egress
-// gateway. See README.md and docs/ for the tour; SPEC.md for the contract.
+// gateway. See README.md and docs/ for the tour and the contract.
 package main
 
 import (

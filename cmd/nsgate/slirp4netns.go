@@ -17,7 +17,7 @@ import (
 	"github.com/nsgate/nsgate/tun"
 )
 
-// `nsgate slirp4netns ...` (SPEC §10): a drop-in for the slirp4netns 1.x
+// `nsgate slirp4netns ...`: a drop-in for the slirp4netns 1.x
 // network helper of rootless Podman. Podman runs it (through a link named
 // slirp4netns, or network_cmd_path) as uid 0 of its rootless user
 // namespace, in the host's network namespace; the container's network
