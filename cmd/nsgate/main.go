@@ -24,9 +24,10 @@ func main() {
 	// opened close-on-exec; anything it passes on, it passes explicitly.
 	closeInheritedOnExec()
 	args := os.Args[1:]
-	// Invoked through a link named slirp4netns: act as the Podman drop-in.
-	if filepath.Base(os.Args[0]) == "slirp4netns" {
-		args = append([]string{"slirp4netns"}, args...)
+	// Invoked through a link named slirp4netns or pasta: act as that
+	// Podman drop-in.
+	if b := filepath.Base(os.Args[0]); b == "slirp4netns" || b == "pasta" {
+		args = append([]string{b}, args...)
 	}
 	setProcs()
 	stop := profile.Start()
@@ -86,6 +87,7 @@ var commands = []command{
 	{"guard", cmdGuard, "[flags] -- COMMAND", "only the exec/syscall guard"},
 	{"lab", cmdLab, "[--evidence DIR] [--browser PATH]", "the built-in security lab"},
 	{"slirp4netns", cmdSlirp4netns, "...", "drop-in for Podman's slirp4netns"},
+	{"pasta", cmdPasta, "...", "drop-in for Podman 5's pasta"},
 	{"version", cmdVersion, "", "print the version"},
 	{"help", nil, "", "this list"}, // Main prints usage (a run func here would be an initialization cycle)
 
