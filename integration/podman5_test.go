@@ -53,6 +53,8 @@ func TestPodman5(t *testing.T) {
 	p5 := newPodman5Env(t)
 	t.Run("policy", p5.testPolicy)
 	t.Run("publish-and-rm", p5.testPublish)
+	// Rootful Podman refuses pasta ("pasta networking is only supported
+	// for rootless mode"); nsgate pasta as root is TestPastaStandalone's.
 }
 
 func newPodman5Env(t *testing.T) *podman5Env {
@@ -217,8 +219,14 @@ func (p5 *podman5Env) enter(t *testing.T) {
 // auditDir, when set, becomes NSGATE_AUDIT_DIR (a path inside the root).
 func (p5 *podman5Env) cmd(auditDir string, args ...string) *exec.Cmd {
 	full := []string{"-t", strconv.Itoa(p5.holder.Process.Pid), "-m", "--",
-		"setpriv", "--reuid=" + strconv.Itoa(p5.uid), "--regid=" + strconv.Itoa(p5.gid), "--init-groups", "--",
+		"setpriv", "--reuid=" + strconv.Itoa(p5.uid), "--regid=" + strconv.Itoa(p5.gid), "--init-groups", "--"}
+	return p5.podman(full, auditDir, args...)
+}
+
+func (p5 *podman5Env) podman(enter []string, auditDir string, args ...string) *exec.Cmd {
+	full := append(enter,
 		"env", "-i", "--chdir=/mnt",
+		"CONTAINERS_CONF=/mnt/config/containers/containers.conf",
 		"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
 		"HOME=/mnt/home",
 		fmt.Sprintf("XDG_RUNTIME_DIR=/run/user/%d", p5.uid),
@@ -226,7 +234,7 @@ func (p5 *podman5Env) cmd(auditDir string, args ...string) *exec.Cmd {
 		"XDG_DATA_HOME=/mnt/data",
 		"NSGATE_POLICY=/mnt/policy.yaml",
 		"PODMAN_IGNORE_CGROUPSV1_WARNING=1", // this machine's cgroups are hybrid v1
-	}
+	)
 	if auditDir != "" {
 		full = append(full, "NSGATE_AUDIT_DIR="+auditDir)
 	}
@@ -234,10 +242,16 @@ func (p5 *podman5Env) cmd(auditDir string, args ...string) *exec.Cmd {
 	return exec.Command("nsenter", append(full, args...)...)
 }
 
-// run runs podman to completion (bounded) and logs what it did.
+// run runs podman as the test user to completion (bounded) and logs what
+// it did.
 func (p5 *podman5Env) run(t *testing.T, auditDir string, args ...string) result {
 	t.Helper()
-	r := runBounded(t, p5.cmd(auditDir, args...), 90*time.Second, "podman "+strings.Join(args, " "), dropShareWarning)
+	return p5.runCmd(t, p5.cmd(auditDir, args...), args)
+}
+
+func (p5 *podman5Env) runCmd(t *testing.T, cmd *exec.Cmd, args []string) result {
+	t.Helper()
+	r := runBounded(t, cmd, 90*time.Second, "podman "+strings.Join(args, " "), dropShareWarning)
 	t.Logf("podman %s -> %d (%s)\nstdout: %s\nstderr: %s", strings.Join(args, " "), r.code,
 		r.elapsed.Round(time.Millisecond), r.stdout, dropShareWarning(r.stderr))
 	return r
