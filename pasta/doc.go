@@ -12,10 +12,10 @@
 //   - Background and WatchNetns: pasta forks to the background once the
 //     namespace is configured and stays until the namespace is gone; Go
 //     cannot fork, so nsgate starts a detached copy of itself and waits
-//     for its word.
-//
-// Nothing here runs the gateway; cmd/nsgate turns a Config into a
-// podnet.Config.
+//     for its word;
+//   - Start: a Config turned into a podnet helper (the gateway, policy,
+//     DNS and audit of every mode, built by podnet and session), and Main,
+//     the whole command, which cmd/nsgate only lists.
 //
 // Reference: pasta (passt 2025) as shipped by Debian 13 and run by Podman
 // 5.4; the argument sets of Podman 5.0 to 6.x are in the tests.
