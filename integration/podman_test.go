@@ -146,7 +146,7 @@ func (pm *podmanEnv) rootfsTar(t *testing.T) string {
 	}
 	copyFile(t, "/bin/busybox", filepath.Join(root, "bin/busybox"))
 	copyFile(t, nsgateBin, filepath.Join(root, "bin/nsgate"))
-	for _, a := range []string{"sh", "ip", "cat", "ls", "sleep", "true"} {
+	for _, a := range []string{"sh", "ip", "cat", "grep", "ls", "sleep", "true"} {
 		os.Symlink("busybox", filepath.Join(root, "bin", a))
 	}
 	tarball := filepath.Join(pm.dir, "rootfs.tar")

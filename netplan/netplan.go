@@ -13,6 +13,11 @@
 //	DNS      10.0.2.3         fd00::3
 //	names    198.18.0.0/15    fd6e:7367:6174::/64  (the fake-IP pools)
 //
+// A plan may instead name its IPv4 addresses outright ([Fixed]): `nsgate
+// pasta` gives the worker the host's own address and the host's gateway,
+// as pasta does, with DNS on Podman's --dns-forward address and the host
+// reachable at its --map-guest-addr address ([Plan.HostAlias4]).
+//
 // The package is a leaf on purpose: it imports only net/netip and the
 // standard library, so that every other package can import it without a
 // cycle, it does no I/O, and it can be read and tested on its own.
@@ -65,7 +70,28 @@ const (
 type Plan struct {
 	Prefix4 netip.Prefix // e.g. 10.0.2.0/24; /25 or shorter (MaxBits4)
 	Prefix6 netip.Prefix // e.g. fd00::/64; /112 or shorter (MaxBits6)
+	// Fixed4, when set, names the IPv4 addresses outright instead of
+	// host numbers in Prefix4 (then any prefix length will do).
+	Fixed4 Fixed
+	// HostAlias4, when set, is an address at which the worker reaches
+	// the host itself (pasta's --map-guest-addr): a flow there is
+	// decided and dialled as a flow to the host's loopback address (see
+	// HostSide), so the policy governs it like any other.
+	HostAlias4 netip.Addr
 }
+
+// Fixed names a plan's addresses of one family outright: all three set,
+// or none (the zero Fixed: host numbers). Guest must be in the plan's
+// prefix; Gateway may be outside it (the worker's default route then
+// reaches it on-link, as on a host whose address is a /32), and DNS may be
+// anywhere (pasta's --dns-forward is a link-local address outside every
+// prefix). The three differ from each other.
+type Fixed struct {
+	Guest, Gateway, DNS netip.Addr
+}
+
+// IsZero reports whether f names no address (the plan uses host numbers).
+func (f Fixed) IsZero() bool { return f == Fixed{} }
 
 // Default returns the default plan: 10.0.2.0/24 and fd00::/64.
 func Default() Plan {
@@ -97,7 +123,8 @@ func (p Plan) WithDefaults() Plan {
 // "bad network V4 V6: ..." with the defaulted prefixes.
 func (p Plan) Check() error {
 	p = p.WithDefaults()
-	if !p.Prefix4.Addr().Is4() || p.Prefix4.Bits() > MaxBits4 ||
+	bits4ok := p.Prefix4.Bits() <= MaxBits4 || !p.Fixed4.IsZero()
+	if !p.Prefix4.Addr().Is4() || !bits4ok ||
 		!p.Prefix6.Addr().Is6() || p.Prefix6.Addr().Is4In6() || p.Prefix6.Bits() > MaxBits6 {
 		return fmt.Errorf("bad network %v %v: want an IPv4 prefix of /%d or shorter and an IPv6 prefix of /%d or shorter", p.Prefix4, p.Prefix6, MaxBits4, MaxBits6)
 	}
@@ -105,6 +132,53 @@ func (p Plan) Check() error {
 		if pair[0].Overlaps(pair[1]) {
 			return fmt.Errorf("bad network %v %v: %v overlaps nsgate's fake-IP range %v", p.Prefix4, p.Prefix6, pair[0], pair[1])
 		}
+	}
+	if err := p.checkFixed4(); err != nil {
+		return err
+	}
+	if a := p.HostAlias4; a.IsValid() {
+		if err := usable4("host alias", a); err != nil {
+			return err
+		}
+		if p.Prefix4.Contains(a) || a == p.Gateway4() || a == p.DNS4() || p.FakePool4().Contains(a) {
+			return fmt.Errorf("bad host alias %v: it is in the worker's network %v, is its gateway or DNS address, or is in the fake-IP range", a, p.Prefix4)
+		}
+	}
+	return nil
+}
+
+// checkFixed4 checks p.Fixed4 (p already WithDefaults).
+func (p Plan) checkFixed4() error {
+	f := p.Fixed4
+	if f.IsZero() {
+		return nil
+	}
+	for _, a := range []struct {
+		what string
+		a    netip.Addr
+	}{{"guest", f.Guest}, {"gateway", f.Gateway}, {"DNS", f.DNS}} {
+		if err := usable4(a.what, a.a); err != nil {
+			return err
+		}
+		if p.FakePool4().Contains(a.a) {
+			return fmt.Errorf("bad %s address %v: in nsgate's fake-IP range %v", a.what, a.a, p.FakePool4())
+		}
+	}
+	if !p.Prefix4.Contains(f.Guest) {
+		return fmt.Errorf("bad guest address %v: not in the network %v", f.Guest, p.Prefix4)
+	}
+	if f.Guest == f.Gateway || f.Guest == f.DNS || f.Gateway == f.DNS {
+		return fmt.Errorf("bad addresses: guest %v, gateway %v and DNS %v must differ", f.Guest, f.Gateway, f.DNS)
+	}
+	return nil
+}
+
+// usable4 reports whether a may be one of a plan's IPv4 addresses: a
+// unicast IPv4 address, not loopback, unspecified, multicast or the
+// limited broadcast.
+func usable4(what string, a netip.Addr) error {
+	if !a.Is4() || a.IsLoopback() || a.IsUnspecified() || a.IsMulticast() || a == netip.AddrFrom4([4]byte{255, 255, 255, 255}) {
+		return fmt.Errorf("bad %s address %v: want a unicast IPv4 address", what, a)
 	}
 	return nil
 }
@@ -175,15 +249,32 @@ func host(p netip.Prefix, h uint16) netip.Addr {
 	return a
 }
 
-// Gateway4 returns the gateway's IPv4 address, host 2 (10.0.2.2 by default).
-func (p Plan) Gateway4() netip.Addr { return host(p.WithDefaults().Prefix4, hostGateway) }
+// Gateway4 returns the gateway's IPv4 address: Fixed4.Gateway, else host
+// 2 (10.0.2.2 by default).
+func (p Plan) Gateway4() netip.Addr {
+	if !p.Fixed4.IsZero() {
+		return p.Fixed4.Gateway
+	}
+	return host(p.WithDefaults().Prefix4, hostGateway)
+}
 
-// DNS4 returns the DNS server's IPv4 address, host 3 (10.0.2.3 by default).
-func (p Plan) DNS4() netip.Addr { return host(p.WithDefaults().Prefix4, hostDNS) }
+// DNS4 returns the DNS server's IPv4 address: Fixed4.DNS, else host 3
+// (10.0.2.3 by default).
+func (p Plan) DNS4() netip.Addr {
+	if !p.Fixed4.IsZero() {
+		return p.Fixed4.DNS
+	}
+	return host(p.WithDefaults().Prefix4, hostDNS)
+}
 
-// Guest4 returns the worker's IPv4 address, host 100 (10.0.2.100 by
-// default).
-func (p Plan) Guest4() netip.Addr { return host(p.WithDefaults().Prefix4, hostGuest4) }
+// Guest4 returns the worker's IPv4 address: Fixed4.Guest, else host 100
+// (10.0.2.100 by default).
+func (p Plan) Guest4() netip.Addr {
+	if !p.Fixed4.IsZero() {
+		return p.Fixed4.Guest
+	}
+	return host(p.WithDefaults().Prefix4, hostGuest4)
+}
 
 // Gateway6 returns the gateway's IPv6 address, host ::2 (fd00::2 by
 // default).
@@ -210,9 +301,12 @@ func (p Plan) GuestPrefix6() netip.Prefix {
 }
 
 // Broadcast4 returns the directed broadcast address of the IPv4 prefix
-// (10.0.2.255 by default).
+// (10.0.2.255 by default); a /31 or /32 has none (the zero Addr).
 func (p Plan) Broadcast4() netip.Addr {
 	pfx := p.WithDefaults().Prefix4
+	if pfx.Bits() >= 31 {
+		return netip.Addr{}
+	}
 	b := pfx.Addr().As4()
 	for i := pfx.Bits(); i < 32; i++ {
 		b[i/8] |= 0x80 >> (i % 8)
@@ -232,6 +326,16 @@ func (p Plan) GuestSource(a netip.Addr) bool {
 	return a == p.Guest4() || a == p.Guest6()
 }
 
+// HostSide returns what the gateway decides and dials for a flow the
+// worker sent to a: the host's loopback address 127.0.0.1 for the plan's
+// HostAlias4, else a itself. ok says a was the alias.
+func (p Plan) HostSide(a netip.Addr) (to netip.Addr, ok bool) {
+	if p.HostAlias4.IsValid() && a == p.HostAlias4 {
+		return netip.AddrFrom4([4]byte{127, 0, 0, 1}), true
+	}
+	return a, false
+}
+
 // FakePool4 returns the IPv4 pool of the fake addresses that stand for
 // names, 198.18.0.0/15 (the same for every plan).
 func (p Plan) FakePool4() netip.Prefix { return netip.MustParsePrefix(fakePool4) }
@@ -242,11 +346,24 @@ func (p Plan) FakePool6() netip.Prefix { return netip.MustParsePrefix(fakePool6)
 
 // Local returns the prefixes nsgate must never dial, whatever a policy
 // allows: its own two prefixes (masked) and the two fake-IP pools, in
-// that order. It is what the modes hand to the policy's WithLocal. The
-// slice is new on each call; the caller may keep or change it.
+// that order. It is what the modes hand to the policy's WithLocal. With
+// Fixed4 the IPv4 prefix is the host's own network, which the policy
+// governs like any other; then the worker's, the gateway's and the DNS
+// server's addresses (and the host alias, when set) are guarded one by
+// one instead, as /32s in that order. The slice is new on each call; the
+// caller may keep or change it.
 func (p Plan) Local() []netip.Prefix {
 	p = p.WithDefaults()
-	return []netip.Prefix{p.Prefix4, p.Prefix6, p.FakePool4(), p.FakePool6()}
+	if p.Fixed4.IsZero() {
+		return []netip.Prefix{p.Prefix4, p.Prefix6, p.FakePool4(), p.FakePool6()}
+	}
+	var l []netip.Prefix
+	for _, a := range []netip.Addr{p.Fixed4.Guest, p.Fixed4.Gateway, p.Fixed4.DNS, p.HostAlias4} {
+		if a.IsValid() {
+			l = append(l, netip.PrefixFrom(a, 32))
+		}
+	}
+	return append(l, p.Prefix6, p.FakePool4(), p.FakePool6())
 }
 
 // ResolvConf returns the worker's /etc/resolv.conf: a nameserver line for

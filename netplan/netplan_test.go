@@ -68,9 +68,9 @@ func TestWithDefaults(t *testing.T) {
 		plan Plan
 		want Plan
 	}{
-		{"zero: both defaults", Plan{}, Plan{pfx("10.0.2.0/24"), pfx("fd00::/64")}},
-		{"host bits are cleared", Plan{pfx("10.9.0.7/24"), pfx("fd01::7/64")}, Plan{pfx("10.9.0.0/24"), pfx("fd01::/64")}},
-		{"only the unset prefix is defaulted", Plan{Prefix6: pfx("fd01::/64")}, Plan{pfx("10.0.2.0/24"), pfx("fd01::/64")}},
+		{"zero: both defaults", Plan{}, Plan{Prefix4: pfx("10.0.2.0/24"), Prefix6: pfx("fd00::/64")}},
+		{"host bits are cleared", Plan{Prefix4: pfx("10.9.0.7/24"), Prefix6: pfx("fd01::7/64")}, Plan{Prefix4: pfx("10.9.0.0/24"), Prefix6: pfx("fd01::/64")}},
+		{"only the unset prefix is defaulted", Plan{Prefix6: pfx("fd01::/64")}, Plan{Prefix4: pfx("10.0.2.0/24"), Prefix6: pfx("fd01::/64")}},
 	}
 	for _, tt := range tests {
 		if got := tt.plan.WithDefaults(); got != tt.want {
@@ -89,7 +89,7 @@ func TestCheck(t *testing.T) {
 		err  string // "" for a good plan, else a part of the error
 	}{
 		{"the default plan", Plan{}, ""},
-		{"the longest prefixes that hold host 100 and ::100", Plan{pfx("10.0.2.0/25"), pfx("fd00::/112")}, ""},
+		{"the longest prefixes that hold host 100 and ::100", Plan{Prefix4: pfx("10.0.2.0/25"), Prefix6: pfx("fd00::/112")}, ""},
 		{"a /26 has no host 100", Plan{Prefix4: pfx("10.0.2.0/26")}, "want an IPv4 prefix of /25 or shorter and an IPv6 prefix of /112 or shorter"},
 		{"a /113 has no host ::100", Plan{Prefix6: pfx("fd00::/113")}, "want an IPv4 prefix of /25 or shorter"},
 		{"Prefix4 must be IPv4", Plan{Prefix4: pfx("fd01::/64")}, "bad network fd01::/64 fd00::/64"},
@@ -279,6 +279,104 @@ func TestLeaf(t *testing.T) {
 			if first, _, _ := strings.Cut(path, "/"); strings.Contains(first, ".") {
 				t.Errorf("%s imports %s: netplan may import only the standard library", f, path)
 			}
+		}
+	}
+}
+
+// pastaPlan is the plan `nsgate pasta` builds on a host whose address is
+// 192.168.1.50/24 behind 192.168.1.1, with Podman's DNS forward and host
+// alias addresses.
+func pastaPlan() Plan {
+	return Plan{
+		Prefix4:    pfx("192.168.1.0/24"),
+		Fixed4:     Fixed{Guest: addr("192.168.1.50"), Gateway: addr("192.168.1.1"), DNS: addr("169.254.1.1")},
+		HostAlias4: addr("169.254.1.2"),
+	}
+}
+
+// TestFixed: a plan that names its IPv4 addresses outright (pasta's model:
+// the host's address and gateway) keeps the IPv6 host numbers and the
+// default plan's behaviour elsewhere.
+func TestFixed(t *testing.T) {
+	p := pastaPlan()
+	if err := p.Check(); err != nil {
+		t.Fatalf("Check: %v", err)
+	}
+	got := []string{p.Guest4().String(), p.Gateway4().String(), p.DNS4().String(), p.GuestPrefix4().String(),
+		p.Broadcast4().String(), p.Guest6().String(), p.ResolvConf(false)}
+	want := []string{"192.168.1.50", "192.168.1.1", "169.254.1.1", "192.168.1.50/24", "192.168.1.255", "fd00::100", "nameserver 169.254.1.1\n"}
+	if !slices.Equal(got, want) {
+		t.Errorf("addresses:\n got %q\nwant %q", got, want)
+	}
+	var local []string
+	for _, l := range p.Local() {
+		local = append(local, l.String())
+	}
+	if want := []string{"192.168.1.50/32", "192.168.1.1/32", "169.254.1.1/32", "169.254.1.2/32", "fd00::/64", "198.18.0.0/15", "fd6e:7367:6174::/64"}; !slices.Equal(local, want) {
+		t.Errorf("Local() = %v, want %v (the host's network is the policy's business, not the gateway's own)", local, want)
+	}
+	for _, tt := range []struct {
+		a  string
+		ok bool
+	}{
+		{"192.168.1.50", true}, {"192.168.1.77", true}, {"192.168.1.1", false}, {"192.168.1.0", false},
+		{"192.168.1.255", false}, {"169.254.1.1", false}, {"169.254.1.2", false}, {"10.0.2.100", false},
+	} {
+		if p.GuestSource(addr(tt.a)) != tt.ok {
+			t.Errorf("GuestSource(%s) = %v, want %v", tt.a, !tt.ok, tt.ok)
+		}
+	}
+	// A /32 host address behind an off-link gateway (as some clouds give
+	// out): the guest is its own network, and there is no broadcast.
+	c := Plan{Prefix4: pfx("10.128.0.5/32"), Fixed4: Fixed{Guest: addr("10.128.0.5"), Gateway: addr("10.128.0.1"), DNS: addr("169.254.1.1")}}
+	if err := c.Check(); err != nil {
+		t.Errorf("a /32 host: %v", err)
+	}
+	if !c.GuestSource(addr("10.128.0.5")) || c.GuestSource(addr("10.128.0.6")) || c.Broadcast4().IsValid() {
+		t.Errorf("a /32 host: GuestSource or Broadcast4 wrong (broadcast %v)", c.Broadcast4())
+	}
+}
+
+func TestHostSide(t *testing.T) {
+	p := pastaPlan()
+	if to, ok := p.HostSide(addr("169.254.1.2")); !ok || to != addr("127.0.0.1") {
+		t.Errorf("the host alias goes to %v (%v), want the host's loopback 127.0.0.1", to, ok)
+	}
+	for _, a := range []string{"169.254.1.1", "203.0.113.10", "192.168.1.1"} {
+		if to, ok := p.HostSide(addr(a)); ok || to != addr(a) {
+			t.Errorf("HostSide(%s) = %v, %v: only the alias is mapped", a, to, ok)
+		}
+	}
+	if to, ok := Default().HostSide(addr("169.254.1.2")); ok || to != addr("169.254.1.2") {
+		t.Errorf("the default plan has no host alias, got %v", to)
+	}
+}
+
+func TestCheckFixed(t *testing.T) {
+	good := pastaPlan()
+	for _, tt := range []struct {
+		why  string
+		edit func(*Plan)
+		err  string
+	}{
+		{"guest outside the network", func(p *Plan) { p.Fixed4.Guest = addr("192.168.2.50") }, "bad guest address 192.168.2.50: not in the network 192.168.1.0/24"},
+		{"half-set: a gateway without DNS", func(p *Plan) { p.Fixed4.DNS = netip.Addr{} }, "bad DNS address invalid IP"},
+		{"an IPv6 gateway in the IPv4 set", func(p *Plan) { p.Fixed4.Gateway = addr("fe80::1") }, "bad gateway address fe80::1"},
+		{"loopback DNS", func(p *Plan) { p.Fixed4.DNS = addr("127.0.0.53") }, "bad DNS address 127.0.0.53"},
+		{"DNS in the fake pool", func(p *Plan) { p.Fixed4.DNS = addr("198.18.0.1") }, "in nsgate's fake-IP range"},
+		{"gateway equals guest", func(p *Plan) { p.Fixed4.Gateway = addr("192.168.1.50") }, "must differ"},
+		{"alias equals DNS", func(p *Plan) { p.HostAlias4 = addr("169.254.1.1") }, "bad host alias 169.254.1.1"},
+		{"alias inside the worker's network", func(p *Plan) { p.HostAlias4 = addr("192.168.1.9") }, "bad host alias 192.168.1.9"},
+		{"a multicast alias", func(p *Plan) { p.HostAlias4 = addr("224.0.0.1") }, "bad host alias address 224.0.0.1"},
+		{"the host's network inside the fake pool", func(p *Plan) {
+			p.Prefix4 = pfx("198.18.0.0/24")
+			p.Fixed4.Guest = addr("198.18.0.5")
+		}, "overlaps nsgate's fake-IP range"},
+	} {
+		p := good
+		tt.edit(&p)
+		if err := p.Check(); err == nil || !strings.Contains(err.Error(), tt.err) {
+			t.Errorf("%s: Check() = %v, want %q", tt.why, err, tt.err)
 		}
 	}
 }

@@ -111,9 +111,12 @@ func (a *admission) classify() {
 			return
 		}
 	}
-	p.d = a.decide(policy.Flow{Proto: proto, Addr: dst.Addr(), Port: dst.Port()})
+	// The plan's host alias stands for the host itself: the flow is
+	// decided and dialled as one to the host's loopback address.
+	to, _ := a.g.net.HostSide(dst.Addr())
+	p.d = a.decide(policy.Flow{Proto: proto, Addr: to, Port: dst.Port()})
 	if p.d.Verdict == policy.Allow {
-		p.targets = []netip.AddrPort{dst}
+		p.targets = []netip.AddrPort{netip.AddrPortFrom(to, dst.Port())}
 	}
 }
 

@@ -402,10 +402,15 @@ func (g *Gateway) build(cfg Config) error {
 		routes = append(routes, tcpip.Route{Destination: header.IPv6EmptySubnet, NIC: g.nic})
 	}
 	for _, a := range own {
-		bits := g.net.Prefix4.Bits()
-		proto := ipv4.ProtocolNumber
+		pfx, proto := g.net.Prefix4, ipv4.ProtocolNumber
 		if a.Is6() {
-			bits, proto = g.net.Prefix6.Bits(), ipv6.ProtocolNumber
+			pfx, proto = g.net.Prefix6, ipv6.ProtocolNumber
+		}
+		bits := pfx.Bits()
+		if !pfx.Contains(a) {
+			// An address outside the worker's network (pasta's DNS
+			// forward address): the gateway holds it alone.
+			bits = a.BitLen()
 		}
 		pa := tcpip.ProtocolAddress{
 			Protocol:          proto,

@@ -9,9 +9,11 @@ import (
 	"path/filepath"
 	"runtime"
 
+	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/bench/profile"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/lab"
+	"github.com/nsgate/nsgate/pasta"
 	"github.com/nsgate/nsgate/probe"
 	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/worker"
@@ -24,9 +26,9 @@ func main() {
 	// opened close-on-exec; anything it passes on, it passes explicitly.
 	sandbox.CloseInheritedOnExec()
 	args := os.Args[1:]
-	// Invoked through a link named slirp4netns: act as the Podman drop-in.
-	if filepath.Base(os.Args[0]) == "slirp4netns" {
-		args = append([]string{"slirp4netns"}, args...)
+	// Invoked through a link named slirp4netns or pasta: act as that drop-in.
+	if b := filepath.Base(os.Args[0]); b == "slirp4netns" || b == "pasta" {
+		args = append([]string{b}, args...)
 	}
 	setProcs()
 	stop := profile.Start()
@@ -86,6 +88,7 @@ var commands = []command{
 	{"guard", cmdGuard, "[flags] -- COMMAND", "only the exec/syscall guard"},
 	{"lab", cmdLab, "[--evidence DIR] [--browser PATH]", "the built-in security lab"},
 	{"slirp4netns", cmdSlirp4netns, "...", "drop-in for Podman's slirp4netns"},
+	{"pasta", cmdPasta, "...", "drop-in for Podman 5's pasta"}, // pasta.Main, docs/podman.md
 	{"version", cmdVersion, "", "print the version"},
 	{"help", nil, "", "this list"}, // Main prints usage (a run func here would be an initialization cycle)
 
@@ -98,6 +101,12 @@ var commands = []command{
 	{"__browserworker", func(e env, args []string) int { return lab.BrowserWorkerMain(args, e.stdout, e.stderr) }, "", ""},
 	{"__probe", func(e env, args []string) int { return probe.Main(args, e.stdout, e.stderr) }, "", ""},
 	{"__guardprobe", func(e env, args []string) int { return probe.GuardMain(args, e.stdout, e.stderr) }, "", ""},
+}
+
+// cmdPasta is `nsgate pasta ...` (SPEC §10): pasta.Main has it all.
+func cmdPasta(e env, args []string) int {
+	start := audit.Start{Version: versionString(), Argv: os.Args, PID: os.Getpid()}
+	return pasta.Main(args, pasta.Env{Stdout: e.stdout, Stderr: e.stderr, VersionLine: versionLine(), Start: start})
 }
 
 // aliases are other names of commands.
