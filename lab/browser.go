@@ -1,10 +1,11 @@
 package lab
 
 import (
-	"encoding/json"
 	"html"
 	"net/url"
 	"strings"
+
+	"github.com/nsgate/nsgate/audit"
 )
 
 // The browser attempts (`nsgate lab --browser PATH`): headless Chromium
@@ -161,8 +162,7 @@ func requireKeyedDenials(cat []Attempt, rep *Report) {
 		}
 		found := false
 		for _, raw := range res.Audit {
-			var r AuditRecord
-			if json.Unmarshal(raw, &r) == nil && keysMatch(at.Keys, r.keys()) {
+			if r, err := audit.ParseRecord(raw); err == nil && keysMatch(at.Keys, recordKeys(r)) {
 				found = true
 				break
 			}

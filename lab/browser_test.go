@@ -184,7 +184,10 @@ func TestRequireKeyedDenials(t *testing.T) {
 		{ID: "meta", Category: CategoryBrowser, Layer: LayerMetadata, Expect: Blocked, Audit: AuditDeny, Keys: []string{MetadataV4 + ":80"}},
 		{ID: "name", Category: CategoryBrowser, Layer: LayerDNS, Expect: Blocked, Audit: AuditDeny, Keys: []string{"dns:" + UnapprovedName}},
 	}
-	rec := func(s string) json.RawMessage { return json.RawMessage(s) }
+	// rec is a record as the log holds it: s's members after seq and time.
+	rec := func(s string) json.RawMessage {
+		return json.RawMessage(`{"seq":1,"time":"2026-01-02T03:04:05Z",` + s[1:])
+	}
 	noise := rec(`{"event":"dns","action":"deny","qname":"clients2.google.com","rule":"default"}`)
 	for _, tc := range []struct {
 		name  string

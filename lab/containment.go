@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/nsgate/nsgate/audit"
 )
 
 // The containment category: the worker's file system view (sandbox/view.go)
@@ -308,7 +310,7 @@ type hostEnv struct {
 	// After the run: the audit log's check (audit.Check with the key and
 	// its head file) and records, and the attacker's observations.
 	auditErr error
-	recs     []AuditRecord
+	recs     []audit.Record
 	obs      map[string]Observation
 }
 
@@ -423,7 +425,7 @@ func (h *hostEnv) auditIntact(at Attempt) HostResult {
 		return HostResult{Detail: "the audit log was replaced (another inode) during the run"}
 	case h.auditErr != nil:
 		return HostResult{Detail: "the audit log does not verify: " + h.auditErr.Error()}
-	case len(h.recs) == 0 || h.recs[0].Seq != 1 || h.recs[0].Event != "start":
+	case len(h.recs) == 0 || h.recs[0].Seq != 1 || h.recs[0].Name != "start":
 		return HostResult{Detail: "the audit log does not start with the run's start record (seq 1)"}
 	}
 	o, ok := h.obs[at.ID]

@@ -234,16 +234,16 @@ func judgeAuditFill(at Attempt, fr *fillRun, hits []Hit, key []byte) Result {
 	}
 	// The records written.
 	s, verr := audit.Check(fr.copy, key, "")
-	recs, _ := ReadAuditFile(fr.copy)
+	recs, _ := audit.ReadRecordsFile(fr.copy)
 	allowed := 0
 	for _, r := range recs {
-		if r.Event == "flow" && r.Action == "allow" {
-			allowed += max(1, int(r.Count))
+		if r.Name == "flow" && r.Action() == "allow" {
+			allowed += max(1, int(r.Count()))
 		}
 	}
 	denied := 0
 	for _, r := range recs {
-		if r.Event == "dns" && r.Action == "deny" && strings.HasSuffix(strings.TrimSuffix(r.QName, "."), "."+floodZone) {
+		if d, ok := r.Event.(audit.DNS); ok && d.Action == "deny" && strings.HasSuffix(strings.TrimSuffix(d.QName, "."), "."+floodZone) {
 			denied++
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/nsgate/nsgate/audit"
 )
 
 // Result is the verdict on one attempt, as the evidence records it.
@@ -79,7 +81,7 @@ const lastWindowGrace = 2 * time.Second
 // hit in its window, and its audit expectation (and rule, if any) is met.
 // A control passes when it was observed allowed, its first aim was hit in
 // its window and the log has its allowed flow.
-func Judge(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit, approved func(string) bool) Report {
+func Judge(cat []Attempt, obs []Observation, recs []audit.Record, hits []Hit, approved func(string) bool) Report {
 	return JudgeHost(cat, obs, recs, hits, approved, nil)
 }
 
@@ -88,7 +90,7 @@ func Judge(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit, app
 // only if its check was made and found nothing wrong. A control with a
 // host check and no Aims is judged on the check instead of a target's hit
 // and an allow record.
-func JudgeHost(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit, approved func(string) bool, host map[string]HostResult) Report {
+func JudgeHost(cat []Attempt, obs []Observation, recs []audit.Record, hits []Hit, approved func(string) bool, host map[string]HostResult) Report {
 	type win struct {
 		start, end time.Time
 		idx        int // index into results
@@ -131,15 +133,15 @@ func JudgeHost(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit,
 	}
 
 	owner := make(map[uint64]int) // seq -> result index
-	mine := make([][]AuditRecord, len(results))
-	attach := func(i int, r AuditRecord) {
+	mine := make([][]audit.Record, len(results))
+	attach := func(i int, r audit.Record) {
 		owner[r.Seq] = i
 		mine[i] = append(mine[i], r)
 	}
 	// byKey returns the result index of the latest attempt that started
 	// before r and has a key matching one of r's, within keyReach.
-	byKey := func(r AuditRecord) int {
-		rk := r.keys()
+	byKey := func(r audit.Record) int {
+		rk := recordKeys(r)
 		if len(rk) == 0 {
 			return -1
 		}
@@ -158,12 +160,12 @@ func JudgeHost(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit,
 		return best
 	}
 	var rep Report
-	var later []AuditRecord
+	var later []audit.Record
 	for _, r := range recs {
 		switch {
-		case r.Event == "start" || r.Event == "exit" || r.Event == "policy":
+		case r.Name == "start" || r.Name == "exit" || r.Name == "policy":
 			continue
-		case r.Event == "flow_end" || r.Event == "l7" || r.Count > 0:
+		case r.Name == "flow_end" || r.Name == "l7" || r.Count() > 0:
 			later = append(later, r)
 			continue
 		}
@@ -178,12 +180,12 @@ func JudgeHost(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit,
 	for _, r := range later {
 		i := -1
 		switch {
-		case r.Count > 0:
+		case r.Count() > 0:
 			if i = latestWithKey(recs, owner, r); i < 0 {
 				i = byKey(r)
 			}
-		case r.Flow != 0:
-			if o, ok := owner[r.Flow]; ok {
+		case r.FlowSeq() != 0:
+			if o, ok := owner[r.FlowSeq()]; ok {
 				i = o
 			}
 		}
@@ -244,14 +246,14 @@ func JudgeHost(cat []Attempt, obs []Observation, recs []AuditRecord, hits []Hit,
 
 // latestWithKey finds the attempt that owns the latest record before agg
 // with agg's aggregation key.
-func latestWithKey(recs []AuditRecord, owner map[uint64]int, agg AuditRecord) int {
-	k := agg.aggKey()
+func latestWithKey(recs []audit.Record, owner map[uint64]int, agg audit.Record) int {
+	k := aggKey(agg)
 	if k == "" {
 		return -1
 	}
 	best, bestSeq := -1, uint64(0)
 	for _, r := range recs {
-		if r.Seq >= agg.Seq || r.Count > 0 || r.aggKey() != k {
+		if r.Seq >= agg.Seq || r.Count() > 0 || aggKey(r) != k {
 			continue
 		}
 		if i, ok := owner[r.Seq]; ok && r.Seq > bestSeq {
@@ -277,7 +279,7 @@ func hostVerdict(at Attempt, hr HostResult, checked bool) string {
 
 // judgeOne returns why the attempt failed, or "". hostWhy is what its
 // host check found wrong ("" when nothing, or it has none).
-func judgeOne(at Attempt, res *Result, recs []AuditRecord, approved func(string) bool, hostWhy string) string {
+func judgeOne(at Attempt, res *Result, recs []audit.Record, approved func(string) bool, hostWhy string) string {
 	if res.Observed == Errored {
 		return "could not be carried out: " + res.Detail
 	}
@@ -294,7 +296,7 @@ func judgeOne(at Attempt, res *Result, recs []AuditRecord, approved func(string)
 		if len(at.Aims) > 0 && !slices.ContainsFunc(res.Hits, func(h Hit) bool { return h.Target == at.Aims[0] }) {
 			return "control got an answer but target " + at.Aims[0] + " saw no connection"
 		}
-		if !slices.ContainsFunc(recs, func(r AuditRecord) bool { return r.Event == "flow" && r.Action == "allow" }) {
+		if !slices.ContainsFunc(recs, func(r audit.Record) bool { return r.Name == "flow" && r.Action() == "allow" }) {
 			return "control succeeded but the audit log has no allow flow record for it"
 		}
 		return ""
@@ -330,26 +332,27 @@ func judgeOne(at Attempt, res *Result, recs []AuditRecord, approved func(string)
 }
 
 // auditMissing checks the attempt's audit expectation.
-func auditMissing(at Attempt, recs []AuditRecord) string {
-	isDeny := func(r AuditRecord) bool { return r.Action == "deny" }
+func auditMissing(at Attempt, recs []audit.Record) string {
+	isDeny := func(r audit.Record) bool { return r.Action() == "deny" }
 	switch at.Audit {
 	case AuditDeny:
 		if !slices.ContainsFunc(recs, isDeny) {
 			return "blocked, but the audit log has no deny record for it"
 		}
 	case AuditRefused:
-		if !slices.ContainsFunc(recs, func(r AuditRecord) bool {
-			return isDeny(r) || r.Event == "flow" && r.Action == "allow" && len(r.Refused) > 0
+		if !slices.ContainsFunc(recs, func(r audit.Record) bool {
+			f, ok := r.Event.(audit.Flow)
+			return isDeny(r) || ok && f.Action == "allow" && len(f.Refused) > 0
 		}) {
 			return "blocked, but the audit log records neither a denial nor the refused answers"
 		}
 	}
 	if at.Rule != "" && at.Audit != AuditNone {
-		if !slices.ContainsFunc(recs, func(r AuditRecord) bool { return isDeny(r) && r.Rule == at.Rule }) {
+		if !slices.ContainsFunc(recs, func(r audit.Record) bool { return isDeny(r) && r.Rule() == at.Rule }) {
 			var rules []string
 			for _, r := range recs {
-				if isDeny(r) && !slices.Contains(rules, r.Rule) {
-					rules = append(rules, r.Rule)
+				if isDeny(r) && !slices.Contains(rules, r.Rule()) {
+					rules = append(rules, r.Rule())
 				}
 			}
 			return fmt.Sprintf("blocked, but no deny record carries rule %s (deny rules seen: %s)", at.Rule, strings.Join(rules, ", "))

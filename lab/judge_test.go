@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/nsgate/nsgate/audit"
 )
 
 // t0 is the canned run's start; at(ms) is a time in it.
@@ -15,9 +17,9 @@ var t0 = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 func at(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 
 // rec builds a canned audit record from JSON fields (seq, time in ms).
-func rec(seq uint64, ms int, fields string) AuditRecord {
+func rec(seq uint64, ms int, fields string) audit.Record {
 	line := fmt.Sprintf(`{"seq":%d,"time":%q%s}`, seq, at(ms).Format(time.RFC3339Nano), fields)
-	recs, err := ReadAudit(strings.NewReader(line))
+	recs, err := audit.ReadRecords(strings.NewReader(line))
 	if err != nil || len(recs) != 1 {
 		panic(fmt.Sprintf("bad canned record %s: %v", line, err))
 	}
@@ -47,7 +49,7 @@ func cannedCatalogue() []Attempt {
 // breaks one thing.
 type cannedRun struct {
 	obs  []Observation
-	recs []AuditRecord
+	recs []audit.Record
 	hits []Hit
 }
 
@@ -61,7 +63,7 @@ func goodRun() cannedRun {
 			obs("lo", Blocked, 50, 51),
 			obs("meta2", Blocked, 1200, 1201),
 		},
-		recs: []AuditRecord{
+		recs: []audit.Record{
 			rec(1, -100, `,"event":"start","version":"dev"`),
 			rec(2, 2, `,"event":"dns","qname":"app.test","qtype":"A","action":"allow","rule":"allow[0]"`),
 			rec(3, 3, `,"event":"flow","action":"allow","proto":"tcp","src":"10.0.2.100:1000","dst":"198.18.0.1:80","host":"app.test","rule":"allow[0]"`),
@@ -186,7 +188,7 @@ func TestJudgeAggregates(t *testing.T) {
 		{ID: "other", Category: "local", Layer: LayerSpecial, Expect: Blocked, Audit: AuditDeny, Keys: []string{"10.0.2.2:8080"}},
 	}
 	deny := `,"event":"flow","action":"deny","proto":"tcp","src":"10.0.2.100:%d","dst":"198.18.0.9:8080","host":"rebind.ok.test","rule":"builtin:special-range"%s`
-	recs := []AuditRecord{
+	recs := []audit.Record{
 		rec(1, 100, fmt.Sprintf(deny, 1, "")),
 		rec(2, 2600, `,"event":"flow","action":"deny","proto":"tcp","src":"10.0.2.100:3","dst":"10.0.2.2:8080","rule":"builtin:special-range"`),
 		rec(3, 2700, fmt.Sprintf(deny, 2, `,"count":1`)),
@@ -221,20 +223,13 @@ func TestKeysMatch(t *testing.T) {
 		}
 	}
 	r := rec(1, 0, `,"event":"flow","action":"deny","proto":"udp","src":"10.0.2.100:5","dst":"198.18.0.1:443","host":"App.Test","rule":"default"`)
-	if got := r.keys(); !slices.Equal(got, []string{"198.18.0.1:443/udp", "app.test:443/udp"}) {
+	if got := recordKeys(r); !slices.Equal(got, []string{"198.18.0.1:443/udp", "app.test:443/udp"}) {
 		t.Errorf("udp name flow keys %v", got)
 	}
-	if got := rec(2, 0, `,"event":"dns","qname":"2852039166.","qtype":"A","action":"deny","rule":"default"`).keys(); !slices.Equal(got, []string{"dns:2852039166"}) {
+	if got := recordKeys(rec(2, 0, `,"event":"dns","qname":"2852039166.","qtype":"A","action":"deny","rule":"default"`)); !slices.Equal(got, []string{"dns:2852039166"}) {
 		t.Errorf("dns keys %v", got)
 	}
-	if got := rec(3, 0, `,"event":"flow","action":"allow","dst":"1.2.3.4:5"`).keys(); got != nil {
+	if got := recordKeys(rec(3, 0, `,"event":"flow","action":"allow","dst":"1.2.3.4:5"`)); got != nil {
 		t.Errorf("allowed flows have no keys: %v", got)
-	}
-}
-
-func TestReadAuditErrors(t *testing.T) {
-	_, err := ReadAudit(strings.NewReader(`{"seq":1}` + "\n" + `not json` + "\n"))
-	if err == nil || !strings.Contains(err.Error(), "line 2") {
-		t.Errorf("got %v, want an error naming line 2", err)
 	}
 }

@@ -262,7 +262,7 @@ func Run(ctx context.Context, cfg Config) int {
 	var brun *browserRun
 	attackRecs := -1
 	if cfg.Browser != "" {
-		if r, err := ReadAuditFile(auditPath); err == nil {
+		if r, err := audit.ReadRecordsFile(auditPath); err == nil {
 			attackRecs = len(r)
 		}
 		brun = runBrowser(ctx, cfg, polFile, auditPath, work, env)
@@ -287,7 +287,7 @@ func Run(ctx context.Context, cfg Config) int {
 	if m := regexp.MustCompile(`nsgate: audit head ([0-9a-f]{64})`).FindStringSubmatch(ev.Gateway.Stderr); m != nil {
 		ev.Audit.Reported = m[1]
 	}
-	var recs []AuditRecord
+	var recs []audit.Record
 	sum, cerr := audit.Check(auditPath, key, "")
 	if cerr != nil {
 		ev.Audit.Error = cerr.Error()
@@ -295,7 +295,7 @@ func Run(ctx context.Context, cfg Config) int {
 		ev.Audit.Records, ev.Audit.Head, ev.Audit.Verified = sum.Records, sum.Head, true
 		ev.Audit.MACsChecked, ev.Audit.Anchored = sum.MACsChecked, sum.Anchor != "" && sum.Anchor == sum.Head
 	}
-	if r, err := ReadAuditFile(auditPath); err == nil {
+	if r, err := audit.ReadRecordsFile(auditPath); err == nil {
 		recs = r
 	} else if ev.Audit.Error == "" {
 		ev.Audit.Error = err.Error()
