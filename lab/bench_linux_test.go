@@ -63,7 +63,7 @@ func sealedChild() int {
 	}
 	info, ok := sealed.Current()
 	if !ok {
-		errorf("sealed.Current() is false in the child EnterSealed started")
+		errorf("sealed.Current() is false in the child sealed.Enter started")
 		return 1
 	}
 	fmt.Printf("sealed child: %+v\n", info)

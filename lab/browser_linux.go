@@ -36,10 +36,11 @@ type browserRun struct {
 	err error
 }
 
-// runBrowser runs the browser attempts (browser.go): headless Chromium
-// as the worker of a second `nsgate run` under the lab policy, appending
-// to the same audit log, driven over CDP through a published port by a
-// scripted agent. It reports progress on cfg.Stderr.
+// runBrowser runs the browser attempts (attack.BrowserAttempts):
+// headless Chromium as the worker of a second `nsgate run` under the lab
+// policy, appending to the same audit log, driven over CDP through a
+// published port by the scripted agent (attack.DriveBrowser). It reports
+// progress on cfg.Stderr.
 //
 // The lab runs as uid 0 (root, or root of its sealed user namespace) and
 // `nsgate run` maps it to uid 0 in the worker, where Chromium refuses its

@@ -68,7 +68,7 @@ type Config struct {
 // policy, judges every attempt, writes the evidence and prints the table.
 // With cfg.Browser it runs the browser attempts after the attacker
 // (runBrowser) and judges them on their own part of the audit log.
-// It refuses to run outside a namespace made by EnterSealed. It returns
+// It refuses to run outside a namespace made by sealed.Enter. It returns
 // ExitPass, ExitFail or ExitError; on ExitError it has said why on
 // Stderr.
 func Run(ctx context.Context, cfg Config) int {

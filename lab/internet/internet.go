@@ -247,7 +247,7 @@ const maxHits = 1 << 16
 
 // Start starts every server of l. dir receives the CA certificate
 // ("ca.pem") and the unix socket ("host.sock"); it must exist. The
-// addresses must already be on an interface (see SetupInternet); a
+// addresses must already be on an interface (see Setup); a
 // service on an Optional address that cannot be bound is skipped. On
 // error nothing is left running.
 func Start(l Layout, dir string) (*Internet, error) {
