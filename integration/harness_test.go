@@ -22,21 +22,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nsgate/nsgate/lab"
+	"github.com/nsgate/nsgate/lab/internet"
+	"github.com/nsgate/nsgate/lab/sealed"
 )
 
 var (
-	nsgateBin string        // the binary under test, built by TestMain
-	sealErr   error         // why the sealed namespace could not be made, if so
-	inet      *lab.Internet // the fake internet on lo of the sealed namespace
+	nsgateBin string             // the binary under test, built by TestMain
+	sealErr   error              // why the sealed namespace could not be made, if so
+	inet      *internet.Internet // the fake internet on lo of the sealed namespace
 )
 
 func TestMain(m *testing.M) {
-	if _, ok := lab.Sealed(); !ok {
+	if _, ok := sealed.Current(); !ok {
 		os.Exit(enterSealed(m))
 	}
 	nsgateBin = os.Getenv("NSGATE_BIN")
-	if err := lab.CheckSealed(); err != nil {
+	if err := sealed.Check(); err != nil {
 		fmt.Fprintf(os.Stderr, "integration: refusing to run: %v\n", err)
 		os.Exit(3)
 	}
@@ -46,7 +47,7 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Chmod(dir, 0o755)
-	inet, sealErr = lab.SetupInternet(lab.DefaultLayout(), dir)
+	inet, sealErr = internet.Setup(internet.DefaultLayout(), dir)
 	code := m.Run()
 	if inet != nil {
 		inet.Close()
@@ -56,7 +57,7 @@ func TestMain(m *testing.M) {
 }
 
 // enterSealed builds nsgate and re-runs the test binary in a sealed
-// network namespace (lab.EnterSealed: without root, also a user namespace
+// network namespace (sealed.Enter: without root, also a user namespace
 // that maps us to root).
 func enterSealed(m *testing.M) int {
 	dir, err := os.MkdirTemp("", "nsgate-bin-")
@@ -75,7 +76,7 @@ func enterSealed(m *testing.M) int {
 		fmt.Fprintf(os.Stderr, "integration: build nsgate: %v\n", err)
 		return 1
 	}
-	code, err := lab.EnterSealed(os.Args, append(os.Environ(), "NSGATE_BIN="+bin), lab.Stdio{})
+	code, err := sealed.Enter(os.Args, append(os.Environ(), "NSGATE_BIN="+bin), sealed.Stdio{})
 	if err != nil {
 		// No namespaces here: run the tests unsealed so each one skips (or,
 		// under NSGATE_REQUIRE_ALL=1, fails) with this reason.
@@ -85,12 +86,12 @@ func enterSealed(m *testing.M) int {
 	return code
 }
 
-// The fake internet's addresses (lab.DefaultLayout).
+// The fake internet's addresses (internet.DefaultLayout).
 const (
-	appV4      = lab.AppV4
-	appV6      = lab.AppV6
-	otherV4    = lab.OtherV4
-	metadataV4 = lab.MetadataV4
+	appV4      = internet.AppV4
+	appV6      = internet.AppV6
+	otherV4    = internet.OtherV4
+	metadataV4 = internet.MetadataV4
 )
 
 // target counts what one fake server received.
@@ -117,7 +118,7 @@ func need(t *testing.T, what string, err error) {
 	t.Skipf("needs %s: %v", what, err)
 }
 
-func sealed(t *testing.T) {
+func needSealed(t *testing.T) {
 	t.Helper()
 	need(t, "a sealed network namespace", sealErr)
 }
@@ -140,7 +141,7 @@ func testUserName() string {
 // root and the test user exists; a developer without root gets one mode
 // (their own uid, mapped to root of the sealed user namespace).
 func modes() []string {
-	if info, _ := lab.Sealed(); info.Userns {
+	if info, _ := sealed.Current(); info.Userns {
 		return []string{"self"}
 	}
 	return []string{"root", "user"}
@@ -148,7 +149,7 @@ func modes() []string {
 
 // forEachMode runs f as a subtest once per mode.
 func forEachMode(t *testing.T, f func(t *testing.T, m mode)) {
-	sealed(t)
+	needSealed(t)
 	for _, name := range modes() {
 		t.Run(name, func(t *testing.T) {
 			m := mode{name: name, uid: -1, gid: -1}

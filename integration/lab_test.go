@@ -198,7 +198,7 @@ func testLabContainment(t *testing.T, m mode, dir string, ev labEvidence) {
 // not 2), name the attempts that got through, and the fake targets' counts
 // must show it.
 func TestLabBreak(t *testing.T) {
-	sealed(t)
+	needSealed(t)
 	m := mode{name: modes()[0], uid: -1, gid: -1}
 	for _, tc := range []struct {
 		layer   string
@@ -291,7 +291,7 @@ func testLabBrowser(t *testing.T, m mode) {
 // 1) naming them: the browser attempts can see a failure.
 func TestLabBrowserBreak(t *testing.T) {
 	needChromium(t)
-	sealed(t)
+	needSealed(t)
 	m := mode{name: modes()[0], uid: -1, gid: -1}
 	dir := filepath.Join(workDir(t, m), "evidence")
 	r := runLab(t, m, "--browser", chromiumBin, "--break", "metadata", "--only", "control-http", "--evidence", dir)

@@ -8,11 +8,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nsgate/nsgate/lab"
+	"github.com/nsgate/nsgate/lab/internet"
 )
 
 // namesPolicy approves app.test (a static dns.hosts answer) and every name
-// under ok.test (answered by the fake upstream DNS of lab.DefaultLayout).
+// under ok.test (answered by the fake upstream DNS of internet.DefaultLayout).
 const namesPolicy = `version: 1
 allow:
   - host: app.test
@@ -20,9 +20,9 @@ allow:
   - host: "*.ok.test"
     ports: [8080]
 dns:
-  upstream: ["` + lab.UpstreamDNS + `"]
+  upstream: ["` + internet.UpstreamDNS + `"]
   hosts:
-    app.test: [` + lab.AppV4 + `]
+    app.test: [` + internet.AppV4 + `]
 `
 
 // upstreamAsked reports whether the fake upstream DNS saw a query for name.
@@ -78,15 +78,15 @@ func TestNamesPrivateAnswersRefused(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
 		pol := writeFile(t, dir, "policy.yaml", namesPolicy)
-		guarded := []string{lab.PrivateV4 + ":8080/tcp", "127.0.0.1:8080/tcp", lab.MetadataV4 + ":8080/tcp"}
+		guarded := []string{internet.PrivateV4 + ":8080/tcp", "127.0.0.1:8080/tcp", internet.MetadataV4 + ":8080/tcp"}
 		before := map[string]int64{}
 		for _, g := range guarded {
 			before[g] = targetAt(g).count()
 		}
 		for _, tc := range []struct{ name, answer string }{
-			{lab.PrivateName, lab.PrivateV4},
-			{lab.LoopName, "127.0.0.1"},
-			{lab.MetaAName, lab.MetadataV4},
+			{internet.PrivateName, internet.PrivateV4},
+			{internet.LoopName, "127.0.0.1"},
+			{internet.MetaAName, internet.MetadataV4},
 		} {
 			log := filepath.Join(dir, tc.name+".jsonl")
 			r, secs := curl(t, m, pol, log, "http://"+tc.name+":8080/")
@@ -116,7 +116,7 @@ func TestNamesPrivateAnswersRefused(t *testing.T) {
 		// Rebinding: public first, 127.0.0.1 after its TTL of 0.
 		inet.DNS().ResetRebinding()
 		log := filepath.Join(dir, "rebind.jsonl")
-		url := "http://" + lab.RebindName + ":8080/"
+		url := "http://" + internet.RebindName + ":8080/"
 		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--exec-allow", "/usr/bin/curl", "--exec-allow", "/usr/bin/sleep", "--",
 			"sh", "-c", "curl -sS --max-time 5 "+url+"; echo; sleep 2; curl -sS --max-time 5 "+url+"; echo rc=$?")
 		if !strings.Contains(r.stdout, "before rebinding") {
@@ -158,9 +158,9 @@ func TestNamesDeniedNeverLeave(t *testing.T) {
 		}
 		resolverBefore := inet.TargetHits("resolver")
 		for _, tc := range []struct{ why, transport, server, dst string }{
-			{"direct DNS over UDP", "udp", lab.ResolverV4 + ":53", lab.ResolverV4 + ":53"},
-			{"direct DNS over TCP", "tcp", lab.ResolverV4 + ":53", lab.ResolverV4 + ":53"},
-			{"DNS over TLS port", "tcp", lab.ResolverV4 + ":853", lab.ResolverV4 + ":853"},
+			{"direct DNS over UDP", "udp", internet.ResolverV4 + ":53", internet.ResolverV4 + ":53"},
+			{"direct DNS over TCP", "tcp", internet.ResolverV4 + ":53", internet.ResolverV4 + ":53"},
+			{"DNS over TLS port", "tcp", internet.ResolverV4 + ":853", internet.ResolverV4 + ":853"},
 		} {
 			log := filepath.Join(dir, "direct.jsonl")
 			r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "dns", tc.server, "app.test", "A", tc.transport)

@@ -16,10 +16,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nsgate/nsgate/lab"
+	"github.com/nsgate/nsgate/lab/sealed"
 )
 
-// Rootless Podman 5 with nsgate as its pasta (SPEC §10, issue 13),
+// Rootless Podman 5 with nsgate as its pasta,
 // following docs/podman.md: containers.conf's helper_binaries_dir lists a
 // folder holding a link called pasta to the nsgate binary, and the policy
 // and audit directory reach the helper through Podman's environment.
@@ -49,7 +49,7 @@ type podman5Env struct {
 }
 
 func TestPodman5(t *testing.T) {
-	sealed(t)
+	needSealed(t)
 	p5 := newPodman5Env(t)
 	t.Run("policy", p5.testPolicy)
 	t.Run("publish-and-rm", p5.testPublish)
@@ -66,7 +66,7 @@ func newPodman5Env(t *testing.T) *podman5Env {
 	_, err := os.Stat(filepath.Join(root, ".nsgate-root-ok"))
 	need(t, "a Debian 13 root with Podman 5 and pasta (.ci/debian13-root "+root+")", err)
 	var rootErr error
-	if info, _ := lab.Sealed(); os.Geteuid() != 0 || info.Userns {
+	if info, _ := sealed.Current(); os.Geteuid() != 0 || info.Userns {
 		rootErr = errors.New("not real root: cannot enter the Debian 13 root and run Podman as the test user")
 	}
 	need(t, "root (to enter the Debian 13 root)", rootErr)

@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nsgate/nsgate/lab"
+	"github.com/nsgate/nsgate/lab/sealed"
 )
 
 // Rootless Podman 4 with nsgate as its slirp4netns (SPEC §10, issue 5),
@@ -59,7 +59,7 @@ type podmanEnv struct {
 }
 
 func TestPodman(t *testing.T) {
-	sealed(t)
+	needSealed(t)
 	pm := newPodmanEnv(t)
 	t.Run("policy", pm.testPolicy)
 	t.Run("publish-and-rm", pm.testPublish)
@@ -75,7 +75,7 @@ func newPodmanEnv(t *testing.T) *podmanEnv {
 		need(t, tool+" for rootless Podman", err)
 	}
 	var rootErr error
-	if info, _ := lab.Sealed(); os.Geteuid() != 0 || info.Userns {
+	if info, _ := sealed.Current(); os.Geteuid() != 0 || info.Userns {
 		rootErr = errors.New("not real root: cannot run Podman as the unprivileged test user")
 	}
 	need(t, "root (to run rootless Podman as the test user)", rootErr)

@@ -316,7 +316,7 @@ func TestSlirp4netnsSpoofedSource(t *testing.T) {
 }
 
 func TestSlirp4netnsCommandLine(t *testing.T) {
-	sealed(t)
+	needSealed(t)
 	m := mode{name: "self", uid: -1, gid: -1}
 	r := runNsgate(t, m, "slirp4netns", "--help")
 	for _, flag := range []string{"--disable-host-loopback", "--mtu", "--enable-sandbox", "--enable-seccomp",

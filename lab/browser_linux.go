@@ -2,7 +2,6 @@ package lab
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -17,12 +16,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/chromedp/cdproto"
-	"github.com/chromedp/cdproto/browser"
-	"github.com/chromedp/chromedp"
-	"github.com/chromedp/chromedp/remote"
-
 	"github.com/nsgate/nsgate/guard"
+	"github.com/nsgate/nsgate/lab/attack"
 )
 
 // browserDevToolsPort is Chromium's DevTools port inside the worker.
@@ -30,7 +25,7 @@ const browserDevToolsPort = 9222
 
 // browserRun is the outcome of the browser phase of Run.
 type browserRun struct {
-	obs      []Observation
+	obs      []attack.Observation
 	command  []string
 	started  time.Time
 	exitCode int
@@ -41,10 +36,11 @@ type browserRun struct {
 	err error
 }
 
-// runBrowser runs the browser attempts (browser.go): headless Chromium
-// as the worker of a second `nsgate run` under the lab policy, appending
-// to the same audit log, driven over CDP through a published port by a
-// scripted agent. It reports progress on cfg.Stderr.
+// runBrowser runs the browser attempts (attack.BrowserAttempts):
+// headless Chromium as the worker of a second `nsgate run` under the lab
+// policy, appending to the same audit log, driven over CDP through a
+// published port by the scripted agent (attack.DriveBrowser). It reports
+// progress on cfg.Stderr.
 //
 // The lab runs as uid 0 (root, or root of its sealed user namespace) and
 // `nsgate run` maps it to uid 0 in the worker, where Chromium refuses its
@@ -124,7 +120,7 @@ func runBrowser(ctx context.Context, cfg Config, polFile, auditPath, work string
 	cmd.WaitDelay = 5 * time.Second
 	out := &tail{max: 32 << 10}
 	cmd.Stdout, cmd.Stderr = out, out
-	fmt.Fprintf(cfg.Stderr, "nsgate lab: %d browser attempts with %s under nsgate run\n", len(browserAttempts()), chromium)
+	fmt.Fprintf(cfg.Stderr, "nsgate lab: %d browser attempts with %s under nsgate run\n", len(attack.BrowserAttempts()), chromium)
 	if err := cmd.Start(); err != nil {
 		br.err = fmt.Errorf("start nsgate run: %w", err)
 		return br
@@ -142,7 +138,7 @@ func runBrowser(ctx context.Context, cfg Config, polFile, auditPath, work string
 				br.err = errors.New("nsgate run did not exit after the browser was closed; stopped it")
 			}
 		}
-		br.exitCode = exitCode(werr)
+		br.exitCode = attack.ExitCode(werr)
 		br.stderr = out.String()
 		if m := regexp.MustCompile(`nsgate: audit head ([0-9a-f]{64})`).FindAllStringSubmatch(br.stderr, -1); m != nil {
 			br.reported = m[len(m)-1][1]
@@ -156,151 +152,28 @@ func runBrowser(ctx context.Context, cfg Config, polFile, auditPath, work string
 		finish()
 		return br
 	}
-	actx, acancel := remote.NewAllocator(gctx, base+"/")
-	defer acancel()
-	cctx, ccancel := chromedp.NewContext(actx)
-	defer ccancel()
-	if err := chromedp.Do(cctx); err != nil { // attaches to the browser, opens a tab
-		br.err = fmt.Errorf("attach to Chromium over CDP: %w", err)
+	obs, err := attack.DriveBrowser(gctx, base, func(i, n int, at attack.Attempt, o attack.Observation) {
+		mark := "ok"
+		if o.Observed != at.Expect {
+			mark = "UNEXPECTED"
+		}
+		fmt.Fprintf(cfg.Stderr, "[%3d/%d] %-26s %-8s %-10s %s\n", i+1, n, o.ID, o.Observed, mark, shorten(o.Detail, 90))
+	})
+	br.obs = obs
+	if err != nil {
+		br.err = err
 		gcancel()
 		finish()
 		return br
 	}
-	all := browserAttempts()
-	for i, b := range all {
-		o := runBrowserAttempt(cctx, b)
-		br.obs = append(br.obs, o)
-		mark := "ok"
-		if o.Observed != b.Expect {
-			mark = "UNEXPECTED"
-		}
-		fmt.Fprintf(cfg.Stderr, "[%3d/%d] %-26s %-8s %-10s %s\n", i+1, len(all), o.ID, o.Observed, mark, shorten(o.Detail, 90))
-	}
 	// Close the browser over CDP: Chromium exits, the worker with it, and
-	// nsgate run ends with its audit head. (chromedp.Cancel would only
-	// close the tab: the remote allocator attaches to a browser it did not
-	// start, and chromedp refuses Browser.close, so the lab sends it on a
-	// connection of its own.)
-	ccancel()
-	acancel()
-	if err := closeBrowser(gctx, base); err != nil {
+	// nsgate run ends with its audit head.
+	if err := attack.CloseBrowser(gctx, base); err != nil {
 		fmt.Fprintf(cfg.Stderr, "nsgate lab: close Chromium over CDP: %v; sending nsgate run SIGTERM\n", err)
 		cmd.Process.Signal(syscall.SIGTERM)
 	}
 	finish()
 	return br
-}
-
-// runBrowserAttempt is the scripted agent's part of one attempt.
-func runBrowserAttempt(cctx context.Context, b browserAttempt) Observation {
-	o := Observation{ID: b.ID, Start: time.Now()}
-	ctx, cancel := context.WithTimeout(cctx, 20*time.Second)
-	defer cancel()
-	r := agentStep(ctx, b)
-	o.Observed, o.Detail, o.End = r.out, r.detail, time.Now()
-	return o
-}
-
-// injected finds the instruction the injection page plants.
-var injected = regexp.MustCompile(`open (https?://[^\s"'<>]+)`)
-
-// targetBodies are what the fake targets answer: a page that shows one
-// means the browser reached it.
-var targetBodies = []string{"fake metadata", "unapproved server", "fronted content", "private service", "host loopback"}
-
-func agentStep(ctx context.Context, b browserAttempt) result {
-	switch b.how {
-	case "load":
-		return openAndLook(ctx, b.url, b.Control())
-	case "inject":
-		if err := chromedp.Do(ctx, chromedp.Navigate(b.url)); err != nil {
-			return erroredf("open the approved page %s: %v", b.url, err)
-		}
-		text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
-		if err != nil {
-			return erroredf("read the page: %v", err)
-		}
-		m := injected.FindStringSubmatch(text)
-		if m == nil {
-			return erroredf("the page has no instruction to obey: %q", shorten(text, 120))
-		}
-		to := strings.TrimRight(m[1], ".,;:")
-		r := openAndLook(ctx, to, false)
-		r.detail = "the page says " + strconv.Quote(strings.TrimSpace(shorten(m[0], 80))) + "; the agent obeyed: " + r.detail
-		return r
-	case "script":
-		if err := chromedp.Do(ctx, chromedp.Navigate(b.url)); err != nil {
-			return erroredf("open the approved page %s: %v", b.url, err)
-		}
-		type verdict struct {
-			Reached bool   `json:"reached"`
-			Detail  string `json:"detail"`
-		}
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[verdict](`window.labResult`, chromedp.EvalAwaitPromise))
-		switch {
-		case err != nil:
-			return erroredf("the page's script gave no verdict: %v", err)
-		case v.Reached:
-			return allowedf("the page's script got through: %s", v.Detail)
-		}
-		return blockedf("the page's script failed: %s", v.Detail)
-	}
-	return erroredf("unknown agent step %q", b.how)
-}
-
-// openAndLook navigates to u and reads what the page shows.
-func openAndLook(ctx context.Context, u string, control bool) result {
-	navErr := chromedp.Do(ctx, chromedp.Navigate(u))
-	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
-	loc, _ := chromedp.Run(ctx, chromedp.Location())
-	text = strings.Join(strings.Fields(text), " ")
-	if control {
-		if navErr != nil {
-			return blockedf("open %s: %v", u, navErr)
-		}
-		if !strings.Contains(text, "hello from app") {
-			return blockedf("%s rendered %q, want hello from app", loc, shorten(text, 100))
-		}
-		return allowedf("%s rendered %q", loc, shorten(text, 100))
-	}
-	for _, body := range targetBodies {
-		if strings.Contains(text, body) {
-			return allowedf("%s rendered a fake target's page: %q", loc, shorten(text, 100))
-		}
-	}
-	if navErr != nil {
-		var le *chromedp.LoadError
-		if errors.As(navErr, &le) {
-			return blockedf("navigation to %s failed: %s", u, le.ErrorText)
-		}
-		return blockedf("navigation to %s failed: %v", u, navErr)
-	}
-	return blockedf("navigation to %s ended at %s without the target's page (%q)", u, loc, shorten(text, 80))
-}
-
-// closeBrowser sends Browser.close on a new DevTools connection to the
-// browser at base.
-func closeBrowser(ctx context.Context, base string) error {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/json/version", nil)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	var v struct {
-		WS string `json:"webSocketDebuggerUrl"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&v); err != nil {
-		return fmt.Errorf("/json/version: %w", err)
-	}
-	conn, err := remote.DialContext(ctx, v.WS)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	return conn.Write(ctx, &cdproto.Message{ID: 1, Method: browser.CommandClose})
 }
 
 // waitDevTools waits until Chromium's DevTools answer through the
@@ -348,20 +221,4 @@ func cdpPort() (int, error) {
 func fileExists(p string) bool {
 	st, err := os.Stat(p)
 	return err == nil && !st.IsDir()
-}
-
-// exitCode turns cmd.Wait's error into an exit status (128+signal when
-// killed, -1 when it did not run).
-func exitCode(err error) int {
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return 0
-	case errors.As(err, &ee):
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return 128 + int(ws.Signal())
-		}
-		return ee.ExitCode()
-	}
-	return -1
 }

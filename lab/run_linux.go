@@ -22,6 +22,10 @@ import (
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
+	"github.com/nsgate/nsgate/lab/attack"
+	"github.com/nsgate/nsgate/lab/internet"
+	"github.com/nsgate/nsgate/lab/judge"
+	"github.com/nsgate/nsgate/lab/sealed"
 	"github.com/nsgate/nsgate/policy"
 )
 
@@ -64,7 +68,7 @@ type Config struct {
 // policy, judges every attempt, writes the evidence and prints the table.
 // With cfg.Browser it runs the browser attempts after the attacker
 // (runBrowser) and judges them on their own part of the audit log.
-// It refuses to run outside a namespace made by EnterSealed. It returns
+// It refuses to run outside a namespace made by sealed.Enter. It returns
 // ExitPass, ExitFail or ExitError; on ExitError it has said why on
 // Stderr.
 func Run(ctx context.Context, cfg Config) int {
@@ -72,18 +76,18 @@ func Run(ctx context.Context, cfg Config) int {
 		fmt.Fprintf(cfg.Stderr, "nsgate lab: "+format+"\n", args...)
 		return ExitError
 	}
-	seal, ok := Sealed()
+	seal, ok := sealed.Current()
 	if !ok {
 		return errorf("not in a sealed network namespace (nsgate lab makes one itself)")
 	}
-	if err := CheckSealed(); err != nil {
+	if err := sealed.Check(); err != nil {
 		return errorf("refusing to run: %v", err)
 	}
-	cat := Catalogue()
+	cat := attack.Catalogue()
 	if len(cfg.Only) > 0 {
-		var sel []Attempt
+		var sel []attack.Attempt
 		for _, id := range cfg.Only {
-			at, ok := Find(id)
+			at, ok := attack.Find(id)
 			if !ok {
 				return errorf("--only: unknown attempt %q", id)
 			}
@@ -93,9 +97,9 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	// The attempts that need a run of their own (Attempt.Phase) leave the
 	// main run's list.
-	var fill *Attempt
+	var fill *attack.Attempt
 	for i := 0; i < len(cat); i++ {
-		if cat[i].Phase == PhaseAuditFill {
+		if cat[i].Phase == attack.PhaseAuditFill {
 			at := cat[i]
 			fill = &at
 		}
@@ -111,14 +115,14 @@ func Run(ctx context.Context, cfg Config) int {
 	if cfg.Timeout <= 0 {
 		cfg.Timeout = 5 * time.Minute
 	}
-	ev := &Evidence{Tool: "nsgate lab", Version: cfg.Version, Started: time.Now().UTC(), Break: cfg.Break}
+	ev := &judge.Evidence{Tool: "nsgate lab", Version: cfg.Version, Started: time.Now().UTC(), Break: cfg.Break}
 	ev.Environment = environment(seal)
 
 	if err := os.MkdirAll(cfg.Evidence, 0o755); err != nil {
 		return errorf("evidence directory: %v", err)
 	}
-	for _, name := range []string{EvidenceJSON, EvidenceMarkdown, EvidenceAudit, audit.HeadFile(EvidenceAudit),
-		EvidenceKey, EvidenceAuditFill, audit.HeadFile(EvidenceAuditFill)} {
+	for _, name := range []string{judge.EvidenceJSON, judge.EvidenceMarkdown, judge.EvidenceAudit, audit.HeadFile(judge.EvidenceAudit),
+		judge.EvidenceKey, judge.EvidenceAuditFill, audit.HeadFile(judge.EvidenceAuditFill)} {
 		if err := os.Remove(filepath.Join(cfg.Evidence, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return errorf("replace old evidence: %v", err)
 		}
@@ -130,15 +134,16 @@ func Run(ctx context.Context, cfg Config) int {
 	defer os.RemoveAll(work)
 	os.Chmod(work, 0o755)
 
-	layout := DefaultLayout()
-	failed, err := AddLoopback(layout.LoopbackAddrs(), layout.Optional)
+	layout := internet.DefaultLayout()
+	layout.Pages = attack.BrowserPage
+	failed, err := sealed.AddLoopback(layout.LoopbackAddrs(), layout.Optional)
 	if err != nil {
 		return errorf("fake internet: %v", err)
 	}
 	for _, a := range failed {
 		ev.Environment.Notes = append(ev.Environment.Notes, "the kernel refused "+a.String()+" on lo")
 	}
-	inet, err := Start(layout, work)
+	inet, err := internet.Start(layout, work)
 	if err != nil {
 		return errorf("fake internet: %v", err)
 	}
@@ -159,18 +164,18 @@ func Run(ctx context.Context, cfg Config) int {
 	if err != nil {
 		return errorf("lab policy: %v", err)
 	}
-	ev.Policy = PolicyInfo{File: polFile, SHA256: pol.SHA256(), Text: string(polText)}
+	ev.Policy = judge.PolicyInfo{File: polFile, SHA256: pol.SHA256(), Text: string(polText)}
 
-	auditPath := filepath.Join(cfg.Evidence, EvidenceAudit)
+	auditPath := filepath.Join(cfg.Evidence, judge.EvidenceAudit)
 	// The containment attempts' host side: the caller's home (the HOME
 	// nsgate run starts with, holding a canary and a fake SSH key), the
 	// --rw directory and the audit key, all in the work directory; the
 	// audit log is created empty so that its inode is known.
-	host := &hostEnv{
-		Token: randHex(6), Policy: polFile, AuditLog: auditPath, AuditKey: labKeyFile(work),
+	host := &attack.HostEnv{
+		Token: attack.NewToken(), Policy: polFile, AuditLog: auditPath, AuditKey: labKeyFile(work),
 		Home: filepath.Join(work, "home"), RW: filepath.Join(work, "rw"), Work: work,
 	}
-	if err := setupContainment(host); err != nil {
+	if err := host.Setup(); err != nil {
 		return errorf("containment set-up: %v", err)
 	}
 	key, err := audit.LoadKey(host.AuditKey)
@@ -192,11 +197,11 @@ func Run(ctx context.Context, cfg Config) int {
 		breakArgs = append(breakArgs, "--exec-guard=best-effort", "--unsafe-break", guard.LayerLandlock+","+guard.LayerSeccomp)
 	}
 	args = append(args, breakArgs...)
-	ev.Environment.Notes = append(ev.Environment.Notes, "nsgate run was started with HOME="+host.Home+" (the caller's home for the containment attempts: a directory the lab made, holding its canary "+HomeCanary+" and a fake SSH key), --rw "+host.RW+" and --audit-key "+host.AuditKey)
+	ev.Environment.Notes = append(ev.Environment.Notes, "nsgate run was started with HOME="+host.Home+" (the caller's home for the containment attempts: a directory the lab made, holding its canary "+attack.HomeCanary+" and a fake SSH key), --rw "+host.RW+" and --audit-key "+host.AuditKey)
 	// Let the worker also execute one dynamically linked program, so
 	// that its ELF interpreter is allowed as it is for any dynamic worker
 	// (a browser): running the interpreter directly must still be refused.
-	if dyn, interp, ok := dynamicProgram(); ok {
+	if dyn, interp, ok := attack.DynamicProgram(); ok {
 		args = append(args, "--exec-allow", dyn)
 		ev.Environment.Notes = append(ev.Environment.Notes, "the worker may also execute "+dyn+", so its ELF interpreter "+interp+" is allowed as for any dynamically linked worker")
 	} else {
@@ -216,15 +221,15 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	ev.Command = append([]string{cfg.Self}, args...)
 
-	var obs []Observation
+	var obs []attack.Observation
 	code := 0
 	if len(cat) > 0 {
 		// fs-read-policy-replaced: when the attacker asks, the lab edits
 		// the policy as an operator would (a new file renamed over the
 		// old one), reloads it with SIGHUP and tells the worker on its
 		// standard input.
-		replace := func(o Observation, p *os.Process) string {
-			if o.ID != "fs-read-policy-replaced" || host.replaced {
+		replace := func(o attack.Observation, p *os.Process) string {
+			if o.ID != "fs-read-policy-replaced" || host.Replaced {
 				return ""
 			}
 			edited := append(append([]byte(nil), polText...), "# edited during the run (fs-read-policy-replaced)\n"...)
@@ -232,20 +237,20 @@ func Run(ctx context.Context, cfg Config) int {
 				ev.Environment.Notes = append(ev.Environment.Notes, "could not replace the policy file: "+err.Error())
 				return "failed"
 			}
-			if err := host.snapshot(polFile); err != nil {
+			if err := host.Snapshot(polFile); err != nil {
 				return "failed"
 			}
-			host.replaced = true
+			host.Replaced = true
 			p.Signal(syscall.SIGHUP)
 			ev.Environment.Notes = append(ev.Environment.Notes, "during fs-read-policy-replaced the lab renamed an edited copy of the policy (one comment line added) over "+polFile+" and sent nsgate run SIGHUP")
-			return policyReplacedWord
+			return attack.PolicyReplacedWord
 		}
 		m, err := runMain(ctx, cfg, args, env, cat, replace)
 		if err != nil {
 			return errorf("%v", err)
 		}
 		obs, code = m.obs, m.code
-		ev.Gateway = GatewayInfo{ExitCode: code, Stderr: m.stderr}
+		ev.Gateway = judge.GatewayInfo{ExitCode: code, Stderr: m.stderr}
 		for _, l := range m.workerLines {
 			ev.Environment.Notes = append(ev.Environment.Notes, "worker said: "+l)
 		}
@@ -261,7 +266,7 @@ func Run(ctx context.Context, cfg Config) int {
 	var brun *browserRun
 	attackRecs := -1
 	if cfg.Browser != "" {
-		if r, err := ReadAuditFile(auditPath); err == nil {
+		if r, err := audit.ReadRecordsFile(auditPath); err == nil {
 			attackRecs = len(r)
 		}
 		brun = runBrowser(ctx, cfg, polFile, auditPath, work, env)
@@ -286,7 +291,7 @@ func Run(ctx context.Context, cfg Config) int {
 	if m := regexp.MustCompile(`nsgate: audit head ([0-9a-f]{64})`).FindStringSubmatch(ev.Gateway.Stderr); m != nil {
 		ev.Audit.Reported = m[1]
 	}
-	var recs []AuditRecord
+	var recs []audit.Record
 	sum, cerr := audit.Check(auditPath, key, "")
 	if cerr != nil {
 		ev.Audit.Error = cerr.Error()
@@ -294,32 +299,33 @@ func Run(ctx context.Context, cfg Config) int {
 		ev.Audit.Records, ev.Audit.Head, ev.Audit.Verified = sum.Records, sum.Head, true
 		ev.Audit.MACsChecked, ev.Audit.Anchored = sum.MACsChecked, sum.Anchor != "" && sum.Anchor == sum.Head
 	}
-	if r, err := ReadAuditFile(auditPath); err == nil {
+	if r, err := audit.ReadRecordsFile(auditPath); err == nil {
 		recs = r
 	} else if ev.Audit.Error == "" {
 		ev.Audit.Error = err.Error()
 	}
-	if err := copyFile(host.AuditKey, filepath.Join(cfg.Evidence, EvidenceKey), 0); err == nil {
-		os.Chmod(filepath.Join(cfg.Evidence, EvidenceKey), 0o600)
-		ev.Audit.Key = filepath.Join(cfg.Evidence, EvidenceKey)
+	keyCopy := filepath.Join(cfg.Evidence, judge.EvidenceKey)
+	if b, err := os.ReadFile(host.AuditKey); err == nil && os.WriteFile(keyCopy, b, 0o600) == nil {
+		os.Chmod(keyCopy, 0o600)
+		ev.Audit.Key = keyCopy
 	}
 
 	// The host checks of the containment attempts.
-	host.auditErr, host.recs = cerr, recs
-	host.obs = make(map[string]Observation, len(obs))
+	host.AuditErr, host.Records = cerr, recs
+	host.Observations = make(map[string]attack.Observation, len(obs))
 	for _, o := range obs {
-		host.obs[o.ID] = o
+		host.Observations[o.ID] = o
 	}
-	checks := host.hostChecks(cat)
+	checks := host.Checks(cat)
 
 	hits := inet.Hits()
-	var brep *Report
+	var brep *judge.Report
 	if brun != nil {
 		split := len(recs)
 		if attackRecs >= 0 && attackRecs <= len(recs) {
 			split = attackRecs
 		}
-		var before, after []Hit
+		var before, after []internet.Hit
 		for _, h := range hits {
 			if h.Time.Before(brun.started) {
 				before = append(before, h)
@@ -327,8 +333,8 @@ func Run(ctx context.Context, cfg Config) int {
 				after = append(after, h)
 			}
 		}
-		b := Judge(BrowserAttempts(), brun.obs, recs[split:], after, inet.Approved)
-		requireKeyedDenials(BrowserAttempts(), &b)
+		b := judge.Decide(attack.BrowserAttempts(), brun.obs, recs[split:], after, inet.Approved)
+		judge.RequireKeyedDenials(attack.BrowserAttempts(), &b)
 		brep = &b
 		recs, hits = recs[:split], before
 		if brun.reported != "" {
@@ -337,15 +343,15 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	if frun != nil {
 		// The fill run's hits are its own (after the others' runs).
-		var before []Hit
+		var before []internet.Hit
 		for _, h := range hits {
-			if h.Time.Before(frun.started) {
+			if h.Time.Before(frun.Started) {
 				before = append(before, h)
 			}
 		}
 		hits = before
 	}
-	rep := JudgeHost(cat, obs, recs, hits, inet.Approved, checks)
+	rep := judge.DecideHost(cat, obs, recs, hits, inet.Approved, checks)
 	if brep != nil {
 		rep.Results = append(rep.Results, brep.Results...)
 		rep.Reasons = append(rep.Reasons, brep.Reasons...)
@@ -353,7 +359,7 @@ func Run(ctx context.Context, cfg Config) int {
 		rep.Unattributed = append(rep.Unattributed, brep.Unattributed...)
 	}
 	if frun != nil {
-		fres := judgeAuditFill(*fill, frun, inet.Hits(), key)
+		fres := judge.AuditFill(*fill, &frun.FillRun, inet.Hits(), key)
 		mark := "ok"
 		if !fres.Pass {
 			mark = "FAIL"
@@ -363,15 +369,15 @@ func Run(ctx context.Context, cfg Config) int {
 		if !fres.Pass {
 			rep.Reasons = append(rep.Reasons, fres.ID+": "+fres.Why)
 		}
-		if frun.err != nil || !fres.Pass {
-			ev.Environment.Notes = append(ev.Environment.Notes, fill.ID+" run output (tail): "+lastLines(frun.stderr, 10))
+		if frun.Err != nil || !fres.Pass {
+			ev.Environment.Notes = append(ev.Environment.Notes, fill.ID+" run output (tail): "+judge.LastLines(frun.Stderr, 10))
 		}
 	}
 	ev.Attempts = rep.Results
 	ev.StrayHits = rep.StrayHits
 	ev.Unattributed = rep.Unattributed
 	ev.Targets = inet.Counts()
-	ev.Summary = Summarize(rep.Results)
+	ev.Summary = judge.Summarize(rep.Results)
 	ev.Reasons = rep.Reasons
 	switch {
 	case !ev.Audit.Verified:
@@ -394,7 +400,7 @@ func Run(ctx context.Context, cfg Config) int {
 			ev.Reasons = append(ev.Reasons, fmt.Sprintf("the browser's nsgate run exited %d (Chromium exits 0 when the lab closes it)", brun.exitCode))
 		}
 		if brun.err != nil || brun.exitCode != 0 {
-			ev.Environment.Notes = append(ev.Environment.Notes, "browser run output (tail): "+lastLines(brun.stderr, 20))
+			ev.Environment.Notes = append(ev.Environment.Notes, "browser run output (tail): "+judge.LastLines(brun.stderr, 20))
 		}
 	}
 	ev.Verdict = "pass"
@@ -406,10 +412,10 @@ func Run(ctx context.Context, cfg Config) int {
 		return errorf("%v", err)
 	}
 	ev.WriteTable(cfg.Stdout)
-	fmt.Fprintf(cfg.Stdout, "Evidence: %s, %s, %s\n", filepath.Join(cfg.Evidence, EvidenceJSON), filepath.Join(cfg.Evidence, EvidenceMarkdown), auditPath)
+	fmt.Fprintf(cfg.Stdout, "Evidence: %s, %s, %s\n", filepath.Join(cfg.Evidence, judge.EvidenceJSON), filepath.Join(cfg.Evidence, judge.EvidenceMarkdown), auditPath)
 	switch {
 	case len(cat) > 0 && len(obs) == 0:
-		return errorf("the gateway never ran the attacker (nsgate run exited %d): %s", code, firstLines(ev.Gateway.Stderr, 3))
+		return errorf("the gateway never ran the attacker (nsgate run exited %d): %s", code, judge.FirstLines(ev.Gateway.Stderr, 3))
 	case ev.Verdict != "pass":
 		return ExitFail
 	}
@@ -431,7 +437,7 @@ func replaceFile(path string, data []byte) error {
 
 // mainRun is the outcome of the attacker's `nsgate run`.
 type mainRun struct {
-	obs         []Observation
+	obs         []attack.Observation
 	code        int
 	stderr      string
 	workerLines []string
@@ -443,7 +449,7 @@ type mainRun struct {
 // onPartial is called with every progress report (a Partial
 // observation) and nsgate run's process; a line it returns is written to
 // the worker's standard input.
-func runMain(ctx context.Context, cfg Config, args, env []string, cat []Attempt, onPartial func(Observation, *os.Process) string) (mainRun, error) {
+func runMain(ctx context.Context, cfg Config, args, env []string, cat []attack.Attempt, onPartial func(attack.Observation, *os.Process) string) (mainRun, error) {
 	var m mainRun
 	// A terminal of the caller's, open on the host during the run: the
 	// fs-other-terminals attempt must not find it.
@@ -472,7 +478,7 @@ func runMain(ctx context.Context, cfg Config, args, env []string, cat []Attempt,
 	if err := cmd.Start(); err != nil {
 		return m, fmt.Errorf("start nsgate run: %w", err)
 	}
-	expect := make(map[string]Outcome, len(cat))
+	expect := make(map[string]attack.Outcome, len(cat))
 	for _, at := range cat {
 		expect[at.ID] = at.Expect
 	}
@@ -480,7 +486,7 @@ func runMain(ctx context.Context, cfg Config, args, env []string, cat []Attempt,
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		line := sc.Bytes()
-		var o Observation
+		var o attack.Observation
 		if err := json.Unmarshal(line, &o); err != nil || o.ID == "" {
 			if len(m.workerLines) < 50 {
 				m.workerLines = append(m.workerLines, string(line))
@@ -500,24 +506,10 @@ func runMain(ctx context.Context, cfg Config, args, env []string, cat []Attempt,
 		}
 		fmt.Fprintf(cfg.Stderr, "[%3d/%d] %-26s %-8s %-10s %s\n", len(m.obs), len(cat), o.ID, o.Observed, mark, shorten(o.Detail, 90))
 	}
-	m.code = exitCode(cmd.Wait())
+	m.code = attack.ExitCode(cmd.Wait())
 	m.stderr = stderr.String()
 	m.timedOut = rctx.Err() != nil && ctx.Err() == nil
 	return m, nil
-}
-
-// dynamicProgram finds a harmless dynamically linked program.
-func dynamicProgram() (path, interp string, ok bool) {
-	for _, p := range []string{"/bin/true", "/usr/bin/true"} {
-		real, err := filepath.EvalSymlinks(p)
-		if err != nil {
-			continue
-		}
-		if in, err := elfInterp(real); err == nil {
-			return real, in, true
-		}
-	}
-	return "", "", false
 }
 
 // withoutSealMarkers drops the sealing markers, so that nothing the lab
@@ -525,7 +517,7 @@ func dynamicProgram() (path, interp string, ok bool) {
 func withoutSealMarkers(env []string) []string {
 	var out []string
 	for _, kv := range env {
-		if strings.HasPrefix(kv, EnvSealedFrom+"=") || strings.HasPrefix(kv, EnvSealedUserns+"=") {
+		if strings.HasPrefix(kv, sealed.EnvSealedFrom+"=") || strings.HasPrefix(kv, sealed.EnvSealedUserns+"=") {
 			continue
 		}
 		out = append(out, kv)
@@ -533,8 +525,8 @@ func withoutSealMarkers(env []string) []string {
 	return out
 }
 
-func environment(seal SealInfo) Environment {
-	e := Environment{OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version(), Rootless: seal.Userns, UID: os.Getuid()}
+func environment(seal sealed.Info) judge.Environment {
+	e := judge.Environment{OS: runtime.GOOS, Arch: runtime.GOARCH, GoVersion: runtime.Version(), Rootless: seal.Userns, UID: os.Getuid()}
 	var u unix.Utsname
 	if err := unix.Uname(&u); err == nil {
 		e.Kernel = unix.ByteSliceToString(u.Release[:])
@@ -580,22 +572,6 @@ func shorten(s string, n int) string {
 	return s[:n-3] + "..."
 }
 
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " / ")
-}
-
-func firstLines(s string, n int) string {
-	lines := strings.SplitN(strings.TrimSpace(s), "\n", n+1)
-	if len(lines) > n {
-		lines = lines[:n]
-	}
-	return strings.Join(lines, " / ")
-}
-
 // openHostPTY opens a pseudo-terminal on the host (its /dev/pts entry
 // exists while the returned file is open).
 func openHostPTY() (*os.File, error) {
@@ -609,3 +585,13 @@ func openHostPTY() (*os.File, error) {
 	}
 	return f, nil
 }
+
+// labKeyFile is the audit HMAC key the lab makes in its work directory
+// (hidden from the worker; every `nsgate run` of the lab signs its
+// records with it).
+func labKeyFile(work string) string { return filepath.Join(labNsgateDir(work), "audit.key") }
+
+// labNsgateDir is the folder of the work directory that holds nsgate's own
+// files: nsgate refuses to start when they lie in a folder the worker sees,
+// and hides this one whole.
+func labNsgateDir(work string) string { return filepath.Join(work, "nsgate") }

@@ -12,10 +12,12 @@ import (
 	"syscall"
 
 	"github.com/nsgate/nsgate/lab"
+	"github.com/nsgate/nsgate/lab/attack"
+	"github.com/nsgate/nsgate/lab/sealed"
 )
 
 // `nsgate lab`: the built-in security lab (SPEC §9). The first process
-// re-executes itself into a sealed network namespace (lab.EnterSealed);
+// re-executes itself into a sealed network namespace (sealed.Enter);
 // the sealed copy builds the fake internet and runs the attacker under
 // `nsgate run` (lab.Run).
 //
@@ -61,7 +63,7 @@ Flags:
 		return exitUsage
 	}
 	if *catalogue {
-		lab.WriteCatalogue(e.stdout)
+		attack.WriteCatalogue(e.stdout)
 		return 0
 	}
 	if *browser != "" {
@@ -84,7 +86,7 @@ Flags:
 	if *only != "" {
 		ids = strings.Split(*only, ",")
 		for _, id := range ids {
-			if _, ok := lab.Find(id); !ok {
+			if _, ok := attack.Find(id); !ok {
 				e.errorf("lab: --only: unknown attempt %q", id)
 				return exitUsage
 			}
@@ -96,7 +98,7 @@ Flags:
 		return exitUsage
 	}
 
-	if _, sealed := lab.Sealed(); !sealed {
+	if _, ok := sealed.Current(); !ok {
 		inner := []string{"nsgate", "lab", "--evidence", dir}
 		if *brk != "" {
 			inner = append(inner, "--break", *brk)
@@ -107,7 +109,7 @@ Flags:
 		if *browser != "" {
 			inner = append(inner, "--browser", *browser)
 		}
-		code, err := lab.EnterSealed(inner, os.Environ(), lab.Stdio{Stdin: e.stdin, Stdout: e.stdout, Stderr: e.stderr})
+		code, err := sealed.Enter(inner, os.Environ(), sealed.Stdio{Stdin: e.stdin, Stdout: e.stdout, Stderr: e.stderr})
 		if err != nil {
 			e.errorf("lab: %v", err)
 			return lab.ExitError

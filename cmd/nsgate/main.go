@@ -12,7 +12,7 @@ import (
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/bench/profile"
 	"github.com/nsgate/nsgate/guard"
-	"github.com/nsgate/nsgate/lab"
+	"github.com/nsgate/nsgate/lab/attack"
 	"github.com/nsgate/nsgate/pasta"
 	"github.com/nsgate/nsgate/probe"
 	"github.com/nsgate/nsgate/sandbox"
@@ -97,8 +97,8 @@ var commands = []command{
 	{sandbox.JoinArg, func(env, []string) int { return sandbox.JoinMain() }, "", ""},
 	{guard.ChildArg, func(e env, _ []string) int { return guard.ChildMain(e.stderr) }, "", ""},
 	// Hidden: what tests and the lab run as the worker.
-	{"__attack", func(e env, args []string) int { return lab.AttackMain(args, e.stdout, e.stderr) }, "", ""},
-	{"__browserworker", func(e env, args []string) int { return lab.BrowserWorkerMain(args, e.stdout, e.stderr) }, "", ""},
+	{"__attack", func(e env, args []string) int { return attack.Main(args, e.stdout, e.stderr) }, "", ""},
+	{"__browserworker", func(e env, args []string) int { return attack.BrowserWorkerMain(args, e.stdout, e.stderr) }, "", ""},
 	{"__probe", func(e env, args []string) int { return probe.Main(args, e.stdout, e.stderr) }, "", ""},
 	{"__guardprobe", func(e env, args []string) int { return probe.GuardMain(args, e.stdout, e.stderr) }, "", ""},
 }

