@@ -45,7 +45,7 @@ func curl(t *testing.T, m mode, pol, auditLog, url string) (result, float64) {
 // TestRunExitCounters: the exit record carries the run's totals, and they
 // match what the worker did: two allowed connections, one refused, one
 // refused name; the human lines on stderr name the denials even with
-// --audit.
+// --audit; audit show and audit stats read the log back.
 func TestRunExitCounters(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
@@ -77,6 +77,20 @@ func TestRunExitCounters(t *testing.T) {
 		}
 		if n("bytes_in") == 0 || n("bytes_out") == 0 || n("dns_queries") < 1 || n("packets_in") == 0 {
 			t.Errorf("counters %v: want bytes both ways, the DNS query and packets counted", c)
+		}
+
+		// The same log, read by people: audit show and audit stats.
+		show := runNsgate(t, m, "audit", "show", "--action", "deny", log)
+		lines := strings.Split(strings.TrimSpace(show.stdout), "\n")
+		if show.code != 0 || len(lines) != 2 || !strings.Contains(lines[0], "deny tcp") || !strings.Contains(lines[0], "169.254.169.254:80 rule=builtin:metadata") ||
+			!strings.Contains(lines[1], "deny dns unapproved.test A rule=default") {
+			t.Errorf("audit show --action deny: exit %d\n%s", show.code, show.stdout)
+		}
+		stats := runNsgate(t, m, "audit", "stats", log)
+		for _, w := range []string{"in 1 run(s)", "tcp 203.0.113.10:8080", "tcp 169.254.169.254:80", "builtin:metadata", "unapproved.test"} {
+			if stats.code != 0 || !strings.Contains(stats.stdout, w) {
+				t.Errorf("audit stats lacks %q (exit %d):\n%s", w, stats.code, stats.stdout)
+			}
 		}
 	})
 }

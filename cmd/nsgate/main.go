@@ -84,7 +84,7 @@ var commands = []command{
 	{"run", cmdRun, "[flags] -- COMMAND [ARG...]", "run COMMAND as the worker"},
 	{"check", cmdCheck, "FILE", "validate a policy file"},
 	{"explain", cmdExplain, "--policy FILE [--proto tcp|udp] DEST:PORT", "the decision for one destination"},
-	{"audit", cmdAudit, "verify [--key FILE] [--head HASH] FILE", "verify an audit log's hash chain"},
+	{"audit", cmdAudit, "verify|show|stats [flags] FILE", "verify an audit log; show it readably (--follow); totals"},
 	{"guard", cmdGuard, "[flags] -- COMMAND", "only the exec/syscall guard"},
 	{"lab", cmdLab, "[--evidence DIR] [--browser PATH]", "the built-in security lab"},
 	{"slirp4netns", cmdSlirp4netns, "...", "drop-in for Podman's slirp4netns"},
