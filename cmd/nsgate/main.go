@@ -12,6 +12,7 @@ import (
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/bench/profile"
 	"github.com/nsgate/nsgate/guard"
+	"github.com/nsgate/nsgate/lab"
 	"github.com/nsgate/nsgate/lab/attack"
 	"github.com/nsgate/nsgate/pasta"
 	"github.com/nsgate/nsgate/probe"
@@ -86,7 +87,9 @@ var commands = []command{
 	{"explain", cmdExplain, "--policy FILE [--proto tcp|udp] DEST:PORT", "the decision for one destination"},
 	{"audit", cmdAudit, "verify|show|stats [flags] FILE", "verify an audit log; show it readably (--follow); totals"},
 	{"guard", cmdGuard, "[flags] -- COMMAND", "only the exec/syscall guard"},
-	{"lab", cmdLab, "[--evidence DIR] [--browser PATH]", "the built-in security lab"},
+	{"lab", func(e env, args []string) int {
+		return lab.Main(args, lab.Stdio{Stdin: e.stdin, Stdout: e.stdout, Stderr: e.stderr}, versionLine())
+	}, "[--evidence DIR] [--browser PATH]", "the built-in security lab"},
 	{"slirp4netns", cmdSlirp4netns, "...", "drop-in for Podman's slirp4netns"},
 	{"pasta", cmdPasta, "...", "drop-in for Podman 5's pasta"}, // pasta.Main, docs/podman.md
 	{"version", cmdVersion, "", "print the version"},

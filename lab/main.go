@@ -1,9 +1,8 @@
-package main
+package lab
 
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -11,15 +10,15 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/nsgate/nsgate/lab"
+	"github.com/nsgate/nsgate/cliflag"
 	"github.com/nsgate/nsgate/lab/attack"
 	"github.com/nsgate/nsgate/lab/sealed"
 )
 
-// `nsgate lab`: the built-in security lab (SPEC §9). The first process
+// `nsgate lab`: the built-in security  The first process
 // re-executes itself into a sealed network namespace (sealed.Enter);
 // the sealed copy builds the fake internet and runs the attacker under
-// `nsgate run` (lab.Run).
+// `nsgate run` (Run).
 //
 // Hidden flags, for testing the lab itself:
 //
@@ -28,59 +27,56 @@ import (
 //	--only IDS      run only these attempts (comma-separated)
 //	--catalogue     print the catalogue as Markdown (integration/README.md)
 
-func cmdLab(e env, args []string) int {
-	fs := flag.NewFlagSet("nsgate lab", flag.ContinueOnError)
-	fs.SetOutput(e.stderr)
-	evidence := fs.String("evidence", "nsgate-lab-evidence", "write the evidence record (evidence.json, evidence.md, audit.jsonl) to `DIR`")
-	browser := fs.String("browser", "", "also drive the headless Chromium at `PATH` through the browser attacks")
-	brk := fs.String("break", "", "")
-	only := fs.String("only", "", "")
-	catalogue := fs.Bool("catalogue", false, "")
-	fs.Usage = func() {
-		fmt.Fprint(e.stderr, `Usage: nsgate lab [--evidence DIR] [--browser PATH]
+// Stdio are the command's streams.
+type Stdio = sealed.Stdio
+
+// Main runs `nsgate lab ARGS` and returns its exit status: 0 when every
+// attack was blocked and every control succeeded, 1 when not, 2 when the
+// lab could not run or the command line is wrong. version is nsgate's
+// version line, for the evidence.
+func Main(args []string, stdio Stdio, version string) int {
+	e := labEnv{stdio}
+	fs := cliflag.New("nsgate lab", `Usage: nsgate lab [--evidence DIR] [--browser PATH]
 
 Runs every attack of the catalogue (integration/README.md) against nsgate in
 a sealed network namespace with a fake internet, plus controls that must
 succeed. Exit 0 only if every attack was blocked and every control
-succeeded; 1 if not; 2 if the lab could not run.
-
-Flags:
-  --evidence DIR   write evidence.json, evidence.md and audit.jsonl to DIR
-                   (default ./nsgate-lab-evidence)
-  --browser PATH   also run the browser attempts: headless Chromium at PATH
-                   (e.g. /usr/lib/chromium/chromium) as the worker under
-                   nsgate run, driven over CDP by a scripted agent
-`)
-	}
+succeeded; 1 if not; 2 if the lab could not run.`, stdio.Stdout, stdio.Stderr)
+	evidence := fs.String("evidence", "nsgate-lab-evidence", "write the evidence record (evidence.json, evidence.md, audit.jsonl) to `DIR`")
+	browser := fs.String("browser", "", "also run the browser attempts: headless Chromium at `PATH` (e.g. /usr/lib/chromium/chromium) as the worker under nsgate run, driven over CDP by a scripted agent")
+	brk := fs.String("break", "", "")
+	only := fs.String("only", "", "")
+	catalogue := fs.Bool("catalogue", false, "")
+	fs.Hide("break", "only", "catalogue")
 	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
+		if errors.Is(err, cliflag.ErrHelp) {
 			return 0
 		}
-		return exitUsage
+		return ExitError
 	}
 	if fs.NArg() > 0 {
 		e.errorf("lab: unexpected argument %q (usage: nsgate lab [--evidence DIR] [--browser PATH])", fs.Arg(0))
-		return exitUsage
+		return ExitError
 	}
 	if *catalogue {
-		attack.WriteCatalogue(e.stdout)
+		attack.WriteCatalogue(stdio.Stdout)
 		return 0
 	}
 	if *browser != "" {
 		abs, err := filepath.Abs(*browser)
 		if err != nil {
 			e.errorf("lab: --browser: %v", err)
-			return exitUsage
+			return ExitError
 		}
 		if st, err := os.Stat(abs); err != nil || st.IsDir() || st.Mode().Perm()&0o111 == 0 {
 			e.errorf("lab: --browser %s: not an executable file", *browser)
-			return exitUsage
+			return ExitError
 		}
 		*browser = abs
 	}
-	if _, err := lab.Policy(*brk); err != nil {
+	if _, err := Policy(*brk); err != nil {
 		e.errorf("lab: %v", err)
-		return exitUsage
+		return ExitError
 	}
 	var ids []string
 	if *only != "" {
@@ -88,14 +84,14 @@ Flags:
 		for _, id := range ids {
 			if _, ok := attack.Find(id); !ok {
 				e.errorf("lab: --only: unknown attempt %q", id)
-				return exitUsage
+				return ExitError
 			}
 		}
 	}
 	dir, err := filepath.Abs(*evidence)
 	if err != nil {
 		e.errorf("lab: --evidence: %v", err)
-		return exitUsage
+		return ExitError
 	}
 
 	if _, ok := sealed.Current(); !ok {
@@ -109,10 +105,10 @@ Flags:
 		if *browser != "" {
 			inner = append(inner, "--browser", *browser)
 		}
-		code, err := sealed.Enter(inner, os.Environ(), sealed.Stdio{Stdin: e.stdin, Stdout: e.stdout, Stderr: e.stderr})
+		code, err := sealed.Enter(inner, os.Environ(), stdio)
 		if err != nil {
 			e.errorf("lab: %v", err)
-			return lab.ExitError
+			return ExitError
 		}
 		return code
 	}
@@ -120,19 +116,26 @@ Flags:
 	self, err := os.Executable()
 	if err != nil {
 		e.errorf("lab: find own executable: %v", err)
-		return lab.ExitError
+		return ExitError
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	return lab.Run(ctx, lab.Config{
+	return Run(ctx, Config{
 		Self:       self,
 		AttackArgs: []string{"__attack"},
-		Version:    versionLine(),
+		Version:    version,
 		Evidence:   dir,
 		Break:      *brk,
 		Only:       ids,
 		Browser:    *browser,
-		Stdout:     e.stdout,
-		Stderr:     e.stderr,
+		Stdout:     stdio.Stdout,
+		Stderr:     stdio.Stderr,
 	})
+}
+
+// labEnv says the command's errors.
+type labEnv struct{ Stdio }
+
+func (e labEnv) errorf(format string, args ...any) {
+	fmt.Fprintf(e.Stderr, "nsgate: "+format+"\n", args...)
 }
