@@ -305,9 +305,17 @@ func TestFIFOWithoutReader(t *testing.T) {
 type blockingWriter struct {
 	release chan struct{}
 	once    sync.Once
+	// entered, when set, gets a value each time a Write starts.
+	entered chan struct{}
 }
 
 func (b *blockingWriter) Write(p []byte) (int, error) {
+	if b.entered != nil {
+		select {
+		case b.entered <- struct{}{}:
+		default:
+		}
+	}
 	<-b.release
 	return len(p), nil
 }
@@ -373,13 +381,22 @@ func TestCloseIsBoundedOnAStuckSink(t *testing.T) {
 // failed and Log returns 0.
 func TestLogNeverWaitsForever(t *testing.T) {
 	const timeout = 300 * time.Millisecond
-	w := &blockingWriter{release: make(chan struct{})}
+	w := &blockingWriter{release: make(chan struct{}), entered: make(chan struct{}, 1)}
 	defer w.unblock()
 	// A long timeout for the write itself, so that it is the queue that
 	// gives out.
 	l := startMem(Options{QueueLen: 4, Timeout: timeout, Delay: -1}, w)
 	l.watch = time.AfterFunc(time.Hour, func() {}) // no watch: only the queue bound
 	l.watch.Stop()
+	// The writer takes records as fast as they come and writes when the
+	// queue is idle: wait until it is stuck in a write, so that the queue
+	// fills behind it.
+	l.Log(Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "first"})
+	select {
+	case <-w.entered:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the writer never wrote")
+	}
 	done := make(chan uint64, 1)
 	start := time.Now()
 	go func() {

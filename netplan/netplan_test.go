@@ -319,7 +319,7 @@ func TestFixed(t *testing.T) {
 		a  string
 		ok bool
 	}{
-		{"192.168.1.50", true}, {"192.168.1.77", true}, {"192.168.1.1", false}, {"192.168.1.0", false},
+		{"192.168.1.50", true}, {"192.168.1.77", false}, {"192.168.1.1", false}, {"192.168.1.0", false},
 		{"192.168.1.255", false}, {"169.254.1.1", false}, {"169.254.1.2", false}, {"10.0.2.100", false},
 	} {
 		if p.GuestSource(addr(tt.a)) != tt.ok {

@@ -165,7 +165,9 @@ func TestCopyEnds(t *testing.T) {
 func TestCopyIdleCountsBothDirections(t *testing.T) {
 	// Traffic in one direction only keeps the whole flow alive: a
 	// download with a silent client must not be cut.
-	idle := 150 * time.Millisecond
+	// The idle time is six times the gap between writes, so that a loaded
+	// machine's scheduling delays do not look like silence.
+	idle := 600 * time.Millisecond
 	_, upstream, done := relayed(t, context.Background(), idle)
 	for i := 0; i < 8; i++ {
 		if _, err := upstream.Write([]byte("x")); err != nil {
@@ -174,7 +176,7 @@ func TestCopyIdleCountsBothDirections(t *testing.T) {
 		select {
 		case r := <-done:
 			t.Fatalf("relay ended while upstream was sending: %+v", r)
-		case <-time.After(idle / 3):
+		case <-time.After(idle / 6):
 		}
 	}
 	r := wait(t, done)
