@@ -15,7 +15,13 @@ all: build
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nsgate
 
-test: vet unit integration
+# The test command: .ci/preflight first says what this machine lacks (as
+# root it installs it), then vet, the unit tests and the integration tests
+# run, with every skip a failure wherever everything can run
+# (NSGATE_REQUIRE_ALL, which preflight chooses unless it is set).
+test:
+	@req=$$(./.ci/preflight) || exit 1; \
+	NSGATE_REQUIRE_ALL=$${NSGATE_REQUIRE_ALL:-$$req} $(MAKE) --no-print-directory vet unit integration
 
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
@@ -27,7 +33,13 @@ unit:
 	$(GO) test -race -count=1 ./...
 
 integration:
-	$(GO) test -tags integration $(ITEST_FLAGS) -v ./integration/ 2>&1 | tee integration.log | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; exit $${PIPESTATUS[0]}
+	@echo "integration tests (NSGATE_REQUIRE_ALL=$${NSGATE_REQUIRE_ALL:-0}); the whole log goes to integration.log"
+	@$(GO) test -tags integration $(ITEST_FLAGS) -v ./integration/ 2>&1 | tee integration.log | grep -E '^(=== RUN|\s*--- |PASS|FAIL|ok|panic|\s+\S+_test.go)' ; st=$${PIPESTATUS[0]}; \
+	  run=$$(grep -c '^=== RUN' integration.log); pass=$$(grep -cE '^\s*--- PASS' integration.log); \
+	  fail=$$(grep -cE '^\s*--- FAIL' integration.log); skip=$$(grep -cE '^\s*--- SKIP' integration.log); \
+	  echo "integration: $$run tests and subtests ran: $$pass passed, $$fail failed, $$skip skipped"; \
+	  if [ "$$skip" != 0 ]; then echo "skipped:"; grep -E '^\s*--- SKIP' integration.log | sed 's/^ */  /'; fi; \
+	  exit $$st
 
 lab: build
 	./$(BIN) lab
