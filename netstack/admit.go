@@ -54,6 +54,9 @@ type admission struct {
 	dialing bool          // a slot of g.pendingDials
 	pending bool          // udpID is in g.udpPending
 	udpID   stack.TransportEndpointID
+	// checkQUIC says the UDP flow's QUIC Initial is checked (verifyQUIC,
+	// decided once, on the name's decision, before it is resolved).
+	checkQUIC bool
 	// queued are the datagrams that arrived while a QUIC-checked UDP
 	// flow was being set up (see Gateway.queueUDP), taken by unpend.
 	queued [][]byte

@@ -40,7 +40,7 @@ func (g *Gateway) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffe
 		a.release()
 		return true
 	}
-	if a.verifyQUIC() {
+	if a.checkQUIC = a.verifyQUIC(); a.checkQUIC {
 		g.queueFor(id)
 	}
 	quote := quoteOf(pkt)
@@ -68,7 +68,7 @@ func (g *Gateway) runUDP(a *admission, id stack.TransportEndpointID, pkt *stack.
 	}
 	worker := gonet.NewUDPConn(&wq, ep)
 	var heldBytes int64
-	if a.verifyQUIC() {
+	if a.checkQUIC {
 		res := relay.Result{}
 		held, err := g.gateQUIC(worker, a, quote)
 		if err != nil {
