@@ -56,11 +56,11 @@ type chromiumRun struct {
 
 // runChromium runs Chromium under nsgate in mode m to dump the DOM of url,
 // with every file it writes (profile, crashpad database, audit log) in
-// dir. As uid 0 (root, or root of a sealed user namespace) Chromium
+// dir; extra are more Chromium flags. As uid 0 (root, or root of a sealed user namespace) Chromium
 // refuses to start its own sandbox, so it gets --no-sandbox there and
 // nsgate does not need --allow-userns (docs/chromium.md, "Running as
 // root").
-func runChromium(t *testing.T, m mode, dir, name, url string, relax chromiumRelax) chromiumRun {
+func runChromium(t *testing.T, m mode, dir, name, url string, relax chromiumRelax, extra ...string) chromiumRun {
 	t.Helper()
 	pol := filepath.Join(dir, "policy.yaml")
 	if _, err := os.Stat(pol); err != nil {
@@ -85,6 +85,7 @@ func runChromium(t *testing.T, m mode, dir, name, url string, relax chromiumRela
 	if asRoot {
 		args = append(args, "--no-sandbox")
 	}
+	args = append(args, extra...)
 	args = append(args, "--dump-dom", url)
 
 	cmd := nsgateCmd(m, args...)

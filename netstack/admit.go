@@ -54,6 +54,12 @@ type admission struct {
 	dialing bool          // a slot of g.pendingDials
 	pending bool          // udpID is in g.udpPending
 	udpID   stack.TransportEndpointID
+	// checkQUIC says the UDP flow's QUIC Initial is checked (verifyQUIC,
+	// decided once, on the name's decision, before it is resolved).
+	checkQUIC bool
+	// queued are the datagrams that arrived while a QUIC-checked UDP
+	// flow was being set up (see Gateway.queueUDP), taken by unpend.
+	queued [][]byte
 }
 
 // admit takes a new flow's steps that never block. It registers the flow
@@ -102,11 +108,12 @@ func (a *admission) holdPending(id stack.TransportEndpointID) {
 	a.udpID, a.pending = id, true
 }
 
-// unpend removes the flow's g.udpPending entry, once its endpoint exists.
+// unpend removes the flow's g.udpPending entry, once its endpoint exists,
+// and keeps the datagrams queued meanwhile in a.queued.
 func (a *admission) unpend() {
 	if a.pending {
 		a.pending = false
-		a.g.unpend(a.udpID)
+		a.queued = a.g.unpend(a.udpID)
 	}
 }
 

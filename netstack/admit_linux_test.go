@@ -59,7 +59,7 @@ func TestOnePolicySnapshotPerFlow(t *testing.T) {
 	a := mustPolicy(t, `
 version: 1
 allow:
-  - {host: app.test, ports: [80], proto: any}      # allow[0]
+  - {host: app.test, ports: [80], proto: any, l7: none}  # allow[0]; l7: none is for UDP only
 `)
 	b := mustPolicy(t, `
 version: 1

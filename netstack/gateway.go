@@ -234,9 +234,10 @@ type Gateway struct {
 
 	// udpMu guards udpPending: the UDP flows between their first
 	// datagram and the creation of their endpoint. Datagrams that arrive
-	// for them meanwhile are dropped.
+	// for them meanwhile are dropped, except for a flow whose QUIC
+	// Initial is checked: those are queued (bounded) for its gate.
 	udpMu      sync.Mutex
-	udpPending map[stack.TransportEndpointID]struct{}
+	udpPending map[stack.TransportEndpointID]*pendingUDP
 
 	// closing is set when Close starts: flows ending from then on were
 	// ended by the shutdown.
@@ -301,7 +302,7 @@ func New(cfg Config) (*Gateway, error) {
 		dial:       cfg.Dial,
 		ctx:        ctx,
 		cancel:     cancel,
-		udpPending: make(map[stack.TransportEndpointID]struct{}),
+		udpPending: make(map[stack.TransportEndpointID]*pendingUDP),
 		pool:       newGoroutinePool(keptGoroutines),
 		dnsSlots:   make(chan struct{}, dnsMaxInFlight),
 	}

@@ -644,6 +644,7 @@ allow:
   - host: dns.test
     ports: [5353]
     proto: udp
+    l7: none
   - cidr: 203.0.113.0/24
     ports: [7]
     proto: udp

@@ -7,6 +7,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
+	"github.com/nsgate/nsgate/l7"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/relay"
 )
@@ -16,16 +17,19 @@ import (
 // link's delivery goroutine, so it never blocks: it takes the admission's
 // steps that do not block (admit.go) here; resolving a name, dialing and
 // relaying happen on a goroutine of the flow's own, and datagrams for the
-// same flow that arrive meanwhile are dropped. A refused flow gets ICMP
-// "administratively prohibited". It always reports the datagram as
-// handled, so gVisor never answers on its own.
+// same flow that arrive meanwhile are dropped (queued, for a flow whose
+// QUIC Initial is checked). A refused flow gets ICMP "administratively
+// prohibited". It always reports the datagram as handled, so gVisor never
+// answers on its own.
 func (g *Gateway) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer) bool {
 	if !g.udpValid(pkt) {
 		g.stats.malformed.Add(1)
 		return true
 	}
 	if !g.pend(id) {
-		g.stats.dropped.Add(1)
+		if !g.queueUDP(id, pkt) {
+			g.stats.dropped.Add(1)
+		}
 		return true
 	}
 	src, dst := endpointAddrs(id)
@@ -35,6 +39,9 @@ func (g *Gateway) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffe
 		g.refuseUDP(a, quoteOf(pkt))
 		a.release()
 		return true
+	}
+	if a.checkQUIC = a.verifyQUIC(); a.checkQUIC {
+		g.queueFor(id)
 	}
 	quote := quoteOf(pkt)
 	go g.runUDP(a, id, pkt.Clone(), quote)
@@ -60,7 +67,34 @@ func (g *Gateway) runUDP(a *admission, id stack.TransportEndpointID, pkt *stack.
 		return
 	}
 	worker := gonet.NewUDPConn(&wq, ep)
-	a.end(relay.Packets(g.ctx, worker, up, g.lim.UDPIdle))
+	var heldBytes int64
+	if a.checkQUIC {
+		res := relay.Result{}
+		held, err := g.gateQUIC(worker, a, quote)
+		if err != nil {
+			res.Err = err
+		} else if heldBytes, err = sendHeld(up, held); err != nil {
+			res = relay.Result{ToUpstream: heldBytes, Err: err, Failed: relay.SideUpstream}
+		}
+		if res.Err != nil {
+			worker.Close()
+			up.Close()
+			a.end(res)
+			return
+		}
+	}
+	res := relay.Packets(g.ctx, worker, up, g.lim.UDPIdle)
+	res.ToUpstream += heldBytes
+	a.end(res)
+}
+
+// pendingUDP is a UDP flow being set up. For a flow whose QUIC Initial is
+// checked, queue holds the datagrams that arrive meanwhile (a ClientHello
+// often spans two), within the gate's bounds.
+type pendingUDP struct {
+	queueing bool
+	queue    [][]byte
+	bytes    int
 }
 
 // pend notes that the flow id is being set up; false when it already is.
@@ -70,15 +104,47 @@ func (g *Gateway) pend(id stack.TransportEndpointID) bool {
 	if _, pending := g.udpPending[id]; pending {
 		return false
 	}
-	g.udpPending[id] = struct{}{}
+	g.udpPending[id] = &pendingUDP{}
 	return true
 }
 
-// unpend forgets that the flow id is being set up.
-func (g *Gateway) unpend(id stack.TransportEndpointID) {
+// queueFor makes the pending flow id queue the datagrams that arrive
+// until its endpoint exists.
+func (g *Gateway) queueFor(id stack.TransportEndpointID) {
 	g.udpMu.Lock()
-	delete(g.udpPending, id)
+	if p := g.udpPending[id]; p != nil {
+		p.queueing = true
+	}
 	g.udpMu.Unlock()
+}
+
+// queueUDP queues a copy of pkt's payload for the pending flow id, if it
+// queues and has room (l7.QUICMaxDatagrams, l7.QUICMaxHeldBytes); false
+// means the datagram is dropped.
+func (g *Gateway) queueUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer) bool {
+	g.udpMu.Lock()
+	defer g.udpMu.Unlock()
+	p := g.udpPending[id]
+	n := pkt.Data().Size()
+	if p == nil || !p.queueing || len(p.queue)+1 >= l7.QUICMaxDatagrams || p.bytes+n > l7.QUICMaxHeldBytes {
+		return false
+	}
+	p.queue = append(p.queue, pkt.Data().AsRange().ToSlice())
+	p.bytes += n
+	return true
+}
+
+// unpend forgets that the flow id is being set up and returns the
+// datagrams queued for it.
+func (g *Gateway) unpend(id stack.TransportEndpointID) [][]byte {
+	g.udpMu.Lock()
+	defer g.udpMu.Unlock()
+	p := g.udpPending[id]
+	delete(g.udpPending, id)
+	if p == nil {
+		return nil
+	}
+	return p.queue
 }
 
 // refuseUDP records a refused flow and answers its datagram with ICMP

@@ -271,6 +271,23 @@ func (p *Policy) NameAllowed(name string) Decision {
 	return Decision{Deny, RuleDefault, "no allow host rule or dns.hosts entry covers " + host}
 }
 
+// L7None reports whether rule (a Decision's Rule, such as "allow[2]") is
+// an allow host rule with "l7: none": its UDP flows by name are relayed
+// without the QUIC Initial check. Any other rule, or "", is false. It does
+// no I/O, does not allocate and is safe for concurrent use.
+func (p *Policy) L7None(rule string) bool {
+	const prefix = "allow["
+	if len(rule) < len(prefix)+2 || rule[:len(prefix)] != prefix || rule[len(rule)-1] != ']' {
+		return false
+	}
+	i, err := strconv.Atoi(rule[len(prefix) : len(rule)-1])
+	if err != nil || i < 0 || i >= len(p.allow.rules) {
+		return false
+	}
+	r := &p.allow.rules[i]
+	return r.l7None && r.id == rule
+}
+
 // Explain decides a destination the way a flow to it would be decided,
 // without any network I/O, for `nsgate explain`. dest is an IP literal (an
 // IPv6 one may be in brackets) or a name. For an address it returns Decide

@@ -340,6 +340,7 @@ func (ps *parser) rule(n *yaml.Node, section, id string) (rule, bool) {
 	}
 	nerr := len(ps.errs)
 	var dest *yaml.Node // the host or cidr key seen first
+	var l7Key *yaml.Node
 	sawPorts := false
 	ps.mapping(n, id, map[string]func(k, v *yaml.Node){
 		"host": func(k, v *yaml.Node) {
@@ -404,7 +405,30 @@ func (ps *parser) rule(n *yaml.Node, section, id string) (rule, bool) {
 				ps.errf(v, "%s.proto: %q is not a protocol; use tcp, udp or any", id, s)
 			}
 		},
+		"l7": func(k, v *yaml.Node) {
+			s, ok := ps.str(v, id+".l7")
+			if !ok {
+				return
+			}
+			if s != "none" {
+				ps.errf(v, "%s.l7: %q is not an l7 mode; the only one is none (omit the key for the checks of SPEC §7)", id, s)
+				return
+			}
+			l7Key, r.l7None = k, true
+		},
 	})
+	if l7Key != nil {
+		// l7: none lifts the QUIC check of a host rule's UDP flows; it
+		// means nothing elsewhere, and a reader would think it did.
+		switch {
+		case section != "allow":
+			ps.errf(l7Key, "%s.l7: only allow rules take l7: none", id)
+		case dest != nil && r.prefix.IsValid():
+			ps.errf(l7Key, "%s.l7: only host rules take l7: none; flows to a cidr rule's addresses have no name to check", id)
+		case r.protos&maskUDP == 0:
+			ps.errf(l7Key, "%s.l7: l7: none applies to UDP flows; this rule allows tcp only (TLS and HTTP over TCP are always checked)", id)
+		}
+	}
 	if dest == nil {
 		ps.errf(n, "%s: empty rule; give a host or a cidr", id)
 	}

@@ -90,7 +90,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			why:  "unknown rule keys are errors",
 			src:  "version: 1\nallow:\n  - host: a.test\n    port: 80\n",
-			want: []string{`4:5: allow[0]: unknown key "port"; expected cidr, host, ports or proto`},
+			want: []string{`4:5: allow[0]: unknown key "port"; expected cidr, host, l7, ports or proto`},
 		},
 		{
 			why:  "duplicate rule keys are errors",

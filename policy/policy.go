@@ -79,7 +79,10 @@ type rule struct {
 	prefix netip.Prefix // cidr rules
 	protos protoMask
 	ports  []portRange // sorted, merged; nil = every port
-	reason string      // precomputed "matches allow[0]: host app.test (tcp 80,443)"
+	// l7None is the rule's "l7: none": its UDP flows by name are relayed
+	// without the QUIC Initial check (allow host rules with UDP only).
+	l7None bool
+	reason string // precomputed "matches allow[0]: host app.test (tcp 80,443)"
 	// line and col locate the rule's host or cidr value, for warnings.
 	line, col int32
 }
@@ -126,10 +129,14 @@ func (r *rule) describe() string {
 		proto = "any proto"
 	}
 	ports := r.portsString()
-	if r.ports != nil {
-		return kind + r.pattern() + " (" + proto + " " + ports + ")"
+	l7 := ""
+	if r.l7None {
+		l7 = ", l7 none"
 	}
-	return kind + r.pattern() + " (" + proto + ", " + ports + ")"
+	if r.ports != nil {
+		return kind + r.pattern() + " (" + proto + " " + ports + l7 + ")"
+	}
+	return kind + r.pattern() + " (" + proto + ", " + ports + l7 + ")"
 }
 
 func (r *rule) hasPort(port uint16) bool {

@@ -144,6 +144,9 @@ func writeRules(b *strings.Builder, section string, rules []rule) {
 			}
 			b.WriteString("]")
 		}
+		if r.l7None {
+			b.WriteString(", l7: none")
+		}
 		b.WriteString("}  # " + r.id)
 		if r.ports == nil {
 			b.WriteString(", all ports")

@@ -1,0 +1,196 @@
+//go:build integration
+
+package integration
+
+import (
+	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/base64"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/quic-go/quic-go/http3"
+
+	"github.com/nsgate/nsgate/lab"
+)
+
+// HTTP/3 through nsgate (SPEC §7, UDP by name): a real QUIC server and
+// clients from a Go QUIC library in test code only. The server listens on
+// app.test's IPv6 address (UDP 443 on its IPv4 address is the lab's echo
+// service); the policy's dns.hosts sends app.test there.
+
+const quicPolicy = `version: 1
+allow:
+  - host: app.test
+    ports: [443]
+    proto: udp
+dns:
+  hosts:
+    app.test: ["` + lab.AppV6 + `"]
+`
+
+const h3Body = "hello from app over http/3"
+
+// countingPC counts the datagrams a server receives.
+type countingPC struct {
+	net.PacketConn
+	n atomic.Int64
+}
+
+func (c *countingPC) ReadFrom(p []byte) (int, net.Addr, error) {
+	n, a, err := c.PacketConn.ReadFrom(p)
+	if err == nil {
+		c.n.Add(1)
+	}
+	return n, a, err
+}
+
+// h3Server serves h3Body over HTTP/3 at [AppV6]:443 with a certificate for
+// app.test from the fake internet's CA, until the test ends. It returns
+// the datagram counter and the certificate.
+func h3Server(t *testing.T) (*countingPC, *x509.Certificate) {
+	t.Helper()
+	cert, err := inet.CA().Issue([]string{lab.AppName}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp", net.JoinHostPort(lab.AppV6, "443"))
+	if err != nil {
+		t.Fatalf("h3 server: %v", err)
+	}
+	c := &countingPC{PacketConn: pc}
+	srv := &http3.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			w.Write([]byte("<html><body>" + h3Body + " (" + r.Proto + ")</body></html>"))
+		}),
+		TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
+	}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(c) }()
+	t.Cleanup(func() { srv.Close(); pc.Close(); <-done })
+	leaf, err := x509.ParseCertificate(cert.Certificate[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c, leaf
+}
+
+// buildH3Get builds the test's HTTP/3 client (integration/h3get) into dir.
+func buildH3Get(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "h3get")
+	cmd := exec.Command("go", "build", "-o", bin, "./integration/h3get")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build h3get: %v\n%s", err, out)
+	}
+	os.Chmod(bin, 0o755)
+	return bin
+}
+
+// l7Records returns the l7 records with action.
+func l7Records(recs []record, action string) []record {
+	var out []record
+	for _, r := range recs {
+		if r.str("event") == "l7" && r.str("action") == action {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+func TestQUICHTTP3(t *testing.T) {
+	sealed(t)
+	srv, _ := h3Server(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		bin := buildH3Get(t, dir)
+		pol := writeFile(t, dir, "policy.yaml", quicPolicy)
+		ca := inet.CAFile()
+		run := func(log string, args ...string) result {
+			return runNsgate(t, m, append([]string{"run", "--policy", pol, "--audit", filepath.Join(dir, log), "--ro", ca, "--"}, args...)...)
+		}
+
+		t.Run("fetch", func(t *testing.T) {
+			before := srv.n.Load()
+			r := run("fetch.jsonl", bin, "-ca", ca, "https://app.test/")
+			if r.code != 0 || !strings.Contains(r.stdout, "HTTP/3.0 200") || !strings.Contains(r.stdout, h3Body) {
+				t.Fatalf("HTTP/3 fetch through nsgate: exit %d %q", r.code, r.stdout)
+			}
+			if srv.n.Load() == before {
+				t.Fatal("the server saw no datagram")
+			}
+			recs := readAudit(t, filepath.Join(dir, "fetch.jsonl"))
+			allow := l7Records(recs, "allow")
+			if len(allow) == 0 || allow[0].str("sni") != "app.test" || len(l7Records(recs, "deny")) != 0 {
+				t.Fatalf("l7 records: allow %v, deny %v", allow, l7Records(recs, "deny"))
+			}
+		})
+
+		t.Run("other sni", func(t *testing.T) {
+			before := srv.n.Load()
+			r := run("evil.jsonl", bin, "-ca", ca, "-sni", "evil.test", "-timeout", "6s", "https://app.test/")
+			if r.code == 0 {
+				t.Fatalf("HTTP/3 with SNI evil.test got through: %q", r.stdout)
+			}
+			if n := srv.n.Load() - before; n != 0 {
+				t.Fatalf("the server received %d datagrams", n)
+			}
+			deny := l7Records(readAudit(t, filepath.Join(dir, "evil.jsonl")), "deny")
+			if len(deny) == 0 || deny[0].str("sni") != "evil.test" || deny[0].str("host") != "app.test" || deny[0].str("reason") != "sni does not match" {
+				t.Fatalf("l7 deny records: %v", deny)
+			}
+		})
+
+		t.Run("garbage", func(t *testing.T) {
+			before := srv.n.Load()
+			r := run("garbage.jsonl", nsgateBin, "__probe", "udp", "app.test:443")
+			if r.code == 0 || !strings.HasPrefix(r.stdout, "refused") {
+				t.Fatalf("a non-QUIC datagram to app.test:443: exit %d %q", r.code, r.stdout)
+			}
+			if n := srv.n.Load() - before; n != 0 {
+				t.Fatalf("the server received %d datagrams", n)
+			}
+			deny := l7Records(readAudit(t, filepath.Join(dir, "garbage.jsonl")), "deny")
+			if len(deny) == 0 || !strings.HasPrefix(deny[0].str("reason"), "quic: ") {
+				t.Fatalf("l7 deny records: %v", deny)
+			}
+		})
+	})
+}
+
+// TestQUICChromium: Chromium forced onto QUIC fetches app.test over
+// HTTP/3 through nsgate.
+func TestQUICChromium(t *testing.T) {
+	needChromium(t)
+	sealed(t)
+	srv, leaf := h3Server(t)
+	spki := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		writeFile(t, dir, "policy.yaml", quicPolicy)
+		before := srv.n.Load()
+		r := runChromium(t, m, dir, "h3", "https://app.test/", chromiumNeeds,
+			"--enable-quic", "--origin-to-force-quic-on=app.test:443",
+			"--ignore-certificate-errors-spki-list="+base64.StdEncoding.EncodeToString(spki[:]))
+		if !strings.Contains(r.stdout, h3Body+" (HTTP/3.0)") {
+			t.Fatalf("Chromium did not get the page over HTTP/3: exit %d, stdout %q", r.code, r.stdout)
+		}
+		if srv.n.Load() == before {
+			t.Fatal("the server saw no datagram")
+		}
+		allow := l7Records(r.audit, "allow")
+		if len(allow) == 0 || allow[0].str("sni") != "app.test" || len(l7Records(r.audit, "deny")) != 0 {
+			t.Fatalf("l7 records: allow %v, deny %v", allow, l7Records(r.audit, "deny"))
+		}
+	})
+}
