@@ -18,7 +18,7 @@ import (
 
 	"github.com/quic-go/quic-go/http3"
 
-	"github.com/nsgate/nsgate/lab"
+	"github.com/nsgate/nsgate/lab/internet"
 )
 
 // HTTP/3 through nsgate (SPEC §7, UDP by name): a real QUIC server and
@@ -33,7 +33,7 @@ allow:
     proto: udp
 dns:
   hosts:
-    app.test: ["` + lab.AppV6 + `"]
+    app.test: ["` + internet.AppV6 + `"]
 `
 
 const h3Body = "hello from app over http/3"
@@ -57,11 +57,11 @@ func (c *countingPC) ReadFrom(p []byte) (int, net.Addr, error) {
 // the datagram counter and the certificate.
 func h3Server(t *testing.T) (*countingPC, *x509.Certificate) {
 	t.Helper()
-	cert, err := inet.CA().Issue([]string{lab.AppName}, nil)
+	cert, err := inet.CA().Issue([]string{internet.AppName}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pc, err := net.ListenPacket("udp", net.JoinHostPort(lab.AppV6, "443"))
+	pc, err := net.ListenPacket("udp", net.JoinHostPort(internet.AppV6, "443"))
 	if err != nil {
 		t.Fatalf("h3 server: %v", err)
 	}
@@ -109,7 +109,7 @@ func l7Records(recs []record, action string) []record {
 }
 
 func TestQUICHTTP3(t *testing.T) {
-	sealed(t)
+	needSealed(t)
 	srv, _ := h3Server(t)
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
@@ -172,7 +172,7 @@ func TestQUICHTTP3(t *testing.T) {
 // HTTP/3 through nsgate.
 func TestQUICChromium(t *testing.T) {
 	needChromium(t)
-	sealed(t)
+	needSealed(t)
 	srv, leaf := h3Server(t)
 	spki := sha256.Sum256(leaf.RawSubjectPublicKeyInfo)
 	forEachMode(t, func(t *testing.T, m mode) {
