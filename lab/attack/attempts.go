@@ -1,8 +1,12 @@
 package attack
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"net/url"
@@ -14,6 +18,7 @@ import (
 	"golang.org/x/net/dns/dnsmessage"
 	"golang.org/x/net/idna"
 
+	"github.com/nsgate/nsgate/l7"
 	"github.com/nsgate/nsgate/lab/internet"
 )
 
@@ -537,4 +542,94 @@ func icmpAttempt(id, desc string, raw bool) Attempt {
 func homographPunycode() string {
 	n, _ := idna.Punycode.ToASCII("\u0430pp.test")
 	return n
+}
+
+// quicInitial returns a client's first datagram to a QUIC server: a QUIC
+// v1 Initial carrying a TLS ClientHello that names sni, padded to 1200
+// bytes. The ClientHello is crypto/tls's own, taken from its first write:
+// a QUIC client's carries QUIC transport parameters too, which the gateway
+// does not look at.
+func quicInitial(sni string) ([]byte, error) {
+	var w firstWrite
+	tls.Client(&w, &tls.Config{ServerName: sni, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}).Handshake()
+	if len(w.b) < 5+4 || w.b[0] != 22 {
+		return nil, fmt.Errorf("no ClientHello record (%d bytes)", len(w.b))
+	}
+	hello := w.b[5:] // the handshake message, without the record header
+	dcid := make([]byte, 8)
+	rand.Read(dcid)
+	return l7.BuildQUICInitial(l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: dcid[:4],
+		Payload: l7.QUICCryptoFrame(0, hello), PadTo: 1200})
+}
+
+// firstWrite is a net.Conn that keeps the first Write and fails every Read,
+// so that a TLS client's Handshake ends right after its ClientHello.
+type firstWrite struct {
+	net.Conn
+	b []byte
+}
+
+func (w *firstWrite) Write(p []byte) (int, error) {
+	if w.b == nil {
+		w.b = append([]byte(nil), p...)
+	}
+	return len(p), nil
+}
+func (w *firstWrite) Read([]byte) (int, error)         { return 0, io.EOF }
+func (w *firstWrite) Close() error                     { return nil }
+func (w *firstWrite) SetDeadline(time.Time) error      { return nil }
+func (w *firstWrite) SetReadDeadline(time.Time) error  { return nil }
+func (w *firstWrite) SetWriteDeadline(time.Time) error { return nil }
+
+// l7QUIC sends a QUIC Initial naming sni (with garbage, bytes that only
+// look like one) to quic.test:443/udp, which the lab policy allows for
+// QUIC: the gateway must read the Initial's ClientHello and refuse the
+// flow, so the echo server behind it never sees a datagram.
+func l7QUIC(id, desc, sni string, garbage bool) Attempt {
+	return Attempt{
+		ID: id, Category: "l7", Layer: LayerL7, Description: desc,
+		Expect: Blocked, Audit: AuditDeny, Aims: []string{"app-udp"},
+		run: func(ctx context.Context, a *attacker) result {
+			payload := append([]byte{0xc3, 0, 0, 0, 1, 8, 1, 2, 3, 4, 5, 6, 7, 8, 0}, make([]byte, 1185)...)
+			if !garbage {
+				p, err := quicInitial(sni)
+				if err != nil {
+					return erroredf("precondition: build the Initial: %v", err)
+				}
+				payload = p
+			}
+			reply, err := a.udpExchange(ctx, hostPort(internet.QUICName, 443), payload)
+			if err != nil {
+				if isRefusal(err) || strings.Contains(err.Error(), "no reply") {
+					return blockedf("%v", err)
+				}
+				return erroredf("%v", err)
+			}
+			return allowedf("%d-byte reply", len(reply))
+		},
+	}
+}
+
+// quicControl sends a QUIC Initial that names quic.test to quic.test:443:
+// it must pass the check and reach the echo server behind the name.
+func quicControl() Attempt {
+	return Attempt{
+		ID: "control-quic", Category: "control", Layer: LayerControl,
+		Description: "a QUIC Initial naming quic.test to quic.test:443/udp (approved for QUIC): it reaches the server",
+		Expect:      Allowed, Audit: AuditAllow, Aims: []string{"app-udp"},
+		run: func(ctx context.Context, a *attacker) result {
+			p, err := quicInitial(internet.QUICName)
+			if err != nil {
+				return erroredf("precondition: build the Initial: %v", err)
+			}
+			reply, err := a.udpExchange(ctx, hostPort(internet.QUICName, 443), p)
+			if err != nil {
+				return blockedf("%v", err)
+			}
+			if !bytes.Equal(reply, p) {
+				return erroredf("the echo server answered %d bytes, not the %d sent", len(reply), len(p))
+			}
+			return allowedf("the Initial reached the server and came back (%d bytes)", len(reply))
+		},
+	}
 }

@@ -172,6 +172,7 @@ func Catalogue() []Attempt {
 		control("control-wildcard", "GET http://www.ok.test:8080/ (approved by *.ok.test)", "http://"+internet.OKName+":8080/", "ok", false),
 		control("control-hosts", "GET http://static.test:8080/ (approved through dns.hosts)", "http://"+internet.StaticName+":8080/", "static", false),
 		control("control-case-dot", "GET http://APP.Test.:8080/ (names are normalized: case, trailing dot)", "http://APP.Test.:8080/", "app", false),
+		quicControl(),
 		control("control-redirect", "GET http://app.test/redirect?to=/landing: a same-site redirect is followed", "http://"+internet.AppName+"/redirect?to=/landing", "app", false),
 	)
 	// The file system controls: the worker's scratch directories and home
@@ -298,6 +299,8 @@ func Catalogue() []Attempt {
 		l7TLS("l7-no-sni", "TLS to app.test:443 with no SNI at all", ""),
 		l7HTTP("l7-host-mismatch", "HTTP to app.test:80 with Host: unapproved.test", "GET / HTTP/1.1\r\nHost: "+internet.UnapprovedName+"\r\nConnection: close\r\n\r\n"),
 		l7HTTP("l7-host-metadata", "HTTP to app.test:80 with Host: 169.254.169.254", "GET /latest/meta-data/ HTTP/1.1\r\nHost: "+internet.MetadataV4+"\r\nConnection: close\r\n\r\n"),
+		l7QUIC("l7-quic-other-sni", "a QUIC Initial to quic.test:443/udp whose ClientHello names unapproved.test", internet.UnapprovedName, false),
+		l7QUIC("l7-quic-garbage", "bytes shaped like a QUIC v1 Initial header (no valid packet) to quic.test:443/udp", "", true),
 		l7HTTP("l7-absolute-uri", "HTTP to app.test:80 with GET http://unapproved.test/ and Host: app.test", "GET http://"+internet.UnapprovedName+"/ HTTP/1.1\r\nHost: "+internet.AppName+"\r\nConnection: close\r\n\r\n"),
 	)
 

@@ -117,5 +117,5 @@ func TestCatalogueReadme(t *testing.T) {
 		}
 		return
 	}
-	t.Errorf("%s is out of date with the catalogue: run go test ./lab -run TestCatalogueReadme -update", path)
+	t.Errorf("%s is out of date with the catalogue: run go test ./lab/attack -run TestCatalogueReadme -update", path)
 }

@@ -53,6 +53,7 @@ const (
 	CNAMEName      = "cname.ok.test"   // CNAME metadata.google.internal
 	AAAAName       = "aaaa.ok.test"    // AAAA MetadataV6 only
 	StaticName     = "static.test"     // dns.hosts StaticV4, approved on 8080
+	QUICName       = "quic.test"       // dns.hosts AppV4, approved for QUIC on 443/udp
 	MetaAliasName  = "meta-alias.test" // dns.hosts MetadataV4, "approved" on 80
 	UnapprovedName = "unapproved.test" // OtherV4, not approved
 	ExfilZone      = "exfil.test"      // any name below it is an exfiltration attempt
