@@ -12,7 +12,7 @@ import (
 )
 
 // Record is one record of an audit log as read back: the members every
-// record carries (SPEC §8) and its payload, decoded into the Event type the
+// record carries (docs/audit.md) and its payload, decoded into the Event type the
 // Logger wrote it from. Reading does not check the hash chain or the MACs
 // (Verify and Check do).
 type Record struct {

@@ -19,7 +19,7 @@ import (
 	"time"
 )
 
-// The exec guard (SPEC §6) end to end: Landlock, seccomp and the exec
+// The exec guard end to end: Landlock, seccomp and the exec
 // audit under `nsgate run` and `nsgate guard`, as root and as an ordinary
 // user. Denied execs must show as an ordinary error in the worker (the
 // shell says "Permission denied" and goes on) and as an `exec` deny record

@@ -21,7 +21,7 @@ import (
 	"github.com/nsgate/nsgate/lab/sealed"
 )
 
-// Rootless Podman 4 with nsgate as its slirp4netns (SPEC §10, issue 5),
+// Rootless Podman 4 with nsgate as its slirp4netns,
 // following docs/podman.md: containers.conf's network_cmd_path names a
 // link called slirp4netns to the nsgate binary, and the policy and audit
 // directory reach the helper through Podman's environment.

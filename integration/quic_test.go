@@ -21,7 +21,7 @@ import (
 	"github.com/nsgate/nsgate/lab/internet"
 )
 
-// HTTP/3 through nsgate (SPEC §7, UDP by name): a real QUIC server and
+// HTTP/3 through nsgate (UDP by name, the QUIC Initial check): a real QUIC server and
 // clients from a Go QUIC library in test code only. The server listens on
 // app.test's IPv6 address (UDP 443 on its IPv4 address is the lab's echo
 // service); the policy's dns.hosts sends app.test there.

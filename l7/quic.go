@@ -10,7 +10,7 @@ import (
 
 // This file reads the TLS ClientHello out of a QUIC client's Initial
 // packets (RFC 9000 §17.2, RFC 9001 §5, RFC 9369 for version 2), so that a
-// UDP flow opened by name can be checked like a TLS one (SPEC §7).
+// UDP flow opened by name can be checked like a TLS one.
 //
 // Initial packets are encrypted with keys anyone can derive from the
 // packet's Destination Connection ID; they carry the ClientHello in CRYPTO

@@ -166,7 +166,7 @@ func (a *admission) refuse() bool {
 	return true
 }
 
-// verifyL7 says the flow's first bytes are checked (SPEC §7): a flow
+// verifyL7 says the flow's first bytes are checked: a flow
 // opened by name, under a snapshot that verifies SNI or Host.
 func (a *admission) verifyL7() bool {
 	return a.p.host != "" && a.pol != nil && (a.pol.VerifySNI() || a.pol.VerifyHost())

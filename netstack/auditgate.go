@@ -5,7 +5,7 @@ import (
 	"github.com/nsgate/nsgate/policy"
 )
 
-// The audit fails closed (SPEC §8): once the audit log cannot record a
+// The audit fails closed: once the audit log cannot record a
 // decision (audit.Logger: disk full, I/O error, a reader that went away),
 // the gateway admits no new flow. Every TCP and UDP flow is checked twice:
 // when it is classified (nothing is resolved or dialled for it) and once

@@ -13,8 +13,8 @@ import (
 	"github.com/nsgate/nsgate/relay"
 )
 
-// verifyQUIC says the flow's datagrams are checked as QUIC Initials (SPEC
-// §7): a UDP flow opened by name, under a snapshot that verifies SNI,
+// verifyQUIC says the flow's datagrams are checked as QUIC Initials:
+// a UDP flow opened by name, under a snapshot that verifies SNI,
 // allowed by a rule without "l7: none". It is asked once, in handleUDP,
 // while a.p.d is the decision on the name: the host rule that allowed the
 // name, not a cidr rule that may come first for a resolved address.

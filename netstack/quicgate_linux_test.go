@@ -114,7 +114,7 @@ func (h *harness) waitProhibited(t *testing.T) {
 	}
 }
 
-// TestQUICGate checks the gate on UDP flows opened by name (SPEC §7).
+// TestQUICGate checks the gate on UDP flows opened by name.
 func TestQUICGate(t *testing.T) {
 	ch := clientHello("app.test")
 	t.Run("sni matches", func(t *testing.T) {

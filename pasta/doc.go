@@ -1,5 +1,5 @@
 // Package pasta holds the self-contained pieces of nsgate's pasta drop-in
-// (`nsgate pasta ...`, or nsgate through a link named pasta; SPEC §10),
+// (`nsgate pasta ...`, or nsgate through a link named pasta; docs/podman.md),
 // which rootless Podman 5 and 6 run as their network helper:
 //
 //   - ParseArgs: pasta's command line as Podman builds it (getopt_long

@@ -2,7 +2,7 @@ package policy
 
 import "net/netip"
 
-// The built-in sets of SPEC §5. These tables are filled once when the package
+// The built-in sets (docs/policy.md lists them). These tables are filled once when the package
 // is initialized and never written again, so reading them needs no lock.
 
 // metadataAddr is a cloud metadata address and its precomputed reason.
@@ -202,7 +202,7 @@ func metadataNameReason(name string) string {
 }
 
 // IsSpecial reports whether a, or an address Unwrap finds in it, is in the
-// built-in special ranges (SPEC §5). The gateway's own subnets are not built
+// built-in special ranges. The gateway's own subnets are not built
 // in: see Policy.WithLocal.
 func IsSpecial(a netip.Addr) bool {
 	var buf [maxUnwrap]netip.Addr

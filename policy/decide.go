@@ -8,7 +8,7 @@ import (
 	"strings"
 )
 
-// Decide decides one flow, taking the steps of SPEC §4 in order:
+// Decide decides one flow, taking the steps of docs/policy.md in order:
 //
 //  1. f.Host is a cloud metadata name, or f.Addr or an address Unwrap finds
 //     in it is a metadata address: deny, rule builtin:metadata.
@@ -231,7 +231,7 @@ func (rb *reasonBuf) flow(proto Proto, host string, addrs []netip.Addr, port uin
 
 func (rb *reasonBuf) String() string { return string(rb.b[:rb.n]) }
 
-// NameAllowed decides whether a name may resolve (the DNS step of SPEC §7):
+// NameAllowed decides whether a name may resolve (nsgate's DNS answers it):
 //
 //  1. a cloud metadata name: deny, rule builtin:metadata;
 //  2. a deny host rule covering the name for every proto and port: deny,

@@ -14,7 +14,7 @@ import (
 	"go.yaml.in/yaml/v3"
 )
 
-// Parse reads a policy file (SPEC §3). filename is used only in messages.
+// Parse reads a policy file (docs/policy.md). filename is used only in messages.
 // On bad input it returns a nil *Policy and a *Errors holding every problem
 // found, each located at the offending YAML node. The format is strict:
 // unknown keys, duplicate keys, wrong types, anchors and aliases, and more
@@ -411,7 +411,7 @@ func (ps *parser) rule(n *yaml.Node, section, id string) (rule, bool) {
 				return
 			}
 			if s != "none" {
-				ps.errf(v, "%s.l7: %q is not an l7 mode; the only one is none (omit the key for the checks of SPEC §7)", id, s)
+				ps.errf(v, "%s.l7: %q is not an l7 mode; the only one is none (omit the key for the QUIC Initial check)", id, s)
 				return
 			}
 			l7Key, r.l7None = k, true

@@ -513,7 +513,7 @@ func TestErrorsAs(t *testing.T) {
 	}
 }
 
-// TestParseExample parses SPEC §3's example, kept in testdata.
+// TestParseExample parses the example of docs/policy.md, kept in testdata.
 func TestParseExample(t *testing.T) {
 	data, err := os.ReadFile("testdata/example.yaml")
 	if err != nil {

@@ -106,7 +106,7 @@ var commands = []command{
 	{"__guardprobe", func(e env, args []string) int { return probe.GuardMain(args, e.stdout, e.stderr) }, "", ""},
 }
 
-// cmdPasta is `nsgate pasta ...` (SPEC §10): pasta.Main has it all.
+// cmdPasta is `nsgate pasta ...`: pasta.Main has it all.
 func cmdPasta(e env, args []string) int {
 	start := audit.Start{Version: versionString(), Argv: os.Args, PID: os.Getpid()}
 	return pasta.Main(args, pasta.Env{Stdout: e.stdout, Stderr: e.stderr, VersionLine: versionLine(), Start: start})

@@ -8,7 +8,7 @@ import (
 
 // The fake internet's address plan. Every address below lives on lo of the
 // sealed namespace (DefaultLayout adds them); documentation ranges stand in
-// for the public internet (SPEC §5), the others are the special addresses
+// for the public internet (not in the built-in special ranges), the others are the special addresses
 // the gateway must never let the worker reach.
 const (
 	AppV4      = "203.0.113.10"  // app.test, the approved app
@@ -60,7 +60,7 @@ const (
 )
 
 // Gateway addresses as the worker sees them: those of nsgate's default
-// address plan (netplan.Default, slirp4netns's plan, SPEC §1), which
+// address plan (netplan.Default, slirp4netns's plan), which
 // `nsgate run` gives the worker.
 var (
 	GuestV4   = netplan.Default().Guest4().String()   // the worker
