@@ -24,7 +24,7 @@ import (
 // rules in allow and deny together, and more than MaxHosts names in
 // dns.hosts are errors (the rules and names past a bound are not read).
 func Parse(filename string, data []byte) (*Policy, error) {
-	ps := &parser{file: filename}
+	ps := &parser{file: filename, data: data}
 	p := &Policy{
 		sha:        hashOf(data),
 		file:       filename,
@@ -49,7 +49,8 @@ type parser struct {
 	file   string
 	errs   Errors
 	warns  []Error
-	nrules int // allow and deny rules read so far; MaxRules+1 once the bound is reported
+	nrules int    // allow and deny rules read so far; MaxRules+1 once the bound is reported
+	data   []byte // the file, for messages that must find a line themselves
 }
 
 func (ps *parser) errAt(line, col int, format string, args ...any) {
@@ -78,7 +79,31 @@ func (ps *parser) syntaxError(err error) {
 	} else {
 		msg = strings.TrimPrefix(msg, "yaml: ")
 	}
+	// The YAML library reports a tab in the indentation at the line
+	// before it, or as a character that cannot start a token: name the
+	// line that holds the tab, and say what is wrong.
+	if strings.Contains(msg, "tab character") || strings.Contains(msg, "cannot start any token") {
+		if l, ok := tabIndentLine(ps.data, max(line-1, 1)); ok && l <= line+1 {
+			ps.errAt(l, 1, "a tab in the indentation; YAML indents with spaces only")
+			return
+		}
+	}
 	ps.errAt(line, 1, "yaml: %s", msg)
+}
+
+// tabIndentLine returns the first line at or after from (1-based) whose
+// indentation holds a tab.
+func tabIndentLine(data []byte, from int) (int, bool) {
+	for i, l := range bytes.Split(data, []byte("\n")) {
+		if i+1 < from {
+			continue
+		}
+		indent := l[:len(l)-len(bytes.TrimLeft(l, " \t"))]
+		if bytes.IndexByte(indent, '\t') >= 0 {
+			return i + 1, true
+		}
+	}
+	return 0, false
 }
 
 func (ps *parser) document(data []byte, p *Policy) {

@@ -118,6 +118,16 @@ func TestParseErrors(t *testing.T) {
 			want: []string{"3:11: allow[0].host: \"10.0.0.1\" is an IP address; use a cidr rule such as cidr: 10.0.0.1/32"},
 		},
 		{
+			why:  "a tab in the indentation is named at its own line (the YAML library says the line before)",
+			src:  "version: 1\nallow:\n  - host: app.test\n\tports: [80]\n",
+			want: []string{"4:1: a tab in the indentation; YAML indents with spaces only"},
+		},
+		{
+			why:  "a tab before a list item too",
+			src:  "version: 1\nallow:\n\t- host: app.test\n",
+			want: []string{"3:1: a tab in the indentation; YAML indents with spaces only"},
+		},
+		{
 			why:  "a URL is not a host; say which name to write",
 			src:  "version: 1\nallow:\n  - host: https://app.test:8443/path\n",
 			want: []string{"3:11: allow[0].host: \"https://app.test:8443/path\" is a URL; a host is a name, as in host: app.test (the port goes in ports)"},
