@@ -92,7 +92,10 @@ func humanBody(ev Event) string {
 // isDeny reports whether ev is a denial that gets a human line.
 func isDeny(ev Event) bool {
 	switch ev.(type) {
-	case Flow, Packet, DNS, L7, Exec, Inbound:
+	case Flow:
+		// "fail": allowed, then the destination could not be reached.
+		return actionOf(ev) == "deny" || actionOf(ev) == "fail"
+	case Packet, DNS, L7, Exec, Inbound:
 		return actionOf(ev) == "deny"
 	}
 	return false

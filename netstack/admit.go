@@ -133,7 +133,7 @@ func (a *admission) connect(network string) (up net.Conn, ok bool) {
 	if a.p.allowed() {
 		var err error
 		if up, target, err = g.dialAny(ctx, network, &a.p); err != nil {
-			a.p.fail("dial: %v", err)
+			a.p.failUpstream("dial: %v", err)
 		}
 	}
 	cancel()

@@ -28,6 +28,9 @@ type plan struct {
 	// reason, when set, replaces d.Reason in the record: the flow was
 	// allowed but failed later (resolution, dial, limit).
 	reason string
+	// upstreamFailed: the policy allowed the flow and resolving or
+	// dialling it failed; it is recorded as "fail", not as a denial.
+	upstreamFailed bool
 	// targets are the addresses the policy allowed, in the order to try.
 	targets []netip.AddrPort
 	// refused lists resolved answers the policy refused.
@@ -39,6 +42,13 @@ func (p *plan) allowed() bool { return p.d.Verdict == policy.Allow && p.reason =
 // fail turns an allowed plan into a refusal with reason.
 func (p *plan) fail(format string, args ...any) {
 	p.reason = fmt.Sprintf(format, args...)
+}
+
+// failUpstream is fail for an allowed flow that could not be resolved or
+// dialled: nothing refused it, the destination did not answer.
+func (p *plan) failUpstream(format string, args ...any) {
+	p.fail(format, args...)
+	p.upstreamFailed = true
 }
 
 // endpointAddrs returns the worker's and the destination's address and
@@ -128,11 +138,11 @@ func (a *admission) resolve(ctx context.Context) {
 	p := &a.p
 	addrs, err := a.g.names.Resolve(ctx, p.host)
 	if err != nil {
-		p.fail("resolve: %v", err)
+		p.failUpstream("resolve: %v", err)
 		return
 	}
 	if len(addrs) == 0 {
-		p.fail("resolve: no addresses")
+		p.failUpstream("resolve: no addresses")
 		return
 	}
 	var first policy.Decision
@@ -192,9 +202,12 @@ func (g *Gateway) record(p *plan, upstream netip.AddrPort) uint64 {
 		Reason:  p.d.Reason,
 		Refused: p.refused,
 	}
-	if p.allowed() {
+	switch {
+	case p.allowed():
 		ev.Action = "allow"
 		ev.Upstream = upstream.String()
+	case p.upstreamFailed && p.d.Verdict == policy.Allow:
+		ev.Action = "fail"
 	}
 	if p.reason != "" {
 		ev.Reason = p.reason

@@ -158,8 +158,8 @@ func TestDialFailure(t *testing.T) {
 		t.Fatal("connected although the dial failed")
 	}
 	f, _ := h.sink.flow(t, "203.0.113.20:8080")
-	if f.Action != "deny" || f.Rule != "allow[0]" || !strings.HasPrefix(f.Reason, "dial: ") {
-		t.Fatalf("record %+v, want deny with the allowing rule and a dial: reason", f)
+	if f.Action != "fail" || f.Rule != "allow[0]" || !strings.HasPrefix(f.Reason, "dial: ") {
+		t.Fatalf("record %+v, want fail (allowed, then the dial failed) with the allowing rule and a dial: reason", f)
 	}
 	if st := h.g.Stats(); st.DialFailed != 1 {
 		t.Fatalf("stats %+v", st)
