@@ -204,7 +204,9 @@ func classify(b []byte) Result {
 	switch c := b[0]; {
 	case c == recordTypeHandshake:
 		return classifyTLS(b)
-	case c >= 0x80:
+	case isRecordType(c):
+		return classifyOtherRecord(b)
+	case c >= 0x80 && (!isSep(c) || sslv2Prefix(b)):
 		return classifySSLv2(b)
 	}
 	return classifyText(b)
@@ -216,9 +218,9 @@ func incomplete(b []byte) Result {
 	switch {
 	case len(b) == 0:
 		return Result{Kind: Other}
-	case b[0] == recordTypeHandshake:
+	case b[0] == recordTypeHandshake, isRecordType(b[0]):
 		return Result{Kind: TLS, Err: errTLSIncomplete}
-	case b[0] >= 0x80:
+	case b[0] >= 0x80 && sslv2Prefix(b):
 		return Result{Kind: TLS, Err: errSSLv2}
 	case len(b) > 4 && hasPrefix(proxyV2Sig, b):
 		return Result{Kind: ProxyProtocol, Err: errProxyIncomplete}
