@@ -102,7 +102,7 @@ func (p *headParser) requestLine(l []byte) error {
 	if sp < 0 || !hasPrefixFold(l[sp+1:], versionPrefixFolded) {
 		return errHTTPNoVersion
 	}
-	if m == 0 || l[m] != ' ' || bytes.IndexByte(l, '\t') >= 0 || bytes.IndexByte(l[m+1:], ' ') != sp-m-1 {
+	if m == 0 || sp <= m || l[m] != ' ' || bytes.IndexByte(l, '\t') >= 0 || bytes.IndexByte(l[m+1:sp], ' ') >= 0 {
 		return errHTTPRequestLine
 	}
 	p.methodLen = m

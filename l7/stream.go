@@ -254,7 +254,7 @@ func (s *HTTPStream) line(l []byte) (bool, error) {
 }
 
 // parseChunkLine parses a chunk-size line (RFC 9112 §7.1.1): 1*HEXDIG (at
-// most 16 digits, at most maxContentLength), then chunk extensions
+// most maxContentLength; leading zeros are fine), then chunk extensions
 // ";name" or ";name=value" (token or quoted-string) with no whitespace
 // (BWS is read differently by different parsers; no client sends it).
 func parseChunkLine(l []byte) (int64, error) {
@@ -265,7 +265,7 @@ func parseChunkLine(l []byte) (int64, error) {
 		if d < 0 {
 			break
 		}
-		if n == 16 {
+		if v > maxContentLength>>4 {
 			return 0, errChunkSize
 		}
 		v = v<<4 | int64(d)
