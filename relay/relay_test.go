@@ -379,17 +379,17 @@ func TestCopyWithGate(t *testing.T) {
 				t.Fatal(err)
 			}
 			gateSaw := make(chan string, 1)
-			gate := func(c net.Conn) ([]byte, error) {
+			gate := func(c net.Conn) ([]byte, Filter, error) {
 				if err := WaitReadable(c, time.Time{}); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				buf := make([]byte, 5)
 				n, err := io.ReadFull(c, buf)
 				gateSaw <- string(buf[:n])
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
-				return buf[:n], tc.verdict
+				return buf[:n], nil, tc.verdict
 			}
 			done := make(chan Result, 1)
 			go func() { done <- CopyWith(context.Background(), a, b, Options{Idle: time.Minute, Gate: gate}) }()
