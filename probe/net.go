@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 // the lab run as the worker (it needs nothing installed in the sandbox):
 //
 //	nsgate __probe tcp ADDR             connect, send an HTTP/1.0 GET, print the status line
+//	nsgate __probe send ADDR PART...    connect, write each Go-quoted PART as its own write (a pause
+//	                                    between), read until the server closes; print what came back
 //	nsgate __probe udp ADDR             send one datagram, wait for a reply
 //	nsgate __probe udp-flood ADDR SECS  send datagrams as fast as possible
 //	nsgate __probe serve ADDR SECS      answer HTTP requests on ADDR for SECS seconds
@@ -39,6 +42,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "tcp":
 		return probeTCP(e, addr)
+	case "send":
+		return probeSend(e, addr, args[2:])
 	case "udp":
 		return probeUDP(e, addr)
 	case "banner":
@@ -382,4 +387,42 @@ func probeHold(e env, addr string, n int) int {
 		fmt.Fprintf(e.stdout, "connected %d\n", i)
 	}
 	return code
+}
+
+// probeSend writes raw client bytes in separate writes and reports how the
+// connection ended: "ok N bytes" with the server's first line after a
+// clean end, "reset after N bytes" (exit 1) when it failed.
+func probeSend(e env, addr string, parts []string) int {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		fmt.Fprintf(e.stdout, "refused %s: %v\n", addr, err)
+		return 1
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	for i, p := range parts {
+		b, err := strconv.Unquote(`"` + p + `"`)
+		if err != nil {
+			e.errorf("probe send: part %d: %v", i, err)
+			return exitUsage
+		}
+		if i > 0 {
+			time.Sleep(200 * time.Millisecond)
+		}
+		if _, err := io.WriteString(c, b); err != nil {
+			fmt.Fprintf(e.stdout, "reset after 0 bytes: write %d: %v\n", i, err)
+			return 1
+		}
+	}
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	got, err := io.ReadAll(c)
+	first, _, _ := strings.Cut(string(got), "\n")
+	if err != nil {
+		fmt.Fprintf(e.stdout, "reset after %d bytes: %q: %v\n", len(got), strings.TrimSpace(first), err)
+		return 1
+	}
+	fmt.Fprintf(e.stdout, "ok %d bytes: %q; %d responses\n", len(got), strings.TrimSpace(first), strings.Count(string(got), "HTTP/1.1 "))
+	return 0
 }
