@@ -29,12 +29,16 @@
 // client sends nothing until the server has spoken, and the client's first
 // line (an SSH banner, "EHLO x") is classified Other as soon as it ends.
 //
+// A plain HTTP flow whose first request was allowed then goes through an
+// HTTPStream, which checks every later request (kept-alive, pipelined) and
+// follows the body framing between them.
+//
 // # What is not checked
 //
-// Only the first request and the first ClientHello of a flow are inspected.
-// Everything inside TLS (HTTP Host, ECH inner name, a second ClientHello
-// after a HelloRetryRequest) is encrypted or comes later; so do further
-// requests on a kept-alive HTTP/1.1 connection.
+// Only the first ClientHello of a flow is inspected. Everything inside TLS
+// (HTTP Host, ECH inner name, a second ClientHello after a
+// HelloRetryRequest) is encrypted or comes later; so are WebSocket
+// payloads after an upgrade.
 package l7
 
 import "strconv"
