@@ -57,6 +57,7 @@ type HTTPStream struct {
 	state streamState
 	left  int64 // stBody, stChunkData, stWSPayload: bytes still to count
 	scan  int   // bytes of the element being held that are already parsed
+	seen  int   // bytes of it already searched for the current line's end
 	head  headParser
 	deny  Verdict
 }
@@ -172,16 +173,18 @@ func (s *HTTPStream) refuse(v Verdict) (int, Verdict) {
 func (s *HTTPStream) lines(e []byte) (int, error) {
 	for {
 		i := s.scan
-		j := i
+		j := max(i, s.seen) // a long line coming in small reads is searched once
 		for j < len(e) && e[j] != '\r' && e[j] != '\n' {
 			j++
 		}
 		switch {
 		case j == len(e):
+			s.seen = j
 			return 0, nil
 		case e[j] == '\n':
 			return 0, errHTTPBareLF
 		case j+1 == len(e):
+			s.seen = j
 			return 0, nil
 		case e[j+1] != '\n':
 			return 0, errHTTPBareCR
@@ -190,7 +193,7 @@ func (s *HTTPStream) lines(e []byte) (int, error) {
 		done, err := s.line(e[i:j])
 		if err != nil || done {
 			k := s.scan
-			s.scan = 0
+			s.scan, s.seen = 0, 0
 			return k, err
 		}
 	}

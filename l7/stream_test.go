@@ -10,9 +10,9 @@ import (
 // part) and returns what went upstream and the final verdict (End's, if
 // Next never refused).
 func relayThrough(s *HTTPStream, parts ...[]byte) (fwd []byte, v Verdict) {
-	var kept []byte
+	var buf []byte // the kept bytes, then the new part
 	for _, p := range parts {
-		buf := append(append([]byte(nil), kept...), p...)
+		buf = append(buf, p...)
 		n, v := s.Next(buf)
 		if !v.Allow {
 			if n != 0 {
@@ -24,9 +24,9 @@ func relayThrough(s *HTTPStream, parts ...[]byte) (fwd []byte, v Verdict) {
 			panic("Next kept more than MaxHold")
 		}
 		fwd = append(fwd, buf[:n]...)
-		kept = buf[n:]
+		buf = buf[n:]
 	}
-	return fwd, s.End(kept)
+	return fwd, s.End(buf)
 }
 
 // splits returns in cut every way the tests try: whole, byte by byte, and
