@@ -19,7 +19,10 @@
 // CopyWith is Copy with options, among them a gate on the worker →
 // upstream direction: the gate reads and judges the worker's first bytes
 // before any of them reaches upstream, while upstream → worker already
-// flows (server-first protocols work).
+// flows (server-first protocols work). A gate may hand the rest of the
+// direction to a Filter, which sees every later byte before it goes
+// upstream and may hold back an incomplete piece; without one the
+// direction is the plain copy loop.
 package relay
 
 import (
