@@ -35,14 +35,20 @@ dns:
 // recordingHTTP is an HTTP/1.1 server with keep-alive (unlike the lab's
 // app server, which closes after each response) that records the Host of
 // every request it serves and counts every byte it reads.
+//
+// A request with Upgrade: websocket is answered 101 Switching Protocols;
+// the server then reads the connection to its end and counts those bytes
+// (the client's frames) in ws.
 type recordingHTTP struct {
 	bytes atomic.Int64
+	ws    atomic.Int64
 	mu    sync.Mutex
 	hosts []string
 }
 
 func (s *recordingHTTP) reset() {
 	s.bytes.Store(0)
+	s.ws.Store(0)
 	s.mu.Lock()
 	s.hosts = nil
 	s.mu.Unlock()
@@ -91,6 +97,18 @@ func startRecordingHTTP(t *testing.T) *recordingHTTP {
 			s.mu.Lock()
 			s.hosts = append(s.hosts, r.Host)
 			s.mu.Unlock()
+			if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+				c, rw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+				rw.Flush()
+				n, _ := io.Copy(io.Discard, rw)
+				s.ws.Store(n)
+				return
+			}
 			fmt.Fprintf(w, "hello from %s\n", r.Host)
 		}),
 		ReadHeaderTimeout: 5 * time.Second,
@@ -167,6 +185,38 @@ func TestL7EveryRequestBlocks(t *testing.T) {
 			}
 			if deny == nil || deny.str("reason") != tc.reason {
 				t.Errorf("%s: l7 deny record %v, want reason %q (%s)", tc.name, deny, tc.reason, tc.why)
+			}
+		}
+	})
+}
+
+// TestL7WebSocketSameHost: the control for upgrades: a WebSocket upgrade
+// to the flow's host, answered 101, then masked client frames, passes
+// whole; the server reads every frame byte and no l7 deny is written.
+func TestL7WebSocketSameHost(t *testing.T) {
+	const (
+		upgrade = `GET /ws HTTP/1.1\r\nHost: app.test:8081\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`
+		frames  = `\x81\x82\x01\x02\x03\x04ab\x88\x80\x01\x02\x03\x04` // text "ab" (masked), then close
+		nFrames = 14
+	)
+	srv := startRecordingHTTP(t)
+	addr := fmt.Sprintf("app.test:%d", keepAlivePort)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", keepAlivePolicy)
+		srv.reset()
+		log := filepath.Join(dir, "ws.jsonl")
+		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "send", addr, upgrade, frames)
+		time.Sleep(100 * time.Millisecond)
+		if r.code != 0 || !strings.Contains(r.stdout, "101 Switching Protocols") {
+			t.Errorf("upgrade: exit %d %q, want the 101 and a clean end", r.code, r.stdout)
+		}
+		if n := srv.ws.Load(); n != nFrames {
+			t.Errorf("the server read %d frame bytes, want %d", n, nFrames)
+		}
+		for _, rec := range readAudit(t, log) {
+			if rec.str("event") == "l7" && rec.str("action") == "deny" {
+				t.Errorf("l7 deny for a same-host WebSocket: %v", rec)
 			}
 		}
 	})

@@ -169,3 +169,32 @@ func BenchmarkHTTPKeepAlive(b *testing.B) {
 		})
 	}
 }
+
+// TestL7SSHBannerExchange: a server-first protocol on a flow opened by
+// name: the server's banner reaches the worker before it sends anything,
+// and the worker's answer (an SSH banner, then binary packets) passes as
+// "other", unheld and unfiltered.
+func TestL7SSHBannerExchange(t *testing.T) {
+	const banner = "SSH-2.0-OpenSSH_9.6\r\n"
+	h := nameHarness(t, tcpServer(t, banner))
+	c, err := h.dialTCP("198.18.0.5:80")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got := make([]byte, len(banner))
+	if _, err := io.ReadFull(c, got); err != nil || string(got) != banner {
+		t.Fatalf("banner %q, %v", got, err)
+	}
+	answer := "SSH-2.0-client\r\n\x00\x00\x01\x0c\x0a\x14" + strings.Repeat("\x00", 16)
+	c.Write([]byte(answer))
+	echo := make([]byte, len(answer))
+	if _, err := io.ReadFull(c, echo); err != nil || string(echo) != answer {
+		t.Fatalf("echo %q, %v", echo, err)
+	}
+	_, seq := h.sink.flowBySrc(t, c.LocalAddr().String())
+	if h.sink.hasL7(seq) {
+		t.Fatalf("an l7 record for an SSH exchange%s", h.sink.dump())
+	}
+}
