@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nsgate/nsgate/lab"
+	"github.com/nsgate/nsgate/lab/internet"
 )
 
 // keepAlivePort is where recordingHTTP listens, on app.test's address.
@@ -30,7 +30,7 @@ dns:
   upstream: ["%s"]
   hosts:
     app.test: [%s]
-`, keepAlivePort, lab.UpstreamDNS, lab.AppV4)
+`, keepAlivePort, internet.UpstreamDNS, internet.AppV4)
 
 // recordingHTTP is an HTTP/1.1 server with keep-alive (unlike the lab's
 // app server, which closes after each response) that records the Host of
@@ -86,7 +86,7 @@ func (l countingLn) Accept() (net.Conn, error) {
 
 func startRecordingHTTP(t *testing.T) *recordingHTTP {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(lab.AppV4, fmt.Sprint(keepAlivePort)))
+	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(keepAlivePort)))
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
