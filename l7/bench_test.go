@@ -32,3 +32,38 @@ func BenchmarkClassify(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkHTTPStream measures HTTPStream.Next on a kept-alive stream, as
+// the relay calls it on 32 KiB reads: small GETs (every byte is head) and
+// a chunked upload (almost every byte is counted through). It must not
+// allocate.
+func BenchmarkHTTPStream(b *testing.B) {
+	get := "GET /index.html HTTP/1.1\r\nHost: app.test\r\nUser-Agent: Mozilla/5.0 (X11; Linux x86_64)\r\n" +
+		"Accept: text/html\r\nAccept-Encoding: gzip, deflate\r\nConnection: keep-alive\r\n\r\n"
+	var gets []byte
+	for len(gets)+len(get) <= 32<<10 {
+		gets = append(gets, get...)
+	}
+	chunk := []byte("7ffa\r\n" + string(make([]byte, 0x7ffa)) + "\r\n")
+	for _, c := range []struct {
+		name        string
+		first, each []byte
+	}{
+		{"Requests", nil, gets},
+		{"Chunked", []byte("POST /up HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n"), chunk},
+	} {
+		b.Run(c.name, func(b *testing.B) {
+			s := NewHTTPStream("app.test", 80)
+			if n, v := s.Next(c.first); !v.Allow || n != len(c.first) {
+				b.Fatalf("%d %+v", n, v)
+			}
+			b.ReportAllocs()
+			b.SetBytes(int64(len(c.each)))
+			for b.Loop() {
+				if n, v := s.Next(c.each); !v.Allow || n != len(c.each) {
+					b.Fatalf("%d %+v", n, v)
+				}
+			}
+		})
+	}
+}

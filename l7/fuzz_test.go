@@ -1,7 +1,11 @@
 package l7
 
 import (
+	"bufio"
+	"bytes"
 	"crypto/tls"
+	"io"
+	"net/http"
 	"testing"
 )
 
@@ -66,5 +70,59 @@ func FuzzClassifyHTTP(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		r := checkStable(t, data, false)
 		checkAgainstGo(t, data, r)
+	})
+}
+
+// FuzzHTTPStream checks, on arbitrary worker bytes after an allowed first
+// request, that HTTPStream never panics, never keeps more than MaxHold
+// bytes, decides the same whichever way the bytes are cut into reads, and
+// that when it lets the whole stream through, every request net/http's
+// parser reads from it (bodies included) is for app.test.
+func FuzzHTTPStream(f *testing.F) {
+	const get = "GET / HTTP/1.1\r\nHost: app.test\r\n\r\n"
+	for _, s := range []string{
+		get + get,
+		get + "GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n",
+		"POST / HTTP/1.1\r\nHost: app.test\r\nContent-Length: 5\r\n\r\nhello" + get,
+		"POST / HTTP/1.1\r\nHost: app.test\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\nX: y\r\n\r\n" + get,
+		"POST / HTTP/1.1\r\nHost: app.test\r\nContent-Length: 6\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nG",
+		"GET / HTTP/1.1\r\nHost: app.test\r\nUpgrade: websocket\r\n\r\n\x81\x82\x01\x02\x03\x04hi",
+		"\r\nGET http://app.test:80/ HTTP/1.0\r\nHost: app.test\r\n\r\n",
+		get + h2Preface,
+	} {
+		f.Add([]byte(s), uint16(7))
+	}
+	f.Fuzz(func(t *testing.T, data []byte, cut uint16) {
+		whole, vw := relayThrough(NewHTTPStream("app.test", 80), data)
+		size := int(cut)%97 + 1
+		var parts [][]byte
+		for b := data; len(b) > 0; {
+			k := min(size, len(b))
+			parts = append(parts, b[:k])
+			b = b[k:]
+		}
+		split, vs := relayThrough(NewHTTPStream("app.test", 80), parts...)
+		if vw != vs {
+			t.Fatalf("whole: %+v, in reads of %d: %+v", vw, size, vs)
+		}
+		if vw.Allow && !bytes.Equal(whole, split) {
+			t.Fatalf("forwarded %d bytes whole, %d in reads of %d", len(whole), len(split), size)
+		}
+		if !vw.Allow || len(whole) != len(data) {
+			return
+		}
+		br := bufio.NewReader(bytes.NewReader(data))
+		for {
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			if _, host := goRequestHost([]byte(req.Method + " / HTTP/1.1\r\nHost: " + req.Host + "\r\n\r\n")); host != "app.test" {
+				t.Fatalf("net/http read a request for %q (%q) from a stream let through", req.Host, req.Host)
+			}
+			if _, err := io.Copy(io.Discard, req.Body); err != nil {
+				return
+			}
+		}
 	})
 }

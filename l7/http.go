@@ -1,9 +1,6 @@
 package l7
 
-import (
-	"bytes"
-	"net/netip"
-)
+import "bytes"
 
 const (
 	// h2Preface is the HTTP/2 client connection preface (RFC 9113 §3.4).
@@ -94,13 +91,23 @@ func httpErr(err error) Result { return Result{Kind: HTTP, Err: err} }
 // record start: a PROXY protocol header, the h2c preface, an HTTP/1.x
 // request head, or Other.
 //
-// A request line is committed to HTTP (any deviation is then Err, never
-// Other) once it starts with a known method and a space, or once it ends
-// with an "HTTP/" version as its last word whatever the method: so a
-// request that some lenient server would parse (lower-case or unknown
-// method, spaces in the target) cannot pass as Other. A first line that is
-// neither (an SSH banner, "EHLO x", "USER bob") is Other as soon as it
-// ends, or as soon as a control character shows it is not text.
+// A first line is committed to HTTP (any deviation is then Err, never
+// Other) once it starts with a known method and a separator, or with any
+// method token, separators and "/" (an origin-form target), or once it
+// ends with an "HTTP/" version as its last word whatever the method. A
+// separator here is any byte some server splits request-line words on
+// (isSep: tabs, VT, FF and more besides SP), and whitespace before the
+// method (isLeadSpace) is skipped for this decision: so a request that
+// some lenient server would parse (lower-case or unknown method, tabs,
+// leading whitespace, spaces in the target) cannot pass as Other. A first
+// line that is none of these (an SSH banner, "EHLO x", "USER bob") is
+// Other as soon as it ends, or as soon as a control character shows it is
+// not text.
+//
+// A committed head must then be strict RFC 9112: nothing before the
+// request line but empty lines (CRLF, which servers may skip, §2.2),
+// single SP separators, CRLF line ends, one Host, unambiguous framing (see
+// headParser).
 func classifyText(b []byte) Result {
 	if n := min(len(b), len(proxyV2Sig)); string(b[:n]) == proxyV2Sig[:n] {
 		if n < len(proxyV2Sig) {
@@ -114,9 +121,8 @@ func classifyText(b []byte) Result {
 		}
 		return Result{Kind: HTTP2}
 	}
-	// Servers skip empty lines before a request line (RFC 9112 §2.2).
 	i := 0
-	for i < len(b) && (b[i] == '\r' || b[i] == '\n') {
+	for i < len(b) && isLeadSpace(b[i]) {
 		i++
 	}
 	start := i
@@ -126,7 +132,7 @@ func classifyText(b []byte) Result {
 	switch {
 	case i == len(b):
 		return needMore()
-	case i == start || b[i] != ' ':
+	case i == start || !isSep(b[i]):
 		return Result{Kind: Other}
 	}
 	method := b[start:i]
@@ -134,185 +140,93 @@ func classifyText(b []byte) Result {
 		return Result{Kind: ProxyProtocol}
 	}
 	known := knownMethod(method)
-	i++
-	t0 := i
-	for ; i < len(b); i++ {
-		c := b[i]
+	committed := known != ""
+	j := i
+	for j < len(b) && isSep(b[j]) {
+		j++
+	}
+	if j == len(b) {
+		return needMore()
+	}
+	committed = committed || b[j] == '/'
+	for ; j < len(b); j++ {
+		c := b[j]
 		if c == '\r' || c == '\n' {
 			break
 		}
-		if c < 0x20 && c != '\t' || c == 0x7f {
-			if known != "" {
+		if c < 0x20 && !isSep(c) || c == 0x7f {
+			if committed {
 				return httpErr(errHTTPCtl)
 			}
 			return Result{Kind: Other}
 		}
 	}
-	if i == len(b) {
+	if j == len(b) {
 		return needMore()
 	}
-	rest := b[t0:i] // target SP version, if well formed
-	sp := bytes.LastIndexAny(rest, " \t")
-	if sp < 0 || !hasPrefixFold(rest[sp+1:], versionPrefixFolded) {
-		if known != "" {
+	rest := b[i:j] // separators, target, separators, version, if well formed
+	k := len(rest) - 1
+	for k >= 0 && !isSep(rest[k]) {
+		k--
+	}
+	if !hasPrefixFold(rest[k+1:], versionPrefixFolded) {
+		if committed {
 			return httpErr(errHTTPNoVersion)
 		}
 		return Result{Kind: Other}
 	}
 
 	// Committed to HTTP from here on.
-	if b[i] == '\n' {
-		return httpErr(errHTTPBareLF)
-	}
-	if i+1 == len(b) {
-		return needMore()
-	}
-	if b[i+1] != '\n' {
-		return httpErr(errHTTPBareCR)
-	}
-	i += 2
-	if bytes.IndexByte(rest, '\t') >= 0 || bytes.IndexByte(rest, ' ') != sp {
-		return httpErr(errHTTPRequestLine)
-	}
-	target, version := rest[:sp], rest[sp+1:]
-	if len(version) != versionLen || string(version[:len(httpVersion1)]) != httpVersion1 ||
-		version[versionLen-1] < '0' || version[versionLen-1] > '9' {
-		return httpErr(errHTTPVersion)
-	}
-	if len(target) == 0 {
-		return httpErr(errHTTPTarget)
-	}
-	for _, c := range target {
-		if c > 0x7e {
-			return httpErr(errHTTPTarget)
+	for k := 0; k < start; k += 2 {
+		if start-k < 2 || b[k] != '\r' || b[k+1] != '\n' {
+			return httpErr(errHTTPLeadingSpace)
 		}
 	}
-	var auth []byte // authority from the target, if it has one
-	absolute := false
-	switch {
-	case known == "CONNECT":
-		auth = target // authority-form; Check denies CONNECT anyway
-	case target[0] == '/', len(target) == 1 && target[0] == '*':
-	default:
-		a, err := absoluteAuthority(target)
-		if err != nil {
-			return httpErr(err)
+	var p headParser
+	for pos := start; ; {
+		e := pos
+		for e < len(b) && b[e] != '\r' && b[e] != '\n' {
+			e++
 		}
-		auth, absolute = a, true
-	}
-
-	// Header lines up to the empty line.
-	var hostVal []byte
-	hostSeen, h2c := false, false
-	for {
-		if i == len(b) {
+		switch {
+		case e == len(b):
 			return needMore()
-		}
-		switch b[i] {
-		case '\r':
-			if i+1 == len(b) {
-				return needMore()
-			}
-			if b[i+1] != '\n' {
-				return httpErr(errHTTPBareCR)
-			}
-			return httpResult(method, known, auth, absolute, hostVal, hostSeen, h2c)
-		case '\n':
+		case b[e] == '\n':
 			return httpErr(errHTTPBareLF)
-		case ' ', '\t':
-			return httpErr(errHTTPObsFold)
-		}
-		n0 := i
-		for i < len(b) && isTchar(b[i]) {
-			i++
-		}
-		if i == len(b) {
+		case e+1 == len(b):
 			return needMore()
-		}
-		if i == n0 || b[i] != ':' {
-			return httpErr(errHTTPHeaderName)
-		}
-		name := b[n0:i]
-		i++
-		v0 := i
-		for ; i < len(b); i++ {
-			c := b[i]
-			if c == '\r' || c == '\n' {
-				break
-			}
-			if c < 0x20 && c != '\t' || c == 0x7f {
-				return httpErr(errHTTPHeaderValue)
-			}
-		}
-		if i == len(b) {
-			return needMore()
-		}
-		if b[i] == '\n' {
-			return httpErr(errHTTPBareLF)
-		}
-		if i+1 == len(b) {
-			return needMore()
-		}
-		if b[i+1] != '\n' {
+		case b[e+1] != '\n':
 			return httpErr(errHTTPBareCR)
 		}
-		val := trimOWS(b[v0:i])
-		i += 2
+		line := b[pos:e]
+		pos = e + 2
+		var err error
 		switch {
-		case equalFold(name, "host"):
-			if hostSeen {
-				return httpErr(errHTTPTwoHosts)
+		case p.lines == 0:
+			err = p.requestLine(line)
+		case len(line) > 0:
+			err = p.field(line, false)
+		default:
+			if _, err = p.end(); err != nil {
+				return httpErr(err)
 			}
-			hostSeen, hostVal = true, val
-		case equalFold(name, "upgrade"):
-			h2c = h2c || hasToken(val, "h2c")
+			return httpResult(&p, method, known)
+		}
+		if err != nil {
+			return httpErr(err)
 		}
 	}
 }
 
-// httpResult builds the result of a complete, well-formed head: the host
-// comes from the target's authority when there is one (and a Host header
-// must then agree, for absolute form), else from the Host header.
-func httpResult(method []byte, known string, auth []byte, absolute bool, hostVal []byte, hostSeen, h2c bool) Result {
-	r := Result{Kind: HTTP, Method: known, Absolute: absolute, UpgradeH2C: h2c}
-	var hbuf, abuf [authBufLen]byte
-	var h, a authority
-	var err error
-	hostOK := hostSeen && len(hostVal) > 0
-	if hostOK {
-		if h, err = parseAuthority(hostVal, &hbuf); err != nil {
-			return httpErr(err)
-		}
-	}
-	buf, use := &hbuf, h
-	if auth != nil {
-		if a, err = parseAuthority(auth, &abuf); err != nil {
-			if known == "CONNECT" {
-				err = errHTTPTarget
-			}
-			return httpErr(err)
-		}
-		if absolute && hostSeen {
-			if !hostOK || string(hbuf[h.hostLo:h.hostHi]) != string(abuf[a.hostLo:a.hostHi]) ||
-				h.portLo > 0 && a.portLo > 0 && string(hbuf[h.portLo:h.n]) != string(abuf[a.portLo:a.n]) {
-				return httpErr(errHTTPHostDiffers)
-			}
-		}
-		buf, use = &abuf, a
-	} else if !hostOK {
-		use = authority{}
-	}
-	if use.n > 0 {
-		s := string(buf[:use.n])
+// httpResult builds the result of a complete head that p accepted.
+func httpResult(p *headParser, method []byte, known string) Result {
+	r := Result{Kind: HTTP, Method: known, Absolute: p.absolute, UpgradeH2C: p.h2c}
+	if a, ok := p.hostAuth(); ok {
+		s := string(a.buf[:a.n])
 		r.authority = s
-		r.Host = s[use.hostLo:use.hostHi]
-		if use.portLo > 0 {
-			r.Port = s[use.portLo:]
-		}
-		if use.v6 {
-			if ip, err := netip.ParseAddr(r.Host); err != nil || !ip.Is6() {
-				return httpErr(errHTTPIPv6)
-			}
+		r.Host = s[a.hostLo:a.hostHi]
+		if a.portLo > 0 {
+			r.Port = s[a.portLo:]
 		}
 	}
 	if known == "" {
@@ -457,27 +371,6 @@ func trimOWS(b []byte) []byte {
 		b = b[:len(b)-1]
 	}
 	return b
-}
-
-// hasToken reports whether the comma-separated list v holds the protocol
-// token tok (lower case), ignoring case and a "/version" suffix.
-func hasToken(v []byte, tok string) bool {
-	for len(v) > 0 {
-		elem := v
-		if k := bytes.IndexByte(v, ','); k >= 0 {
-			elem, v = v[:k], v[k+1:]
-		} else {
-			v = nil
-		}
-		elem = trimOWS(elem)
-		if k := bytes.IndexByte(elem, '/'); k >= 0 {
-			elem = elem[:k]
-		}
-		if equalFold(elem, tok) {
-			return true
-		}
-	}
-	return false
 }
 
 // hasPrefixFold reports whether b starts with the lower-case ASCII s,

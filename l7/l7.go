@@ -29,12 +29,16 @@
 // client sends nothing until the server has spoken, and the client's first
 // line (an SSH banner, "EHLO x") is classified Other as soon as it ends.
 //
+// A plain HTTP flow whose first request was allowed then goes through an
+// HTTPStream, which checks every later request (kept-alive, pipelined) and
+// follows the body framing between them.
+//
 // # What is not checked
 //
-// Only the first request and the first ClientHello of a flow are inspected.
-// Everything inside TLS (HTTP Host, ECH inner name, a second ClientHello
-// after a HelloRetryRequest) is encrypted or comes later; so do further
-// requests on a kept-alive HTTP/1.1 connection.
+// Only the first ClientHello of a flow is inspected. Everything inside TLS
+// (HTTP Host, ECH inner name, a second ClientHello after a
+// HelloRetryRequest) is encrypted or comes later; so are WebSocket
+// payloads after an upgrade.
 package l7
 
 import "strconv"
@@ -204,7 +208,9 @@ func classify(b []byte) Result {
 	switch c := b[0]; {
 	case c == recordTypeHandshake:
 		return classifyTLS(b)
-	case c >= 0x80:
+	case isRecordType(c):
+		return classifyOtherRecord(b)
+	case c >= 0x80 && (!isSep(c) || sslv2Prefix(b)):
 		return classifySSLv2(b)
 	}
 	return classifyText(b)
@@ -216,9 +222,9 @@ func incomplete(b []byte) Result {
 	switch {
 	case len(b) == 0:
 		return Result{Kind: Other}
-	case b[0] == recordTypeHandshake:
+	case b[0] == recordTypeHandshake, isRecordType(b[0]):
 		return Result{Kind: TLS, Err: errTLSIncomplete}
-	case b[0] >= 0x80:
+	case b[0] >= 0x80 && sslv2Prefix(b):
 		return Result{Kind: TLS, Err: errSSLv2}
 	case len(b) > 4 && hasPrefix(proxyV2Sig, b):
 		return Result{Kind: ProxyProtocol, Err: errProxyIncomplete}

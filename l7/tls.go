@@ -38,6 +38,7 @@ const (
 	errTLSSNILong       Error = "tls: server name too long"
 	errTLSSNIConflict   Error = "tls: server_name lists two different names"
 	errSSLv2            Error = "tls: sslv2-format client hello (cannot carry an sni)"
+	errTLSFirstRecord   Error = "tls: first record is not a handshake record"
 )
 
 // records reads the handshake bytes carried by consecutive TLS handshake
@@ -382,14 +383,38 @@ func parseSNI(m *hello, elen int, name *[maxName + 1]byte) (int, error) {
 // set, message type 1, version 3.x) is accepted by some servers for TLS up
 // to 1.2, and can carry no SNI; anything else is Other.
 func classifySSLv2(b []byte) Result {
-	if len(b) > 2 && b[2] != 1 {
-		return Result{Kind: Other}
-	}
-	if len(b) > 3 && b[3] != 3 {
+	if !sslv2Prefix(b) {
 		return Result{Kind: Other}
 	}
 	if len(b) < 5 {
 		return needMore()
 	}
 	return Result{Kind: TLS, Err: errSSLv2}
+}
+
+// sslv2Prefix reports whether b, whose first byte has its high bit set,
+// may still be an SSLv2-format ClientHello: message type 1, version 3.x.
+func sslv2Prefix(b []byte) bool {
+	return (len(b) < 3 || b[2] == 1) && (len(b) < 4 || b[3] == 3)
+}
+
+// isRecordType reports whether c is a TLS record content type other than
+// handshake (change_cipher_spec, alert, application_data, heartbeat).
+func isRecordType(c byte) bool {
+	return c >= 20 && c <= 24 && c != recordTypeHandshake
+}
+
+// classifyOtherRecord classifies b, whose first byte is a TLS content type
+// other than handshake. Followed by a 3.x record version it is a TLS
+// record that is not a ClientHello: servers skip a warning alert or a
+// change_cipher_spec before the ClientHello, so it could hide the real one
+// from the check; refused. Otherwise b is not TLS.
+func classifyOtherRecord(b []byte) Result {
+	switch {
+	case len(b) < 2:
+		return needMore()
+	case b[1] == 3:
+		return Result{Kind: TLS, Err: errTLSFirstRecord}
+	}
+	return classifyText(b)
 }

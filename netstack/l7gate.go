@@ -27,14 +27,18 @@ const l7Hold = 3 * time.Second
 // record says why); on allow the relay sends the held bytes upstream.
 // The checks asked for are those of the flow's policy snapshot (a.pol),
 // and the l7 record names the flow's record (a.seq).
+//
+// A plain HTTP flow whose first request passed, with the Host check on,
+// gets an httpFilter for the rest of the direction: every later request
+// is checked too. TLS and other flows are copied as they are.
 func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
 	p, pol, flowSeq := &a.p, a.pol, a.seq
-	return func(worker net.Conn) ([]byte, error) {
+	return func(worker net.Conn) ([]byte, relay.Filter, error) {
 		// Until the worker's first byte the relay's idle timeout applies
 		// (it closes the worker's side, which ends this wait): a
 		// server-first protocol may wait long for its client.
 		if err := relay.WaitReadable(worker, time.Time{}); err != nil {
-			return nil, nil // the relay's Read sees the same end
+			return nil, nil, nil // the relay's Read sees the same end
 		}
 		bp := holdBufs.Get().(*[]byte)
 		defer holdBufs.Put(bp)
@@ -66,7 +70,7 @@ func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
 					// was held, so nothing needs checking; the relay
 					// sees the same end and records it.
 					worker.SetReadDeadline(time.Time{})
-					return nil, nil
+					return nil, nil, nil
 				}
 				r = l7.ClassifyFinal(buf)
 				break
@@ -84,12 +88,50 @@ func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
 		}
 		if !v.Allow {
 			ep.Abort()
-			return nil, errL7Denied
+			return nil, nil, errL7Denied
+		}
+		var f relay.Filter
+		if r.Kind == l7.HTTP && pol.VerifyHost() {
+			f = &httpFilter{g: g, ep: ep, s: l7.NewHTTPStream(p.host, p.dst.Port()), flowSeq: flowSeq, host: p.host}
 		}
 		// The relay writes the held bytes after this returns: copy them
 		// out of the pooled buffer (one allocation, of their size).
-		return append([]byte(nil), buf...), nil
+		return append([]byte(nil), buf...), f, nil
 	}
+}
+
+// httpFilter is the relay.Filter of a plain HTTP flow opened by name: an
+// l7.HTTPStream checks every request head (the first one again) and
+// follows the framing of the bodies; on a refusal it writes an l7 deny
+// record, resets the worker's connection and ends the relay with
+// errL7Denied. Nothing of the refused request has reached upstream.
+type httpFilter struct {
+	g       *Gateway
+	ep      tcpip.Endpoint
+	s       *l7.HTTPStream
+	flowSeq uint64
+	host    string
+}
+
+func (f *httpFilter) Next(b []byte) (int, error) {
+	n, v := f.s.Next(b)
+	if !v.Allow {
+		return 0, f.refuse(v)
+	}
+	return n, nil
+}
+
+func (f *httpFilter) End(kept []byte) error {
+	if v := f.s.End(kept); !v.Allow {
+		return f.refuse(v)
+	}
+	return nil
+}
+
+func (f *httpFilter) refuse(v l7.Verdict) error {
+	f.g.audit.Log(audit.L7{Action: "deny", FlowSeq: f.flowSeq, Host: f.host, HTTPHost: v.HTTPHost, Reason: v.Reason})
+	f.ep.Abort()
+	return errL7Denied
 }
 
 // holdBufs are the gate's initial hold buffers (grown up to l7.MaxHold

@@ -17,6 +17,8 @@ import (
 // the lab run as the worker (it needs nothing installed in the sandbox):
 //
 //	nsgate __probe tcp ADDR             connect, send an HTTP/1.0 GET, print the status line
+//	nsgate __probe send ADDR PART...    connect, write each Go-quoted PART as its own write (a pause
+//	                                    between), read until the server closes; print what came back
 //	nsgate __probe udp ADDR             send one datagram, wait for a reply
 //	nsgate __probe udp-flood ADDR SECS  send datagrams as fast as possible
 //	nsgate __probe serve ADDR SECS      answer HTTP requests on ADDR for SECS seconds
@@ -39,6 +41,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "tcp":
 		return probeTCP(e, addr)
+	case "send":
+		return probeSend(e, addr, args[2:])
 	case "udp":
 		return probeUDP(e, addr)
 	case "banner":

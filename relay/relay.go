@@ -19,7 +19,10 @@
 // CopyWith is Copy with options, among them a gate on the worker →
 // upstream direction: the gate reads and judges the worker's first bytes
 // before any of them reaches upstream, while upstream → worker already
-// flows (server-first protocols work).
+// flows (server-first protocols work). A gate may hand the rest of the
+// direction to a Filter, which sees every later byte before it goes
+// upstream and may hold back an incomplete piece; without one the
+// direction is the plain copy loop.
 package relay
 
 import (
@@ -127,7 +130,37 @@ func Copy(ctx context.Context, worker, upstream net.Conn, idle time.Duration) Re
 // A gate must return when the worker's side is closed (the relay closes it
 // when upstream → worker fails or the whole flow idles out). It leaves the
 // worker's read deadline cleared.
-type Gate func(worker net.Conn) (held []byte, err error)
+//
+// A gate that allows may also return a Filter: the held bytes and every
+// later byte of the direction then go through it. With no Filter the
+// direction is a plain copy from then on.
+type Gate func(worker net.Conn) (held []byte, f Filter, err error)
+
+// A Filter judges every byte of the worker → upstream direction after a
+// Gate let its first ones through, and may hold back an incomplete piece
+// until it can judge it. It runs on that direction's goroutine only.
+type Filter interface {
+	// Next is given the bytes of the direction not yet forwarded: those
+	// it kept last time, then those read since (on the first call, the
+	// gate's held bytes). It returns how many leading bytes of b to
+	// write upstream now; the relay keeps the rest, which must be at
+	// most MaxKeep bytes, and gives them again at the start of the
+	// next call. An error ends the relay as a Gate's does (the filter
+	// has done what the refusal needs; nothing of b is written). b is
+	// the relay's buffer: Next must not retain it.
+	Next(b []byte) (n int, err error)
+	// End is called when the worker's side ended its stream while kept
+	// bytes were not forwarded. An error ends the relay as Next's
+	// does; nil drops them and half-closes upstream as usual.
+	End(kept []byte) error
+}
+
+// MaxKeep is the most bytes a Filter may keep between reads: half a
+// stream buffer, so that every read has at least as much room again.
+const MaxKeep = StreamBufferSize / 2
+
+// errFilterKept ends a relay whose Filter kept more than MaxKeep bytes.
+var errFilterKept = errors.New("relay: filter kept more than MaxKeep bytes")
 
 // Options are the optional parts of CopyWith.
 type Options struct {
@@ -317,10 +350,13 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 	wd := deadline{set: dst.SetWriteDeadline}
 	var total int64
 	if gate != nil {
-		held, err := gate(src)
+		held, f, err := gate(src)
 		if err != nil {
 			r.fail(err, SideNone)
 			return 0
+		}
+		if f != nil {
+			return r.pumpFiltered(src, dst, dstSide, held, f, &rd, &wd)
 		}
 		if len(held) > 0 {
 			r.touch()
@@ -387,37 +423,110 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 					return total
 				}
 			}
-			if rerr == nil {
+			if rerr == nil || r.readFailed(rerr, dst, srcSide, &rd) {
 				continue
 			}
-			switch {
-			case errors.Is(rerr, io.EOF) && !r.packets:
-				r.eof(dst)
-				return total
-			case isTimeout(rerr):
-				if r.isClosed() {
-					return total
-				}
-				if exp := r.expiry(); time.Now().Before(exp) {
-					// The other direction moved meanwhile: wait
-					// until the flow as a whole has been quiet for
-					// idle.
-					rd.to(exp)
-					continue
-				}
-				r.fail(ErrIdle, SideNone)
-				return total
-			case r.packets && transient(rerr):
-				continue
-			default:
-				if !r.isClosed() {
-					r.fail(rerr, srcSide)
-				}
-				return total
-			}
+			return total
 		}
 	}
 	return loop()
+}
+
+// readFailed handles a failed Read from the srcSide connection: it reports
+// whether the copying goes on (a timeout before the flow's idle expiry, a
+// transient datagram error), else it has ended the direction (half-closed
+// dst after EOF) or the relay.
+func (r *relay) readFailed(rerr error, dst net.Conn, srcSide Side, rd *deadline) bool {
+	switch {
+	case errors.Is(rerr, io.EOF) && !r.packets:
+		r.eof(dst)
+		return false
+	case isTimeout(rerr):
+		if r.isClosed() {
+			return false
+		}
+		if exp := r.expiry(); time.Now().Before(exp) {
+			// The other direction moved meanwhile: wait until the flow
+			// as a whole has been quiet for idle.
+			rd.to(exp)
+			return true
+		}
+		r.fail(ErrIdle, SideNone)
+		return false
+	case r.packets && transient(rerr):
+		return true
+	default:
+		if !r.isClosed() {
+			r.fail(rerr, srcSide)
+		}
+		return false
+	}
+}
+
+// pumpFiltered is pump's worker → upstream copy after a gate that returned
+// a Filter: held, then each read, goes through f, and only what f lets
+// through is written to dst. It takes its buffer at once (the gate has
+// read data) and keeps f's unforwarded bytes at the buffer's start.
+func (r *relay) pumpFiltered(src, dst net.Conn, dstSide Side, held []byte, f Filter, rd, wd *deadline) int64 {
+	bp := streamBufs.Get().(*[]byte)
+	defer streamBufs.Put(bp)
+	buf := *bp
+	if r.bufferTaken != nil {
+		r.bufferTaken()
+	}
+	if len(held) > MaxKeep {
+		r.fail(errFilterKept, SideNone)
+		return 0
+	}
+	var total int64
+	kept := copy(buf, held)
+	fresh := kept > 0
+	for {
+		if fresh {
+			n, err := f.Next(buf[:kept])
+			if err == nil && kept-n > MaxKeep {
+				err = errFilterKept
+			}
+			if err != nil {
+				r.fail(err, SideNone)
+				return total
+			}
+			if n > 0 {
+				w, werr := r.write(dst, wd, buf[:n])
+				total += int64(w)
+				if werr != nil {
+					r.writeFailed(werr, dstSide)
+					return total
+				}
+				kept = copy(buf, buf[n:kept])
+			}
+		}
+		rd.refresh(r)
+		n, rerr := src.Read(buf[kept:])
+		if n > 0 {
+			r.touch()
+			kept += n
+		}
+		fresh = n > 0
+		if rerr == nil {
+			continue
+		}
+		if fresh {
+			// Judge and forward what came with the error first.
+			// Only EOF can come with data on a stream; the loop
+			// then reads EOF again.
+			continue
+		}
+		if errors.Is(rerr, io.EOF) && kept > 0 {
+			if err := f.End(buf[:kept]); err != nil {
+				r.fail(err, SideNone)
+				return total
+			}
+		}
+		if !r.readFailed(rerr, dst, SideWorker, rd) {
+			return total
+		}
+	}
 }
 
 // writeFailed records a failed write to dstSide.

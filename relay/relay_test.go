@@ -379,17 +379,17 @@ func TestCopyWithGate(t *testing.T) {
 				t.Fatal(err)
 			}
 			gateSaw := make(chan string, 1)
-			gate := func(c net.Conn) ([]byte, error) {
+			gate := func(c net.Conn) ([]byte, Filter, error) {
 				if err := WaitReadable(c, time.Time{}); err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				buf := make([]byte, 5)
 				n, err := io.ReadFull(c, buf)
 				gateSaw <- string(buf[:n])
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
-				return buf[:n], tc.verdict
+				return buf[:n], nil, tc.verdict
 			}
 			done := make(chan Result, 1)
 			go func() { done <- CopyWith(context.Background(), a, b, Options{Idle: time.Minute, Gate: gate}) }()
@@ -659,6 +659,90 @@ func TestIdleDirectionTakesNoBuffer(t *testing.T) {
 			}
 			if got := taken.Load(); got != tc.want {
 				t.Fatalf("%s: %d buffers taken, want %d", tc.why, got, tc.want)
+			}
+		})
+	}
+}
+
+// lineFilter forwards complete lines, keeps a partial one, refuses a line
+// "bad" and, at the end, a partial line.
+type lineFilter struct{ ended chan string }
+
+func (f *lineFilter) Next(b []byte) (int, error) {
+	n := 0
+	for {
+		k := bytes.IndexByte(b[n:], '\n')
+		if k < 0 {
+			return n, nil
+		}
+		if string(b[n:n+k]) == "bad" {
+			return 0, errLineRefused
+		}
+		n += k + 1
+	}
+}
+
+func (f *lineFilter) End(kept []byte) error {
+	f.ended <- string(kept)
+	return errLineRefused
+}
+
+var errLineRefused = errors.New("line refused")
+
+func TestCopyWithFilter(t *testing.T) {
+	cases := []struct {
+		name, why string
+		writes    []string
+		wantUp    string
+		wantEnd   string // what End was given, "" if not called
+	}{
+		{"lines", "complete lines pass as they come; a partial one waits for its end",
+			[]string{"a\nb", "c\n", "d\n"}, "a\nbc\nd\n", ""},
+		{"refused", "a refused line and what follows it in the read never reach upstream",
+			[]string{"a\n", "b\nbad\nc\n"}, "a\n", ""},
+		{"cut short", "a partial line at the worker's end goes to End, not upstream",
+			[]string{"a\n", "par"}, "a\n", "par"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			worker, a := tcpPair(t)
+			b, upstream := tcpPair(t)
+			f := &lineFilter{ended: make(chan string, 1)}
+			gate := func(c net.Conn) ([]byte, Filter, error) {
+				if err := WaitReadable(c, time.Time{}); err != nil {
+					return nil, nil, err
+				}
+				buf := make([]byte, 1)
+				n, err := c.Read(buf)
+				return buf[:n], f, err
+			}
+			done := make(chan Result, 1)
+			go func() { done <- CopyWith(context.Background(), a, b, Options{Idle: time.Minute, Gate: gate}) }()
+			for _, w := range tc.writes {
+				worker.Write([]byte(w))
+				time.Sleep(20 * time.Millisecond)
+			}
+			worker.CloseWrite()
+			upstream.SetReadDeadline(time.Now().Add(5 * time.Second))
+			got, _ := io.ReadAll(upstream)
+			if string(got) != tc.wantUp {
+				t.Fatalf("%s: upstream got %q, want %q", tc.why, got, tc.wantUp)
+			}
+			upstream.Close()
+			r := wait(t, done)
+			select {
+			case e := <-f.ended:
+				if e != tc.wantEnd {
+					t.Fatalf("%s: End got %q, want %q", tc.why, e, tc.wantEnd)
+				}
+			default:
+				if tc.wantEnd != "" {
+					t.Fatalf("%s: End not called", tc.why)
+				}
+			}
+			refused := tc.name != "lines"
+			if refused != errors.Is(r.Err, errLineRefused) || r.ToUpstream != int64(len(tc.wantUp)) {
+				t.Fatalf("%s: result %+v", tc.why, r)
 			}
 		})
 	}

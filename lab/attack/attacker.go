@@ -589,3 +589,51 @@ func shorten(s string, n int) string {
 	}
 	return s[:n-3] + "..."
 }
+
+// rawStream sends parts over one connection to addr (a name is resolved
+// through the gateway), each in a write of its own with a pause between:
+// first pre, raw (a TLS record ahead of the ClientHello, say); then,
+// when tlsCfg is set, a TLS handshake; then the parts, over TLS if it was
+// made. It then reads up to n responses, and returns those it read, with
+// the error that ended it (nil once n were read).
+func (a *attacker) rawStream(ctx context.Context, addr string, pre []byte, tlsCfg *tls.Config, n int, parts ...string) ([]fetched, error) {
+	c, err := a.dialer().DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * a.cfg.Timeout))
+	if len(pre) > 0 {
+		if _, err := c.Write(pre); err != nil {
+			return nil, fmt.Errorf("write before the handshake: %w", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if tlsCfg != nil {
+		tc := tls.Client(c, tlsCfg)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			return nil, fmt.Errorf("tls handshake: %w", err)
+		}
+		c = tc
+	}
+	for i, p := range parts {
+		if i > 0 {
+			time.Sleep(100 * time.Millisecond)
+		}
+		if _, err := io.WriteString(c, p); err != nil {
+			return nil, fmt.Errorf("write part %d: %w", i+1, err)
+		}
+	}
+	br := bufio.NewReader(c)
+	var got []fetched
+	for len(got) < n {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			return got, fmt.Errorf("read response %d: %w", len(got)+1, err)
+		}
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		resp.Body.Close()
+		got = append(got, fetched{status: resp.StatusCode, target: resp.Header.Get("X-Lab-Target"), body: strings.TrimSpace(string(b))})
+	}
+	return got, nil
+}

@@ -387,6 +387,65 @@ func l7HTTP(id, desc, req string) Attempt {
 	}
 }
 
+// l7Stream sends a byte stream to app.test:port (a name flow), as
+// rawStream does, and reads up to n responses: the attack succeeds if any
+// response comes from the fronted target (a name other than app.test
+// served), and is blocked when the gateway refuses before that. The
+// requests carry internet.KeepAliveHeader so that the app server keeps
+// the connection open for the next one, as real servers do.
+func l7Stream(id, desc string, port uint16, pre []byte, sni string, n int, parts ...string) Attempt {
+	return Attempt{
+		ID: id, Category: "l7", Layer: LayerL7, Description: desc,
+		Expect: Blocked, Audit: AuditDeny, Aims: []string{internet.TargetFronted},
+		run: func(ctx context.Context, a *attacker) result {
+			if _, err := (&net.Resolver{PreferGo: true}).LookupNetIP(ctx, "ip", internet.AppName); err != nil {
+				return erroredf("precondition: resolve %s: %v", internet.AppName, err)
+			}
+			var cfg *tls.Config
+			if sni != "" {
+				cfg = &tls.Config{ServerName: sni, InsecureSkipVerify: true}
+			}
+			got, err := a.rawStream(ctx, hostPort(internet.AppName, port), pre, cfg, n, parts...)
+			for i, f := range got {
+				if f.target == internet.TargetFronted {
+					return allowedf("response %d: %s: %q", i+1, f.describe(), f.body)
+				}
+			}
+			if err != nil {
+				return blockedf("after %d response(s) from app.test: %v", len(got), err)
+			}
+			return blockedf("the server did not serve the other name in %d response(s)", len(got))
+		},
+	}
+}
+
+// l7StreamControl sends parts to app.test:80 over one connection and
+// must read n responses, every one from the app.
+func l7StreamControl(id, desc string, n int, parts ...string) Attempt {
+	return Attempt{
+		ID: id, Category: "control", Layer: LayerControl, Description: desc,
+		Expect: Allowed, Audit: AuditAllow, Aims: []string{"app"},
+		run: func(ctx context.Context, a *attacker) result {
+			got, err := a.rawStream(ctx, hostPort(internet.AppName, 80), nil, nil, n, parts...)
+			if err != nil {
+				return blockedf("after %d response(s): %v", len(got), err)
+			}
+			for i, f := range got {
+				if f.target != "app" {
+					return blockedf("response %d: %s", i+1, f.describe())
+				}
+			}
+			return allowedf("%d responses from the app", len(got))
+		},
+	}
+}
+
+// keptAlive is a GET to host over a connection kept open, the form the
+// l7 stream attempts use.
+func keptAlive(host string) string {
+	return "GET / HTTP/1.1\r\nHost: " + host + "\r\n" + internet.KeepAliveHeader + ": 1\r\n\r\n"
+}
+
 // bannerTCP connects to name:port and waits for the server's greeting.
 func bannerTCP(id, desc, name string, port uint16) Attempt {
 	return Attempt{

@@ -174,6 +174,10 @@ func Catalogue() []Attempt {
 		control("control-case-dot", "GET http://APP.Test.:8080/ (names are normalized: case, trailing dot)", "http://APP.Test.:8080/", "app", false),
 		quicControl(),
 		control("control-redirect", "GET http://app.test/redirect?to=/landing: a same-site redirect is followed", "http://"+internet.AppName+"/redirect?to=/landing", "app", false),
+		l7StreamControl("control-keepalive", "HTTP to app.test:80: two requests for app.test on one kept-alive connection", 2,
+			keptAlive(internet.AppName), keptAlive(internet.AppName)),
+		l7StreamControl("control-chunked-then-get", "HTTP to app.test:80: a chunked POST, then a GET, both for app.test, on one connection", 2,
+			"POST / HTTP/1.1\r\nHost: "+internet.AppName+"\r\n"+internet.KeepAliveHeader+": 1\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n", keptAlive(internet.AppName)),
 	)
 	// The file system controls: the worker's scratch directories and home
 	// work (privately), and its --rw directory reaches the host.
@@ -302,6 +306,32 @@ func Catalogue() []Attempt {
 		l7QUIC("l7-quic-other-sni", "a QUIC Initial to quic.test:443/udp whose ClientHello names unapproved.test", internet.UnapprovedName, false),
 		l7QUIC("l7-quic-garbage", "bytes shaped like a QUIC v1 Initial header (no valid packet) to quic.test:443/udp", "", true),
 		l7HTTP("l7-absolute-uri", "HTTP to app.test:80 with GET http://unapproved.test/ and Host: app.test", "GET http://"+internet.UnapprovedName+"/ HTTP/1.1\r\nHost: "+internet.AppName+"\r\nConnection: close\r\n\r\n"),
+		l7Stream("l7-keepalive-other-host", "HTTP to app.test:80: a first request for app.test, then on the kept-alive connection one for unapproved.test", 80, nil, "", 2,
+			keptAlive(internet.AppName), keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-pipelined-other-host", "HTTP to app.test:80: requests for app.test and unapproved.test pipelined in one write", 80, nil, "", 2,
+			keptAlive(internet.AppName)+keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-cl-te-smuggling", "HTTP to app.test:80: a POST with Content-Length and Transfer-Encoding whose chunked end hides a request for unapproved.test", 80, nil, "", 2,
+			"POST / HTTP/1.1\r\nHost: "+internet.AppName+"\r\n"+internet.KeepAliveHeader+": 1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"+keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-duplicate-content-length", "HTTP to app.test:80: two Content-Length headers, the body hiding a request for unapproved.test", 80, nil, "", 2,
+			"POST / HTTP/1.1\r\nHost: "+internet.AppName+"\r\n"+internet.KeepAliveHeader+": 1\r\nContent-Length: 0\r\nContent-Length: 60\r\n\r\n"+keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-obs-fold", "HTTP to app.test:80: a second request whose folded header line continues Host", 80, nil, "", 2,
+			keptAlive(internet.AppName), "GET / HTTP/1.1\r\nHost: "+internet.UnapprovedName+"\r\n"+internet.KeepAliveHeader+": 1\r\n x\r\n\r\n"),
+		l7Stream("l7-h2c-upgrade", "HTTP to app.test:80: a second request asking to upgrade to h2c", 80, nil, "", 2,
+			keptAlive(internet.AppName), "GET / HTTP/1.1\r\nHost: "+internet.AppName+"\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n"),
+		l7Stream("l7-h2c-prior-knowledge", "HTTP/2 prior knowledge (PRI * HTTP/2.0) to app.test:80", 80, nil, "", 1,
+			"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+		l7Stream("l7-leading-space", "HTTP to app.test:80: a space before the request line, Host: unapproved.test", 80, nil, "", 1, " "+keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-leading-tab", "HTTP to app.test:80: a tab before the request line, Host: unapproved.test", 80, nil, "", 1, "\t"+keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-leading-vt", "HTTP to app.test:80: a vertical tab before the request line, Host: unapproved.test", 80, nil, "", 1, "\v"+keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-leading-ff", "HTTP to app.test:80: a form feed before the request line, Host: unapproved.test", 80, nil, "", 1, "\f"+keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-tab-separators", "HTTP to app.test:80: tabs between the request line's words, Host: unapproved.test", 80, nil, "", 1,
+			"GET\t/\tHTTP/1.1\r\nHost: "+internet.UnapprovedName+"\r\n\r\n"),
+		l7Stream("l7-alert-before-hello", "TLS to app.test:443: a warning alert record, then a ClientHello with SNI unapproved.test", 443,
+			[]byte{0x15, 3, 1, 0, 2, 1, 0x5a}, internet.UnapprovedName, 1, keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-ccs-before-hello", "TLS to app.test:443: a change_cipher_spec record, then a ClientHello with SNI unapproved.test", 443,
+			[]byte{0x14, 3, 3, 0, 1, 1}, internet.UnapprovedName, 1, keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-appdata-before-hello", "TLS to app.test:443: an application_data record, then a ClientHello with SNI unapproved.test", 443,
+			[]byte{0x17, 3, 3, 0, 5, 'h', 'e', 'l', 'l', 'o'}, internet.UnapprovedName, 1, keptAlive(internet.UnapprovedName)),
 	)
 
 	// Ports the policy does not approve on approved names.

@@ -473,6 +473,12 @@ func (in *Internet) banner(ln net.Listener, body string, cfg *tls.Config) {
 	}
 }
 
+// KeepAliveHeader, on a request to an HTTP(S) service, keeps the
+// connection open after the response (as real servers do), so that a
+// client can send further requests on it; without it every response
+// closes the connection.
+const KeepAliveHeader = "X-Lab-Keep-Alive"
+
 // handler serves one HTTP(S) service: see Service.Names.
 func (in *Internet) handler(s Service) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -489,7 +495,9 @@ func (in *Internet) handler(s Service) http.Handler {
 			}
 		}
 		w.Header().Set("X-Lab-Target", target)
-		w.Header().Set("Connection", "close")
+		if r.Header.Get(KeepAliveHeader) == "" {
+			w.Header().Set("Connection", "close")
+		}
 		if target == s.Target && len(s.Names) > 0 && r.URL.Path == "/redirect" {
 			to := r.URL.Query().Get("to")
 			if to == "" {

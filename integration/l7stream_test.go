@@ -1,0 +1,223 @@
+//go:build integration
+
+package integration
+
+import (
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/nsgate/nsgate/lab/internet"
+)
+
+// keepAlivePort is where recordingHTTP listens, on app.test's address.
+const keepAlivePort = 8081
+
+// keepAlivePolicy approves app.test on keepAlivePort only.
+var keepAlivePolicy = fmt.Sprintf(`version: 1
+allow:
+  - host: app.test
+    ports: [%d]
+dns:
+  upstream: ["%s"]
+  hosts:
+    app.test: [%s]
+`, keepAlivePort, internet.UpstreamDNS, internet.AppV4)
+
+// recordingHTTP is an HTTP/1.1 server with keep-alive (unlike the lab's
+// app server, which closes after each response) that records the Host of
+// every request it serves and counts every byte it reads.
+//
+// A request with Upgrade: websocket is answered 101 Switching Protocols;
+// the server then reads the connection to its end and counts those bytes
+// (the client's frames) in ws.
+type recordingHTTP struct {
+	bytes atomic.Int64
+	ws    atomic.Int64
+	mu    sync.Mutex
+	hosts []string
+}
+
+func (s *recordingHTTP) reset() {
+	s.bytes.Store(0)
+	s.ws.Store(0)
+	s.mu.Lock()
+	s.hosts = nil
+	s.mu.Unlock()
+}
+
+func (s *recordingHTTP) served() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.hosts)
+}
+
+type countingConn struct {
+	net.Conn
+	n *atomic.Int64
+}
+
+func (c countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+type countingLn struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l countingLn) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return countingConn{c, l.n}, nil
+}
+
+func startRecordingHTTP(t *testing.T) *recordingHTTP {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(keepAlivePort)))
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	s := &recordingHTTP{}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			s.mu.Lock()
+			s.hosts = append(s.hosts, r.Host)
+			s.mu.Unlock()
+			if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+				c, rw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+				rw.Flush()
+				n, _ := io.Copy(io.Discard, rw)
+				s.ws.Store(n)
+				return
+			}
+			fmt.Fprintf(w, "hello from %s\n", r.Host)
+		}),
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	go srv.Serve(countingLn{ln, &s.bytes})
+	t.Cleanup(func() { srv.Close() })
+	return s
+}
+
+// TestL7EveryRequestBlocks: a real worker (nsgate's probe, writing raw
+// bytes) tries each bypass against a keep-alive server that would serve
+// it. Each must end in a reset the worker sees, no request for another
+// host (and, where the first bytes are refused, no byte at all) at the
+// server, and an l7 deny record with the reason. The control, two
+// requests for app.test on one connection, must be served.
+func TestL7EveryRequestBlocks(t *testing.T) {
+	const (
+		get     = `GET / HTTP/1.1\r\nHost: app.test:8081\r\n\r\n`
+		getEvil = `GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n`
+	)
+	srv := startRecordingHTTP(t)
+	addr := fmt.Sprintf("app.test:%d", keepAlivePort)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", keepAlivePolicy)
+		for i, tc := range []struct {
+			name, why string
+			parts     []string
+			served    []string // the hosts the server must have served, exactly
+			noBytes   bool     // the server must have read nothing at all
+			reason    string   // "" for the control
+		}{
+			{"keep-alive right host", "control: two requests for app.test on one connection",
+				[]string{get, get}, []string{"app.test:8081", "app.test:8081"}, false, ""},
+			{"keep-alive other host", "the second request on the kept-alive connection names evil.test",
+				[]string{get, getEvil}, []string{"app.test:8081"}, false, "host does not match"},
+			{"pipelined other host", "two requests in one write: the second names evil.test",
+				[]string{get + getEvil}, nil, true, "host does not match"},
+			{"cl+te smuggling", "Content-Length and Transfer-Encoding: the body hides a request for evil.test",
+				[]string{`POST / HTTP/1.1\r\nHost: app.test:8081\r\nContent-Length: 41\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n` + getEvil},
+				nil, true, "http: both Content-Length and Transfer-Encoding"},
+			{"leading whitespace", "a space before the request line",
+				[]string{` ` + getEvil}, nil, true, "http: whitespace before the request line"},
+			{"tab separators", "tabs between the request line's words",
+				[]string{`GET\t/\tHTTP/1.1\r\nHost: evil.test\r\n\r\n`}, nil, true, "http: malformed request line"},
+			{"alert before client hello", "a TLS warning alert first, to hide the ClientHello after it",
+				[]string{`\x15\x03\x01\x00\x02\x01\x5a`}, nil, true, "tls: first record is not a handshake record"},
+		} {
+			srv.reset()
+			log := filepath.Join(dir, fmt.Sprintf("case%d.jsonl", i))
+			r := runNsgate(t, m, append([]string{"run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "send", addr}, tc.parts...)...)
+			time.Sleep(100 * time.Millisecond) // let the server finish what it read
+			served := srv.served()
+			var deny record
+			for _, rec := range readAudit(t, log) {
+				if rec.str("event") == "l7" && rec.str("action") == "deny" {
+					deny = rec
+				}
+			}
+			if tc.reason == "" {
+				if r.code != 0 || !strings.Contains(r.stdout, "2 responses") || !slices.Equal(served, tc.served) || deny != nil {
+					t.Errorf("%s: exit %d %q, served %q, l7 deny %v; want both requests served (%s)", tc.name, r.code, r.stdout, served, deny, tc.why)
+				}
+				continue
+			}
+			if r.code == 0 || !strings.Contains(r.stdout, "reset") {
+				t.Errorf("%s: the worker saw no refusal: exit %d %q (%s)", tc.name, r.code, r.stdout, tc.why)
+			}
+			if !slices.Equal(served, tc.served) {
+				t.Errorf("%s: the server served %q, want %q (%s)", tc.name, served, tc.served, tc.why)
+			}
+			if n := srv.bytes.Load(); tc.noBytes && n != 0 {
+				t.Errorf("%s: the server read %d bytes, want none (%s)", tc.name, n, tc.why)
+			}
+			if deny == nil || deny.str("reason") != tc.reason {
+				t.Errorf("%s: l7 deny record %v, want reason %q (%s)", tc.name, deny, tc.reason, tc.why)
+			}
+		}
+	})
+}
+
+// TestL7WebSocketSameHost: the control for upgrades: a WebSocket upgrade
+// to the flow's host, answered 101, then masked client frames, passes
+// whole; the server reads every frame byte and no l7 deny is written.
+func TestL7WebSocketSameHost(t *testing.T) {
+	const (
+		upgrade = `GET /ws HTTP/1.1\r\nHost: app.test:8081\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`
+		frames  = `\x81\x82\x01\x02\x03\x04ab\x88\x80\x01\x02\x03\x04` // text "ab" (masked), then close
+		nFrames = 14
+	)
+	srv := startRecordingHTTP(t)
+	addr := fmt.Sprintf("app.test:%d", keepAlivePort)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", keepAlivePolicy)
+		srv.reset()
+		log := filepath.Join(dir, "ws.jsonl")
+		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "send", addr, upgrade, frames)
+		time.Sleep(100 * time.Millisecond)
+		if r.code != 0 || !strings.Contains(r.stdout, "101 Switching Protocols") {
+			t.Errorf("upgrade: exit %d %q, want the 101 and a clean end", r.code, r.stdout)
+		}
+		if n := srv.ws.Load(); n != nFrames {
+			t.Errorf("the server read %d frame bytes, want %d", n, nFrames)
+		}
+		for _, rec := range readAudit(t, log) {
+			if rec.str("event") == "l7" && rec.str("action") == "deny" {
+				t.Errorf("l7 deny for a same-host WebSocket: %v", rec)
+			}
+		}
+	})
+}
