@@ -231,18 +231,12 @@ func featuresLine(e Environment) string {
 // noRecordReason is the reason cell of an attempt without a Decision.
 func noRecordReason(r Result) string {
 	switch {
-	case r.Evidence != "":
-		first := r.Evidence
-		if i := strings.IndexAny(first, ";:"); i > 0 {
-			first = first[:i]
-		}
-		return "no record: " + mdText(shortRunes(first, mdReasonWidth)) + " (host check below)"
-	case r.HostCheck != "":
-		return "no record (host check below)"
+	case r.Evidence != "" || r.HostCheck != "":
+		return "no record by design; see host checks"
 	case r.Control:
 		return "-"
 	case len(r.AuditSeqs) == 0:
-		return "no record: the kernel refused it inside the worker; nothing reached the gateway"
+		return "no record: refused inside the worker"
 	}
 	return "no deny record among the seqs"
 }
