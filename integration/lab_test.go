@@ -5,7 +5,10 @@ package integration
 import (
 	"encoding/json"
 	"os"
+	"os/user"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +24,33 @@ type labEvidence struct {
 		SHA256 string `json:"sha256"`
 	} `json:"policy"`
 	Environment struct {
-		Rootless bool `json:"rootless"`
+		Rootless       bool   `json:"rootless"`
+		UID            int    `json:"uid"`
+		CallerUID      int    `json:"caller_uid"`
+		CallerGID      int    `json:"caller_gid"`
+		CallerUser     string `json:"caller_user"`
+		Kernel         string `json:"kernel"`
+		LandlockABI    int    `json:"landlock_abi"`
+		Seccomp        bool   `json:"seccomp"`
+		UserNamespaces bool   `json:"user_namespaces"`
+		IA32Emulation  string `json:"ia32_emulation"`
 	} `json:"environment"`
+	Summary struct {
+		Attempts       int `json:"attempts"`
+		Attacks        int `json:"attacks"`
+		Controls       int `json:"controls"`
+		AttacksBlocked int `json:"attacks_blocked"`
+		AttacksThrough int `json:"attacks_through"`
+		ControlsOK     int `json:"controls_ok"`
+		ControlsFailed int `json:"controls_failed"`
+		ByCategory     []struct {
+			Category       string `json:"category"`
+			Attacks        int    `json:"attacks"`
+			AttacksBlocked int    `json:"attacks_blocked"`
+			Controls       int    `json:"controls"`
+			ControlsOK     int    `json:"controls_ok"`
+		} `json:"by_category"`
+	} `json:"summary"`
 	Audit struct {
 		Records     int    `json:"records"`
 		Head        string `json:"head"`
@@ -49,6 +77,14 @@ type labEvidence struct {
 		AuditSeqs []uint64 `json:"audit_seqs"`
 		HostCheck string   `json:"host_check"`
 		Evidence  string   `json:"evidence"`
+		Decision  *struct {
+			Seq    uint64 `json:"seq"`
+			Event  string `json:"event"`
+			Action string `json:"action"`
+			Rule   string `json:"rule"`
+			Reason string `json:"reason"`
+		} `json:"decision"`
+		Audit []json.RawMessage `json:"audit"`
 	} `json:"attempts"`
 }
 
@@ -139,11 +175,100 @@ func TestLab(t *testing.T) {
 		if v.code != 0 || !ev.Audit.Verified || !strings.Contains(v.stdout, "head "+ev.Audit.Head) {
 			t.Errorf("audit verify: exit %d %q; evidence says head %s verified %v", v.code, v.stdout, ev.Audit.Head, ev.Audit.Verified)
 		}
-		if _, err := os.ReadFile(filepath.Join(dir, "evidence.md")); err != nil {
-			t.Errorf("evidence.md: %v", err)
-		}
+		testLabSummary(t, m, dir, ev)
 		testLabContainment(t, m, dir, ev)
 	})
+}
+
+// testLabSummary checks the summary of a lab run's evidence in dir: the
+// caller's real uid (the test user's in mode user, not uid 0 inside the
+// namespace), the kernel features, the counts per category, and nsgate's
+// rule and reason taken from the audit records; and that evidence.md
+// says the same in its opening screen and stays small.
+func testLabSummary(t *testing.T, m mode, dir string, ev labEvidence) {
+	t.Helper()
+	e := ev.Environment
+	wantUID, wantUser := os.Getuid(), ""
+	if m.uid >= 0 {
+		wantUID, wantUser = m.uid, testUserName()
+	} else if u, err := user.LookupId(strconv.Itoa(wantUID)); err == nil {
+		wantUser = u.Username
+	}
+	if e.CallerUID != wantUID || e.CallerUser != wantUser || (m.gid >= 0 && e.CallerGID != m.gid) {
+		t.Errorf("evidence names the caller uid %d gid %d (%q); want uid %d (%q)", e.CallerUID, e.CallerGID, e.CallerUser, wantUID, wantUser)
+	}
+	if e.UID != 0 {
+		t.Errorf("the lab's uid inside its namespace is %d, want 0", e.UID)
+	}
+	if e.Kernel == "" || e.LandlockABI < 1 || !e.Seccomp || !e.UserNamespaces || (e.IA32Emulation != "present" && e.IA32Emulation != "absent") {
+		t.Errorf("kernel features: %+v", e)
+	}
+	s := ev.Summary
+	blocked, ok := 0, 0
+	for _, c := range s.ByCategory {
+		blocked += c.AttacksBlocked
+		ok += c.ControlsOK
+	}
+	if s.Attempts != len(ev.Attempts) || s.Attacks+s.Controls != s.Attempts || s.AttacksBlocked != s.Attacks || s.AttacksThrough != 0 ||
+		s.ControlsOK != s.Controls || blocked != s.AttacksBlocked || ok != s.ControlsOK || len(s.ByCategory) < 8 {
+		t.Errorf("summary counts do not add up: %+v", s)
+	}
+	withDecision := 0
+	for _, a := range ev.Attempts {
+		if a.Decision == nil {
+			continue
+		}
+		withDecision++
+		if !slices.Contains(a.AuditSeqs, a.Decision.Seq) {
+			t.Errorf("%s: decision seq %d is not among its audit seqs %v", a.ID, a.Decision.Seq, a.AuditSeqs)
+			continue
+		}
+		type record struct {
+			Seq    uint64 `json:"seq"`
+			Event  string `json:"event"`
+			Action string `json:"action"`
+			Rule   string `json:"rule"`
+			Reason string `json:"reason"`
+		}
+		var r record
+		for _, raw := range a.Audit {
+			var x record
+			if json.Unmarshal(raw, &x) == nil && x.Seq == a.Decision.Seq {
+				r = x
+				break
+			}
+		}
+		if r.Event != a.Decision.Event || r.Action != a.Decision.Action || r.Rule != a.Decision.Rule || (r.Reason != "" && !strings.HasPrefix(a.Decision.Reason, r.Reason)) {
+			t.Errorf("%s: decision %+v does not come from its record %+v", a.ID, *a.Decision, r)
+		}
+		if !a.Control && a.Decision.Action != "deny" && a.Decision.Action != "allow" {
+			t.Errorf("%s: decision action %q", a.ID, a.Decision.Action)
+		}
+		if a.Detail != "" && a.Decision.Reason == a.Detail {
+			t.Errorf("%s: nsgate's reason is the attacker's error %q", a.ID, a.Detail)
+		}
+	}
+	if withDecision < s.Attacks/2 {
+		t.Errorf("only %d of %d attempts carry nsgate's decision", withDecision, s.Attempts)
+	}
+	md, err := os.ReadFile(filepath.Join(dir, "evidence.md"))
+	if err != nil {
+		t.Fatalf("evidence.md: %v", err)
+	}
+	head, _, _ := strings.Cut(string(md), "## Attempts")
+	who := "| caller | uid " + strconv.Itoa(wantUID) + " ("
+	for _, want := range []string{who, "Landlock ABI", "IA32 emulation: " + e.IA32Emulation, "head `" + ev.Audit.Head + "`, verified", "| **all " + strconv.Itoa(s.Attempts) + "** |"} {
+		if !strings.Contains(head, want) {
+			t.Errorf("the opening screen of evidence.md lacks %q:\n%s", want, head)
+		}
+	}
+	if n := strings.Count(head, "\n"); n > 45 {
+		t.Errorf("the summary of evidence.md takes %d lines", n)
+	}
+	if len(md) > 64<<10 {
+		t.Errorf("evidence.md is %d bytes; the raw detail belongs in evidence.json", len(md))
+	}
+	t.Logf("evidence.md: %d bytes, summary %d lines", len(md), strings.Count(head, "\n"))
 }
 
 // testLabContainment checks the containment category of a lab run's

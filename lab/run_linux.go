@@ -133,6 +133,7 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	defer os.RemoveAll(work)
 	os.Chmod(work, 0o755)
+	ev.WorkDir = work
 
 	layout := internet.DefaultLayout()
 	layout.Pages = attack.BrowserPage
@@ -537,7 +538,11 @@ func environment(seal sealed.Info) judge.Environment {
 		e.TunMode = "missing"
 	}
 	s := guard.Probe()
-	e.LandlockABI, e.Seccomp = s.LandlockABI, s.Seccomp
+	e.LandlockABI, e.Seccomp, e.SeccompNotify = s.LandlockABI, s.Seccomp, s.ExecAudit
+	e.CallerUID, e.CallerGID = callerIDs()
+	e.CallerUser = userName(e.CallerUID)
+	e.UserNamespaces = userNamespaces(seal.Userns, e.CallerUID)
+	e.IA32Emulation = ia32Emulation(os.TempDir())
 	return e
 }
 

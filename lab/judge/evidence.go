@@ -55,6 +55,10 @@ type Evidence struct {
 	Targets     []internet.TargetCount `json:"targets"`
 	Attempts    []Result               `json:"attempts"`
 	StrayHits   []internet.Hit         `json:"stray_hits,omitempty"`
+	// WorkDir is the lab's work directory (removed after the run), where
+	// the policy, the key, the caller's home and the --rw directory were;
+	// evidence.md writes it as $WORK.
+	WorkDir string `json:"work_dir,omitempty"`
 	// Unattributed are audit seqs no attempt claimed.
 	Unattributed []uint64 `json:"unattributed_audit_seqs,omitempty"`
 }
@@ -75,12 +79,30 @@ type Environment struct {
 	// Rootless is true when the lab sealed itself with a user namespace
 	// (it was started without root).
 	Rootless bool `json:"rootless"`
-	// UID is the lab's uid inside its sealed namespace.
+	// UID is the lab's uid inside its sealed namespace (0 whether the
+	// caller was root or not: see CallerUID).
 	UID int `json:"uid"`
+	// CallerUID and CallerGID are the real ids of the user who started
+	// `nsgate lab`, as the caller's own user namespace sees them (read
+	// from the sealed namespace's uid and gid maps); CallerUser is that
+	// uid's account name ("" when the account database has none).
+	CallerUID  int    `json:"caller_uid"`
+	CallerGID  int    `json:"caller_gid"`
+	CallerUser string `json:"caller_user,omitempty"`
 	// TunMode is the permission of /dev/net/tun.
 	TunMode     string `json:"tun_mode"`
 	LandlockABI int    `json:"landlock_abi"`
 	Seccomp     bool   `json:"seccomp"`
+	// SeccompNotify is true when seccomp user notifications (the exec
+	// audit) are available.
+	SeccompNotify bool `json:"seccomp_notify"`
+	// UserNamespaces is true when the kernel lets the caller create user
+	// namespaces (nsgate run puts the worker in one of its own).
+	UserNamespaces bool `json:"user_namespaces"`
+	// IA32Emulation says whether the kernel runs i386 programs on amd64,
+	// found by running a tiny one: "present", "absent", "not probed on
+	// ARCH", or "unknown: ERROR".
+	IA32Emulation string `json:"ia32_emulation,omitempty"`
 	// Skipped lists fake services left out (their address could not be
 	// put on lo).
 	Skipped []string `json:"skipped_services,omitempty"`
@@ -114,7 +136,11 @@ type AuditInfo struct {
 	Anchored    bool   `json:"anchored"`
 }
 
-// Summary counts the results.
+// Summary counts the results. An attack is blocked or got through by what
+// the attacker observed; it fails when it got through, errored, or lacks
+// the evidence it needs (an audit record, a clean host check), so
+// AttacksBlocked+AttacksThrough can be below Attacks and a blocked attack
+// can still count in AttacksFailed.
 type Summary struct {
 	Attempts       int `json:"attempts"`
 	Attacks        int `json:"attacks"`
@@ -124,33 +150,74 @@ type Summary struct {
 	AttacksThrough int `json:"attacks_through"`
 	ControlsFailed int `json:"controls_failed"`
 	Categories     int `json:"categories"`
+	AttacksBlocked int `json:"attacks_blocked"`
+	AttacksFailed  int `json:"attacks_failed"`
+	ControlsOK     int `json:"controls_ok"`
+	// ByCategory holds the same counts per category, in the order the
+	// categories first appear among the results.
+	ByCategory []CategoryCount `json:"by_category"`
+}
+
+// CategoryCount is Summary's counts for one category.
+type CategoryCount struct {
+	Category       string `json:"category"`
+	Attacks        int    `json:"attacks"`
+	AttacksBlocked int    `json:"attacks_blocked"`
+	AttacksThrough int    `json:"attacks_through"`
+	AttacksFailed  int    `json:"attacks_failed"`
+	Controls       int    `json:"controls"`
+	ControlsOK     int    `json:"controls_ok"`
+	ControlsFailed int    `json:"controls_failed"`
+}
+
+// add counts one result.
+func (c *CategoryCount) add(r Result) {
+	if r.Control {
+		c.Controls++
+		if r.Pass {
+			c.ControlsOK++
+		} else {
+			c.ControlsFailed++
+		}
+		return
+	}
+	c.Attacks++
+	switch r.Observed {
+	case attack.Blocked:
+		c.AttacksBlocked++
+	case attack.Allowed:
+		c.AttacksThrough++
+	}
+	if !r.Pass {
+		c.AttacksFailed++
+	}
 }
 
 // Summarize counts results.
 func Summarize(results []Result) Summary {
 	var s Summary
-	cats := map[string]bool{}
+	var total CategoryCount
+	at := map[string]int{} // category -> index in s.ByCategory
+	s.ByCategory = []CategoryCount{}
 	for _, r := range results {
 		s.Attempts++
-		cats[r.Category] = true
-		if r.Control {
-			s.Controls++
-			if !r.Pass {
-				s.ControlsFailed++
-			}
-		} else {
-			s.Attacks++
-			if r.Observed == attack.Allowed {
-				s.AttacksThrough++
-			}
+		i, ok := at[r.Category]
+		if !ok {
+			i = len(s.ByCategory)
+			at[r.Category] = i
+			s.ByCategory = append(s.ByCategory, CategoryCount{Category: r.Category})
 		}
+		s.ByCategory[i].add(r)
+		total.add(r)
 		if r.Pass {
 			s.Passed++
 		} else {
 			s.Failed++
 		}
 	}
-	s.Categories = len(cats)
+	s.Attacks, s.AttacksBlocked, s.AttacksThrough, s.AttacksFailed = total.Attacks, total.AttacksBlocked, total.AttacksThrough, total.AttacksFailed
+	s.Controls, s.ControlsOK, s.ControlsFailed = total.Controls, total.ControlsOK, total.ControlsFailed
+	s.Categories = len(s.ByCategory)
 	return s
 }
 
@@ -236,82 +303,4 @@ func (ev *Evidence) WriteTable(w io.Writer) {
 		verdict += " (--break " + ev.Break + " disabled a layer on purpose.)"
 	}
 	fmt.Fprintln(w, verdict)
-}
-
-// mdCell escapes a table cell.
-func mdCell(s string) string {
-	s = strings.ReplaceAll(s, "|", "\\|")
-	return strings.ReplaceAll(s, "\n", " ")
-}
-
-// WriteMarkdown renders the evidence for people.
-func (ev *Evidence) WriteMarkdown(w io.Writer) {
-	p := func(format string, args ...any) { fmt.Fprintf(w, format, args...) }
-	p("# nsgate security lab: %s\n\n", strings.ToUpper(ev.Verdict))
-	if ev.Break != "" {
-		p("> Run with `--break %s`: a layer was disabled on purpose to show that the lab notices.\n\n", ev.Break)
-	}
-	p("| | |\n|---|---|\n")
-	p("| verdict | **%s** |\n", ev.Verdict)
-	p("| started | %s |\n| finished | %s |\n", ev.Started.UTC().Format(time.RFC3339), ev.Finished.UTC().Format(time.RFC3339))
-	p("| nsgate | %s |\n", mdCell(ev.Version))
-	p("| policy sha256 | `%s` |\n", ev.Policy.SHA256)
-	p("| audit log | `%s`: %d records, head `%s`, verified %v (MACs checked %v, anchored by its head file %v) |\n", ev.Audit.File, ev.Audit.Records, ev.Audit.Head, ev.Audit.Verified, ev.Audit.MACsChecked, ev.Audit.Anchored)
-	e := ev.Environment
-	p("| environment | %s/%s, kernel %s, %s, rootless %v, uid %d, /dev/net/tun %s, Landlock ABI %d, seccomp %v |\n",
-		e.OS, e.Arch, mdCell(e.Kernel), e.GoVersion, e.Rootless, e.UID, e.TunMode, e.LandlockABI, e.Seccomp)
-	p("| gateway | `%s`, exit %d |\n\n", mdCell(strings.Join(ev.Command, " ")), ev.Gateway.ExitCode)
-	s := ev.Summary
-	p("%d attempts in %d categories: %d attacks (%d got through), %d controls (%d failed); %d passed, %d failed.\n\n",
-		s.Attempts, s.Categories, s.Attacks, s.AttacksThrough, s.Controls, s.ControlsFailed, s.Passed, s.Failed)
-	if len(ev.Reasons) > 0 {
-		p("## Failures\n\n")
-		for _, r := range ev.Reasons {
-			p("- %s\n", r)
-		}
-		p("\n")
-	}
-	if len(e.Notes) > 0 || len(e.Skipped) > 0 {
-		p("## Notes\n\n")
-		for _, n := range e.Notes {
-			p("- %s\n", n)
-		}
-		for _, k := range e.Skipped {
-			p("- service %s skipped: its address could not be put on lo\n", k)
-		}
-		p("\n")
-	}
-	p("## Attempts\n\n| attempt | category | layer | expected | observed | audit seqs | result | detail |\n|---|---|---|---|---|---|---|---|\n")
-	for _, r := range ev.Attempts {
-		detail := r.Detail
-		if r.Why != "" {
-			detail = r.Why + " — " + detail
-		}
-		if r.HostCheck != "" {
-			detail += " — host check: " + r.HostCheck
-		}
-		if r.Evidence != "" {
-			detail += " — evidence: " + r.Evidence
-		}
-		p("| `%s` | %s | %s | %s | %s | %s | %s | %s |\n", r.ID, r.Category, r.Layer, r.Expected, r.Observed, seqList(r.AuditSeqs), passWord(r.Pass), mdCell(detail))
-	}
-	p("\n## Fake targets\n\n| target | address | approved | hits |\n|---|---|---|---|\n")
-	for _, t := range ev.Targets {
-		p("| %s | `%s` | %v | %d |\n", t.Target, t.Addr, t.Approved, t.Hits)
-	}
-	p("\n## Audit records per attempt\n\n")
-	for _, r := range ev.Attempts {
-		if len(r.Audit) == 0 {
-			continue
-		}
-		p("### %s\n\n```\n", r.ID)
-		for _, a := range r.Audit {
-			p("%s\n", a)
-		}
-		p("```\n\n")
-	}
-	p("## Policy\n\n```yaml\n%s```\n", ev.Policy.Text)
-	if ev.Gateway.Stderr != "" {
-		p("\n## Gateway stderr (tail)\n\n```\n%s\n```\n", ev.Gateway.Stderr)
-	}
 }

@@ -39,6 +39,10 @@ type Result struct {
 	// Evidence says what stands for an audit record where none exists by
 	// design (Attempt.NoRecord), or what the attempt's own log showed.
 	Evidence string `json:"evidence,omitempty"`
+	// Decision is the audit record that carries nsgate's decision on the
+	// attempt, with its rule and reason; absent when no attributed record
+	// does (see decisionOf).
+	Decision *Decision `json:"decision,omitempty"`
 }
 
 // Report is the outcome of Decide.
@@ -216,6 +220,7 @@ func DecideHost(cat []attack.Attempt, obs []attack.Observation, recs []audit.Rec
 			results[i].AuditSeqs = append(results[i].AuditSeqs, r.Seq)
 			results[i].Audit = append(results[i].Audit, r.Raw)
 		}
+		results[i].Decision = decisionOf(cat[i], mine[i])
 	}
 	for _, h := range hits {
 		if i := windowOf(h.Time); i >= 0 {
