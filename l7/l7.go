@@ -1,5 +1,5 @@
 // Package l7 classifies the first bytes a worker sends on a TCP flow and
-// checks them against the name the flow was opened by (SPEC §7): a TLS
+// checks them against the name the flow was opened by: a TLS
 // ClientHello must carry that name as its SNI, a plain HTTP/1.x request must
 // carry it as its Host.
 //

@@ -29,7 +29,7 @@ const (
 )
 
 // HTTPStream checks every request on a plain HTTP/1.x flow opened by
-// name, after its first bytes were classified HTTP and allowed (SPEC §7):
+// name, after its first bytes were classified HTTP and allowed:
 // each request head (the first one again, then every kept-alive and
 // pipelined one) must be well formed with unambiguous framing, and must
 // name the flow's host and port as Check requires; Content-Length and

@@ -16,7 +16,7 @@ import (
 // classified; after it the bytes so far are judged as final.
 const l7Hold = 3 * time.Second
 
-// gateL7 returns the relay.Gate of a flow opened by name (SPEC §7): the
+// gateL7 returns the relay.Gate of a flow opened by name: the
 // worker's first bytes, if a TLS ClientHello, must carry SNI equal to the
 // name; if a plain HTTP request, Host must equal it. The gate runs on the
 // relay's worker→upstream direction while upstream→worker already flows,

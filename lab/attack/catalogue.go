@@ -31,17 +31,17 @@ const (
 // must refuse it.
 const (
 	LayerControl   = "control"       // not an attack: must succeed
-	LayerMetadata  = "metadata"      // built-in cloud metadata set (SPEC §4 step 1, §5)
-	LayerSpecial   = "special-range" // built-in special-range guard (§4 step 3)
-	LayerPolicy    = "policy"        // allow rules, default deny (§4 steps 4-5)
-	LayerDNS       = "dns"           // fake-IP DNS: NXDOMAIN for unapproved names, nothing upstream (§7)
-	LayerResolve   = "resolve"       // host-side resolution: every answer checked, only a checked one dialed (§7)
-	LayerL7        = "l7"            // SNI and Host checks on name flows (§7)
+	LayerMetadata  = "metadata"      // built-in cloud metadata set (decision step 1, docs/policy.md)
+	LayerSpecial   = "special-range" // built-in special-range guard (decision step 3)
+	LayerPolicy    = "policy"        // allow rules, default deny (decision steps 4-5)
+	LayerDNS       = "dns"           // fake-IP DNS: NXDOMAIN for unapproved names, nothing upstream
+	LayerResolve   = "resolve"       // host-side resolution: every answer checked, only a checked one dialed
+	LayerL7        = "l7"            // SNI and Host checks on name flows
 	LayerNetns     = "netns"         // the worker's own network namespace (its lo, its abstract sockets)
 	LayerCaps      = "caps"          // the worker holds no capabilities
-	LayerExecGuard = "exec-guard"    // Landlock exec allowlist and seccomp (§6)
+	LayerExecGuard = "exec-guard"    // Landlock exec allowlist and seccomp
 	LayerView      = "fs-view"       // the worker's file system view: host read-only, private scratch and home, nsgate's files hidden, noexec, Landlock write rules
-	LayerAudit     = "audit"         // the audit log fails closed: nothing new is admitted once a record cannot be written (§8)
+	LayerAudit     = "audit"         // the audit log fails closed: nothing new is admitted once a record cannot be written
 )
 
 // AuditWant is what the audit log must show for an attempt.
