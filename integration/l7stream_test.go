@@ -120,7 +120,8 @@ func startRecordingHTTP(t *testing.T) *recordingHTTP {
 
 // TestL7EveryRequestBlocks: a real worker (nsgate's probe, writing raw
 // bytes) tries each bypass against a keep-alive server that would serve
-// it. Each must end in a reset the worker sees, no request for another
+// it. Each must end in a refusal the worker sees (nsgate's 403 or TLS
+// alert for refused first bytes, else a reset), no request for another
 // host (and, where the first bytes are refused, no byte at all) at the
 // server, and an l7 deny record with the reason. The control, two
 // requests for app.test on one connection, must be served.
@@ -174,7 +175,11 @@ func TestL7EveryRequestBlocks(t *testing.T) {
 				}
 				continue
 			}
-			if r.code == 0 || !strings.Contains(r.stdout, "reset") {
+			// A refused first request gets nsgate's 403 (a TLS record its
+			// access_denied alert) and an end; a refused later one, a reset.
+			refused := r.code != 0 && strings.Contains(r.stdout, "reset") ||
+				strings.Contains(r.stdout, `"HTTP/1.1 403 Forbidden"`) || strings.Contains(r.stdout, `"\x15\x03\x03\x00\x02\x021"`)
+			if !refused {
 				t.Errorf("%s: the worker saw no refusal: exit %d %q (%s)", tc.name, r.code, r.stdout, tc.why)
 			}
 			if !slices.Equal(served, tc.served) {

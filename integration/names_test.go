@@ -227,11 +227,14 @@ func TestL7Checks(t *testing.T) {
 		if r := run("curl", "-sS", "--max-time", "5", "--cacert", ca, "https://app.test:8443/"); r.code != 0 || !strings.Contains(r.stdout, "hello from app over tls") {
 			t.Errorf("HTTPS to app.test: exit %d %q", r.code, r.stdout)
 		}
-		if r := run("curl", "-sS", "--max-time", "5", "--cacert", ca, "--connect-to", "other.test:8443:app.test:8443", "https://other.test:8443/"); r.code == 0 {
-			t.Errorf("TLS with SNI other.test to app.test's address got through: %q", r.stdout)
+		// A refusal says what it is: a TLS access_denied alert, an HTTP 403
+		// naming the reason (and never the server's page).
+		if r := run("curl", "-sS", "--max-time", "5", "--cacert", ca, "--connect-to", "other.test:8443:app.test:8443", "https://other.test:8443/"); r.code == 0 || !strings.Contains(r.stderr, "access denied") {
+			t.Errorf("TLS with SNI other.test to app.test's address: exit %d %q %q; want refused with an access denied alert", r.code, r.stdout, r.stderr)
 		}
-		if r := run("curl", "-sS", "--max-time", "5", "-H", "Host: evil.test", "http://app.test:8080/"); r.code == 0 {
-			t.Errorf("HTTP with Host evil.test to app.test got through: %q", r.stdout)
+		if r := run("curl", "-sS", "--max-time", "5", "-w", "\nstatus=%{http_code}\n", "-H", "Host: evil.test", "http://app.test:8080/"); !strings.Contains(r.stdout, "status=403") ||
+			!strings.Contains(r.stdout, "nsgate refused this request: host does not match") || strings.Contains(r.stdout, "hello from") {
+			t.Errorf("HTTP with Host evil.test to app.test: exit %d %q; want nsgate's 403 and nothing from the server", r.code, r.stdout)
 		}
 		if r := run(nsgateBin, "__probe", "banner", "app.test:22"); r.code != 0 || !strings.Contains(r.stdout, "SSH-2.0-nsgate-lab") {
 			t.Errorf("server-first banner on an allowed port: exit %d %q", r.code, r.stdout)

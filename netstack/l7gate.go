@@ -2,6 +2,7 @@ package netstack
 
 import (
 	"net"
+	"strconv"
 	"sync"
 	"time"
 
@@ -87,7 +88,9 @@ func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
 			g.audit.Log(ev)
 		}
 		if !v.Allow {
-			ep.Abort()
+			if !explainRefusal(worker, r.Kind, p.host, v.Reason, pol.RefusalAlert(), pol.RefusalPage()) {
+				ep.Abort()
+			}
 			return nil, nil, errL7Denied
 		}
 		var f relay.Filter
@@ -132,6 +135,57 @@ func (f *httpFilter) refuse(v l7.Verdict) error {
 	f.g.audit.Log(audit.L7{Action: "deny", FlowSeq: f.flowSeq, Host: f.host, HTTPHost: v.HTTPHost, Reason: v.Reason})
 	f.ep.Abort()
 	return errL7Denied
+}
+
+// tlsAccessDenied is a fatal TLS alert record: access_denied (49).
+var tlsAccessDenied = []byte{21, 3, 3, 0, 2, 2, 49}
+
+// explainRefusal tells the worker why its first bytes were refused, where
+// the protocol has a way to say it: a TLS access_denied alert for a
+// ClientHello, a short 403 response naming the reason and the flow's name
+// for an HTTP request. It then half-closes the connection, so the worker
+// reads the answer and an end instead of a reset; an agent reading the
+// answer can tell a policy refusal from a network fault. It reports false
+// when it said nothing (another protocol, the policy turned it off, or the
+// write failed): the caller resets the connection.
+func explainRefusal(worker net.Conn, kind l7.Kind, host, reason string, alert, page bool) bool {
+	var msg []byte
+	switch {
+	case kind == l7.TLS && alert:
+		msg = tlsAccessDenied
+	case kind == l7.HTTP && page:
+		msg = refusalPage(host, reason)
+	default:
+		return false
+	}
+	worker.SetWriteDeadline(time.Now().Add(time.Second))
+	_, err := worker.Write(msg)
+	worker.SetWriteDeadline(time.Time{})
+	if err != nil {
+		return false
+	}
+	if cw, ok := worker.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	return true
+}
+
+// refusalPage is the 403 response to an HTTP request the L7 checks refused.
+// host is the name the flow was opened by (normalized by the policy);
+// reason may quote what the worker sent, so only printable ASCII of it is
+// kept.
+func refusalPage(host, reason string) []byte {
+	clean := make([]byte, 0, len(reason))
+	for i := 0; i < len(reason) && len(clean) < 200; i++ {
+		if c := reason[i]; c >= 0x20 && c < 0x7f {
+			clean = append(clean, c)
+		}
+	}
+	body := "nsgate refused this request: " + string(clean) + ".\n" +
+		"This connection was opened to " + host + "; the egress policy lets each connection speak only to the name it was opened to.\n" +
+		"This is a policy decision, not a network fault: retrying will not help. Ask the operator to allow what you need.\n"
+	return []byte("HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: " +
+		strconv.Itoa(len(body)) + "\r\nConnection: close\r\nX-Nsgate-Refusal: l7\r\n\r\n" + body)
 }
 
 // holdBufs are the gate's initial hold buffers (grown up to l7.MaxHold

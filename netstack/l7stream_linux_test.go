@@ -198,3 +198,74 @@ func TestL7SSHBannerExchange(t *testing.T) {
 		t.Fatalf("an l7 record for an SSH exchange%s", h.sink.dump())
 	}
 }
+
+// helloRecord is a TLS handshake record carrying clientHello(sni).
+func helloRecord(sni string) []byte {
+	m := clientHello(sni)
+	return append([]byte{22, 3, 1, byte(len(m) >> 8), byte(len(m))}, m...)
+}
+
+// TestL7RefusalTellsTheWorker: a first request refused by the Host check
+// gets nsgate's 403 naming the reason, and a ClientHello refused by the
+// SNI check a TLS access_denied alert, each followed by a clean end, so an
+// agent can tell a policy refusal from a network fault; nothing reaches
+// upstream, and the l7 record is written. The policy can turn either off:
+// then the worker is reset.
+func TestL7RefusalTellsTheWorker(t *testing.T) {
+	tests := []struct {
+		name, policy string
+		send         []byte
+		want         string // prefix of what the worker reads; "" means a reset
+		reason       string
+	}{
+		{"http 403", httpNamePolicy, []byte("GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n"),
+			"HTTP/1.1 403 Forbidden\r\n", "host does not match"},
+		{"tls alert", httpNamePolicy, helloRecord("evil.test"), string(tlsAccessDenied), "sni does not match"},
+		{"http page off", httpNamePolicy + "http: {refusal_page: false}\n", []byte("GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n"), "", "host does not match"},
+		{"tls alert off", httpNamePolicy + "tls: {refusal_alert: false}\n", helloRecord("evil.test"), "", "sni does not match"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			up, got := recordingServer(t)
+			names := &fakeNames{
+				fake:    map[netip.Addr]string{mustAddr("198.18.0.5"): "app.test"},
+				answers: map[string][]netip.Addr{"app.test": {mustAddr("203.0.113.10")}},
+			}
+			h := newHarness(t, withNames(names), withPolicy(t, tt.policy))
+			h.dialer.route("tcp", "203.0.113.10:80", up)
+			c, err := h.dialTCP("198.18.0.5:80")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, seq := h.sink.flowBySrc(t, c.LocalAddr().String())
+			c.Write(tt.send)
+			c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			read, rerr := io.ReadAll(c)
+			switch {
+			case tt.want == "" && rerr == nil:
+				t.Fatalf("read %q and a clean end, want a reset", read)
+			case tt.want != "" && (rerr != nil || !strings.HasPrefix(string(read), tt.want)):
+				t.Fatalf("read %q, %v; want %q and a clean end", read, rerr, tt.want)
+			}
+			if tt.want == "HTTP/1.1 403 Forbidden\r\n" && (!strings.Contains(string(read), "host does not match") || !strings.Contains(string(read), "app.test")) {
+				t.Fatalf("the 403 does not name the reason and the flow's name: %q", read)
+			}
+			select {
+			case seen := <-got:
+				if len(seen) != 0 {
+					t.Fatalf("upstream read %q", seen)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("upstream never ended")
+			}
+			ev, _ := h.sink.waitEvent(t, "l7 deny", func(ev audit.Event) bool {
+				r, ok := ev.(audit.L7)
+				return ok && r.FlowSeq == seq && r.Action == "deny"
+			})
+			if r := ev.(audit.L7); r.Reason != tt.reason {
+				t.Fatalf("l7 record %+v, want reason %q", r, tt.reason)
+			}
+		})
+	}
+}

@@ -161,6 +161,11 @@ func (ps *parser) document(data []byte, p *Policy) {
 						}
 					}
 				},
+				"refusal_alert": func(k, v *yaml.Node) {
+					if b, ok := ps.boolean(v, "tls.refusal_alert"); ok {
+						p.noRefusalAlert = !b
+					}
+				},
 			})
 		},
 		"http": func(k, v *yaml.Node) {
@@ -171,6 +176,11 @@ func (ps *parser) document(data []byte, p *Policy) {
 						if !b {
 							ps.warnf(v, "http.verify_host is false: a plain HTTP flow opened by name may carry any Host")
 						}
+					}
+				},
+				"refusal_page": func(k, v *yaml.Node) {
+					if b, ok := ps.boolean(v, "http.refusal_page"); ok {
+						p.noRefusalPage = !b
 					}
 				},
 			})

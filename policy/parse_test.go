@@ -371,7 +371,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			why:  "unknown tls keys are errors",
 			src:  "version: 1\ntls: {verify: true}\n",
-			want: []string{`2:7: tls: unknown key "verify"; expected verify_sni`},
+			want: []string{`2:7: tls: unknown key "verify"; expected refusal_alert or verify_sni`},
 		},
 		{
 			why:  "exec paths are absolute",

@@ -32,6 +32,9 @@ type Policy struct {
 	upstreams  []string                // "ip:port"; nil = host resolv.conf
 	verifySNI  bool
 	verifyHost bool
+	// noRefusalAlert and noRefusalPage turn off what the worker is told
+	// when an L7 check refuses (tls.refusal_alert, http.refusal_page).
+	noRefusalAlert, noRefusalPage bool
 	execAllow  []string
 	fsWrite    []string       // filesystem.write, cleaned: "/abs", "~" or "~/rel"
 	fsHide     []string       // filesystem.hide, the same forms
@@ -349,6 +352,16 @@ func (p *Policy) VerifySNI() bool { return p.verifySNI }
 
 // VerifyHost reports http.verify_host (default true).
 func (p *Policy) VerifyHost() bool { return p.verifyHost }
+
+// RefusalAlert reports whether a ClientHello refused by the SNI check gets
+// a TLS access_denied alert before the connection closes
+// (tls.refusal_alert, default true); otherwise it is reset.
+func (p *Policy) RefusalAlert() bool { return !p.noRefusalAlert }
+
+// RefusalPage reports whether a plain HTTP request refused by the L7
+// checks gets a short 403 response naming the reason
+// (http.refusal_page, default true); otherwise it is reset.
+func (p *Policy) RefusalPage() bool { return !p.noRefusalPage }
 
 // ExecAllow returns exec.allow as written (absolute paths; a trailing slash
 // marks a directory), or nil.

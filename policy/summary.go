@@ -54,8 +54,8 @@ func (p *Policy) Summary() string {
 	} else {
 		b.WriteString("# dns: upstream from the host's /etc/resolv.conf, no static hosts\n")
 	}
-	b.WriteString("tls: {verify_sni: " + strconv.FormatBool(p.verifySNI) + "}\n")
-	b.WriteString("http: {verify_host: " + strconv.FormatBool(p.verifyHost) + "}\n")
+	b.WriteString("tls: {verify_sni: " + strconv.FormatBool(p.verifySNI) + ", refusal_alert: " + strconv.FormatBool(p.RefusalAlert()) + "}\n")
+	b.WriteString("http: {verify_host: " + strconv.FormatBool(p.verifyHost) + ", refusal_page: " + strconv.FormatBool(p.RefusalPage()) + "}\n")
 	if len(p.execAllow) > 0 {
 		b.WriteString("exec:\n  allow:\n")
 		for _, e := range p.execAllow {
