@@ -364,7 +364,14 @@ func (p5 *podman5Env) testPolicy(t *testing.T) {
 		t.Errorf("unapproved server saw %d connections, want 0", got)
 	}
 
+	// podman run --rm returns when the container is gone; the helper
+	// notices its namespace went (it looks every 250 ms) and then writes
+	// the exit record: wait for that, boundedly.
 	file, recs := onlyAudit(t, aout)
+	for deadline := time.Now().Add(10 * time.Second); recs[len(recs)-1].str("event") != "exit" && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		file, recs = onlyAudit(t, aout)
+	}
 	if _, ok := findAllow(recs, "app.test", appV4+":8080"); !ok {
 		t.Errorf("no allow flow for app.test to %s:8080 in %s", appV4, file)
 	}
