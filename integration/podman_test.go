@@ -319,15 +319,27 @@ func (pm *podmanEnv) testPolicy(t *testing.T) {
 	if !allowed {
 		t.Errorf("no allow flow for app.test to %s:8080 in %s", appV4, file)
 	}
-	for _, d := range []struct{ dst, rule string }{
+	checkContainerAudit(t, file, recs, []denial{
 		{metadataV4 + ":80", "builtin:metadata"},
 		{otherV4 + ":8080", "default"},
-	} {
+	})
+}
+
+// denial is a flow a container's audit log must refuse, by rule.
+type denial struct{ dst, rule string }
+
+// checkContainerAudit checks the audit log of one container's network
+// helper: a deny flow record with its rule for each of denials, a DNS
+// denial of evil.test, a log that runs from start to exit (the helper ends
+// with its container), and a chain that verifies.
+func checkContainerAudit(t *testing.T, file string, recs []record, denials []denial) {
+	t.Helper()
+	for _, d := range denials {
 		rec, ok := findFlow(recs, "deny", d.dst)
 		if !ok {
 			t.Errorf("no deny flow for %s", d.dst)
 		} else if rec.str("rule") != d.rule {
-			t.Errorf("deny %s: rule %q, want %q", d.dst, rec.str("rule"), d.rule)
+			t.Errorf("deny %s: rule %q, want %q (%s)", d.dst, rec.str("rule"), d.rule, rec.str("reason"))
 		}
 	}
 	var nameDenied bool
@@ -340,7 +352,7 @@ func (pm *podmanEnv) testPolicy(t *testing.T) {
 		t.Errorf("no dns deny for evil.test in %s", file)
 	}
 	if recs[0].str("event") != "start" || recs[len(recs)-1].str("event") != "exit" {
-		t.Errorf("audit log should run from start to exit (the helper exits with its container): first %q, last %q",
+		t.Errorf("audit log should run from start to exit (the helper ends with its container): first %q, last %q",
 			recs[0].str("event"), recs[len(recs)-1].str("event"))
 	}
 	if v := runNsgate(t, mode{uid: -1, gid: -1}, "audit", "verify", file); v.code != 0 {

@@ -481,16 +481,22 @@ func udpProbe(id, layer, rule, desc, host string, port uint16, aim string) Attem
 		Expect: Blocked, Audit: AuditDeny, Aims: []string{aim},
 		Keys: []string{addrKey(host, port) + "/udp", "packet:" + host},
 		run: func(ctx context.Context, a *attacker) result {
-			reply, err := a.udpExchange(ctx, hostPort(host, port), payload)
-			if err != nil {
-				if isRefusal(err) || strings.Contains(err.Error(), "no reply") {
-					return blockedf("%v", err)
-				}
-				return erroredf("%v", err)
-			}
-			return allowedf("%d-byte reply", len(reply))
+			return a.udpAttempt(ctx, hostPort(host, port), payload)
 		},
 	}
+}
+
+// udpAttempt sends payload to addr and judges the exchange: a refusal or
+// no reply is blocked, a reply got through.
+func (a *attacker) udpAttempt(ctx context.Context, addr string, payload []byte) result {
+	reply, err := a.udpExchange(ctx, addr, payload)
+	if err != nil {
+		if isRefusal(err) || strings.Contains(err.Error(), "no reply") {
+			return blockedf("%v", err)
+		}
+		return erroredf("%v", err)
+	}
+	return allowedf("%d-byte reply", len(reply))
 }
 
 // mptcpAttempt connects with MPTCP (a separate IP protocol number on the
@@ -657,14 +663,7 @@ func l7QUIC(id, desc, sni string, garbage bool) Attempt {
 				}
 				payload = p
 			}
-			reply, err := a.udpExchange(ctx, hostPort(internet.QUICName, 443), payload)
-			if err != nil {
-				if isRefusal(err) || strings.Contains(err.Error(), "no reply") {
-					return blockedf("%v", err)
-				}
-				return erroredf("%v", err)
-			}
-			return allowedf("%d-byte reply", len(reply))
+			return a.udpAttempt(ctx, hostPort(internet.QUICName, 443), payload)
 		},
 	}
 }
