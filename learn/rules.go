@@ -279,13 +279,18 @@ func compareNames(a, b string) int {
 	return slices.Compare(la, lb)
 }
 
-// plural is "1 flow", "2 flows".
+// plural is "1 flow", "2 flows" ("addresses", "entries").
 func plural[N int | uint64](n N, word string) string {
-	s := strconv.FormatUint(uint64(n), 10) + " " + word
-	if n != 1 {
-		s += "s"
+	s := strconv.FormatUint(uint64(n), 10) + " "
+	switch {
+	case n == 1:
+		return s + word
+	case strings.HasSuffix(word, "s"):
+		return s + word + "es"
+	case strings.HasSuffix(word, "y"):
+		return s + strings.TrimSuffix(word, "y") + "ies"
 	}
-	return s
+	return s + word + "s"
 }
 
 // listSome joins up to max items, then says how many more.

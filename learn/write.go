@@ -149,7 +149,7 @@ func LearnedPolicy(res Result, run Run) ([]byte, error) {
 		w("# they now get NXDOMAIN): %s\n", commentText(listSome(res.NamesOnly, 20)))
 	}
 	if len(res.FailedSeen) > 0 {
-		w("# Allowed during learning but failed, not learned (first %d):\n", len(res.FailedSeen))
+		w("# Allowed during learning but failed, not learned (%d; the first distinct ones):\n", res.Failed)
 		for _, f := range res.FailedSeen {
 			w("#   %s\n", commentText(f))
 		}

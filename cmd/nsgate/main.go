@@ -13,6 +13,7 @@ import (
 	"github.com/nsgate/nsgate/bench/profile"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/lab/attack"
+	"github.com/nsgate/nsgate/learn"
 	"github.com/nsgate/nsgate/pasta"
 	"github.com/nsgate/nsgate/probe"
 	"github.com/nsgate/nsgate/sandbox"
@@ -84,6 +85,7 @@ var commands = []command{
 	{"run", cmdRun, "[flags] -- COMMAND [ARG...]", "run COMMAND as the worker"},
 	{"check", cmdCheck, "FILE", "validate a policy file"},
 	{"explain", cmdExplain, "--policy FILE [--proto tcp|udp] DEST:PORT", "the decision for one destination"},
+	{"policy", func(e env, args []string) int { return learn.PolicyMain(args, e.stdout, e.stderr) }, "suggest AUDIT.jsonl [--policy CURRENT]", "rules that would have allowed a log's denials"},
 	{"audit", cmdAudit, "verify [--key FILE] [--head HASH] FILE", "verify an audit log's hash chain"},
 	{"guard", cmdGuard, "[flags] -- COMMAND", "only the exec/syscall guard"},
 	{"lab", cmdLab, "[--evidence DIR] [--browser PATH]", "the built-in security lab"},
