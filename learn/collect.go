@@ -14,11 +14,13 @@
 package learn
 
 import (
+	"fmt"
 	"net/netip"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/policy"
@@ -187,7 +189,7 @@ func (c *Collector) flow(e audit.Flow, n uint64) {
 	defer c.mu.Unlock()
 	host := ""
 	if e.Host != "" {
-		h, err := policy.NormalizeName(e.Host)
+		h, err := normalName(e.Host)
 		if err != nil {
 			c.counts.Invalid += n
 			return
@@ -220,7 +222,7 @@ func (c *Collector) flow(e audit.Flow, n uint64) {
 		}
 		return
 	}
-	if derr != nil || bit == 0 {
+	if derr != nil || bit == 0 || dst.Port() == 0 {
 		c.counts.Invalid += n
 		return
 	}
@@ -241,6 +243,19 @@ func (c *Collector) flow(e audit.Flow, n uint64) {
 	c.counts.Flows += n
 }
 
+// normalName is policy.NormalizeName, refusing a name whose normal form
+// does not normalize to itself: a rule written with it would not parse.
+func normalName(s string) (string, error) {
+	n, err := policy.NormalizeName(s)
+	if err != nil {
+		return "", err
+	}
+	if again, err := policy.NormalizeName(n); err != nil || again != n {
+		return "", fmt.Errorf("%q does not normalize to itself", s)
+	}
+	return n, nil
+}
+
 // describe names a flow's destination for a comment: "tcp app.test:443"
 // or "tcp 203.0.113.9:81".
 func describe(proto, host, dst string) string {
@@ -258,7 +273,7 @@ func (c *Collector) dns(e audit.DNS, n uint64) {
 	defer c.mu.Unlock()
 	switch {
 	case c.wanted(e.Rule, e.Action):
-		name, err := policy.NormalizeName(e.QName)
+		name, err := normalName(e.QName)
 		if err != nil {
 			c.counts.Invalid += n
 			return
@@ -289,7 +304,7 @@ func (c *Collector) exec(e audit.Exec, n uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	p := filepath.Clean(e.Path)
-	if !filepath.IsAbs(e.Path) || strings.IndexByte(p, 0) >= 0 {
+	if !filepath.IsAbs(e.Path) || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
 		c.counts.Invalid += n
 		return
 	}

@@ -227,14 +227,19 @@ func quoteArgv(argv []string) string {
 	return strings.Join(out, " ")
 }
 
-// commentText makes s safe inside a YAML comment: one line, no control
-// characters.
+// commentText makes s safe inside a YAML comment: one line, only
+// characters YAML allows in a stream (no control characters, no line
+// breaks such as NEL or U+2028, no byte-order mark); the others become
+// spaces.
 func commentText(s string) string {
 	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
+		switch {
+		case r == 0x85 || r == 0x2028 || r == 0x2029 || r == 0xfeff:
 			return ' '
+		case r >= 0x20 && r <= 0x7e, r >= 0xa0 && r <= 0xd7ff, r >= 0xe000 && r <= 0xfffd, r >= 0x10000 && r <= 0x10ffff:
+			return r
 		}
-		return r
+		return ' '
 	}, s)
 }
 
