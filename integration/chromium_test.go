@@ -59,7 +59,7 @@ type chromiumRun struct {
 // dir; extra are more Chromium flags. As uid 0 (root, or root of a sealed user namespace) Chromium
 // refuses to start its own sandbox, so it gets --no-sandbox there and
 // nsgate does not need --allow-userns (docs/chromium.md, "Running as
-// root").
+// root"). extra are further flags of nsgate run (--learn OUT).
 func runChromium(t *testing.T, m mode, dir, name, url string, relax chromiumRelax, extra ...string) chromiumRun {
 	t.Helper()
 	pol := filepath.Join(dir, "policy.yaml")
@@ -67,7 +67,7 @@ func runChromium(t *testing.T, m mode, dir, name, url string, relax chromiumRela
 		writeFile(t, dir, "policy.yaml", chromiumPolicy)
 	}
 	log := filepath.Join(dir, name+".jsonl")
-	args := []string{"run", "--policy", pol, "--audit", log}
+	args := append([]string{"run", "--policy", pol, "--audit", log}, extra...)
 	asRoot := m.uid < 0
 	if relax.userns && !asRoot {
 		args = append(args, "--allow-userns")

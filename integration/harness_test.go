@@ -47,7 +47,9 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	os.Chmod(dir, 0o755)
-	inet, sealErr = internet.Setup(internet.DefaultLayout(), dir)
+	layout := internet.DefaultLayout()
+	layout.Pages = sitePages // the multi-host site of learn_test.go
+	inet, sealErr = internet.Setup(layout, dir)
 	code := m.Run()
 	if inet != nil {
 		inet.Close()

@@ -118,6 +118,7 @@ func TestNormalizeName(t *testing.T) {
 		{"space", "a b.test", "", "invalid name"},
 		{"leading hyphen", "-a.test", "", "invalid name"},
 		{"bad punycode", "xn--zz.test", "", "invalid name"},
+		{"not UTF-8 (its U+FFFD would be a label the parser refuses)", "\xb0.test", "", "not UTF-8"},
 		{"wildcard", "*.app.test", "", "invalid name"},
 		{"IPv4 literal", "127.0.0.1", "", "is an IP address"},
 		{"IPv6 literal", "::1", "", "is an IP address"},

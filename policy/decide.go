@@ -26,7 +26,8 @@ import (
 //  4. The first allow rule matching proto, port and (host rule) f.Host or
 //     (cidr rule) f.Addr: allow, rule allow[i]. A cidr rule broader than
 //     the special range holding f.Addr does not match it.
-//  5. Otherwise deny, rule default.
+//  5. Otherwise deny, rule default; but in a Learning policy, allow with
+//     rule learn (step 4b).
 //
 // A zero f.Addr skips every address part; an empty f.Host every name part.
 // f.Host should be normalized (see NormalizeName); a name that is not is
@@ -143,6 +144,11 @@ func (p *Policy) Decide(f Flow) Decision {
 		return Decision{Allow, r.id, r.reason}
 	}
 
+	// 4b. Learning: what no step above decided is allowed, and recorded.
+	if p.learn {
+		return Decision{Allow, RuleLearn, learnReason}
+	}
+
 	// 5. Default, naming the first rule that covered the destination.
 	var rb reasonBuf
 	rb.str("no allow rule matches ").flow(f.Proto, host, addrs, f.Port)
@@ -156,6 +162,9 @@ func (p *Policy) Decide(f Flow) Decision {
 	}
 	return Decision{Deny, RuleDefault, rb.String()}
 }
+
+// learnReason is the reason of every decision taken by step 4b.
+const learnReason = "learning: no allow rule covers it; allowed and recorded for the learned policy"
 
 // specialReason explains a special-range denial of a (embedded in outer
 // when embedded); broad is the allow rule that covers a from outside the
@@ -240,7 +249,8 @@ func (rb *reasonBuf) String() string { return string(rb.b[:rb.n]) }
 //  3. a dns.hosts entry: allow, rule hosts;
 //  4. an allow host rule covering the name (any proto or port): allow,
 //     rule allow[i];
-//  5. otherwise deny, rule default.
+//  5. otherwise deny, rule default (in a Learning policy: allow, rule
+//     learn).
 //
 // name should be normalized; one that does not normalize is denied. An
 // allowed name still needs Decide for each flow. NameAllowed does no I/O and
@@ -267,6 +277,9 @@ func (p *Policy) NameAllowed(name string) Decision {
 	if h.best >= 0 {
 		r := &p.allow.rules[h.best]
 		return Decision{Allow, r.id, r.reason}
+	}
+	if p.learn {
+		return Decision{Allow, RuleLearn, learnReason}
 	}
 	return Decision{Deny, RuleDefault, "no allow host rule or dns.hosts entry covers " + host}
 }

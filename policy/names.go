@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/net/idna"
 )
@@ -34,6 +35,11 @@ func NormalizeName(s string) (string, error) {
 	}
 	if strings.HasSuffix(in, ".") {
 		return "", fmt.Errorf("invalid name %q: empty label", s)
+	}
+	if !utf8.ValidString(in) {
+		// The mapping would turn the bad bytes into U+FFFD, whose
+		// punycode label this function itself refuses when read back.
+		return "", fmt.Errorf("invalid name %q: not UTF-8", s)
 	}
 	out, err := idna.Lookup.ToASCII(in)
 	if err != nil {

@@ -15,6 +15,8 @@ const (
 	RuleMetadata     = "builtin:metadata"
 	RuleSpecialRange = "builtin:special-range"
 	RuleDefault      = "default"
+	// RuleLearn allows what no allow rule covers in a Learning policy.
+	RuleLearn = "learn"
 )
 
 // Policy is a parsed policy file. It is immutable: every method is safe for
@@ -26,6 +28,9 @@ type Policy struct {
 	// noMetadata skips decision step 1 (WithoutMetadataStep): only the
 	// lab's --break metadata sets it, to show the lab can fail.
 	noMetadata bool
+	// learn allows, as decision step 4b, whatever steps 1 to 4 left
+	// undecided (Learning).
+	learn      bool
 	allow      ruleSet
 	deny       ruleSet
 	hosts      map[string][]netip.Addr // canonical name → static answers (unmapped, no zone)
@@ -35,11 +40,11 @@ type Policy struct {
 	// noRefusalAlert and noRefusalPage turn off what the worker is told
 	// when an L7 check refuses (tls.refusal_alert, http.refusal_page).
 	noRefusalAlert, noRefusalPage bool
-	execAllow  []string
-	fsWrite    []string       // filesystem.write, cleaned: "/abs", "~" or "~/rel"
-	fsHide     []string       // filesystem.hide, the same forms
-	warnings   []Error        // in file order
-	local      []netip.Prefix // WithLocal prefixes, masked
+	execAllow                     []string
+	fsWrite                       []string       // filesystem.write, cleaned: "/abs", "~" or "~/rel"
+	fsHide                        []string       // filesystem.hide, the same forms
+	warnings                      []Error        // in file order
+	local                         []netip.Prefix // WithLocal prefixes, masked
 }
 
 // protoMask is a set of protocols a rule applies to.
@@ -426,6 +431,26 @@ func (p *Policy) WithoutMetadataStep() *Policy {
 	q.noMetadata = true
 	return &q
 }
+
+// Learning returns a copy of base (DenyAll when nil) for learning a
+// policy (`nsgate run --learn`): every name resolves and every flow that
+// steps 1 to 4 of Decide leave undecided is allowed with rule "learn"
+// instead of being denied by default. The cloud-metadata set, base's deny
+// rules, the special ranges and the gateway's own prefixes (WithLocal)
+// refuse exactly as they do in base, and base's allow rules still decide
+// first, under their own ids; so the flows allowed with rule "learn" are
+// exactly what base lacks. base is not changed.
+func Learning(base *Policy) *Policy {
+	if base == nil {
+		base = DenyAll()
+	}
+	q := *base
+	q.learn = true
+	return &q
+}
+
+// IsLearning reports whether p was made by Learning.
+func (p *Policy) IsLearning() bool { return p.learn }
 
 // unmapPrefix turns an IPv4-mapped IPv6 prefix of length 96 or more into the
 // IPv4 prefix it means; other prefixes are returned unchanged.

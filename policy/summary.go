@@ -14,6 +14,9 @@ import (
 func (p *Policy) Summary() string {
 	var b strings.Builder
 	b.WriteString("# nsgate policy, normalized\n")
+	if p.learn {
+		b.WriteString("# learning: what no rule below decides is allowed (rule learn)\n")
+	}
 	b.WriteString("version: 1\n")
 	writeRules(&b, "allow", p.allow.rules)
 	writeRules(&b, "deny", p.deny.rules)
@@ -122,32 +125,7 @@ func writeRules(b *strings.Builder, section string, rules []rule) {
 	b.WriteString(section + ":\n")
 	for i := range rules {
 		r := &rules[i]
-		b.WriteString("  - {")
-		if r.isHost() {
-			b.WriteString("host: ")
-		} else {
-			b.WriteString("cidr: ")
-		}
-		b.WriteString(strconv.Quote(r.pattern()))
-		b.WriteString(", proto: " + r.protos.String())
-		if r.ports != nil {
-			b.WriteString(", ports: [")
-			for j, pr := range r.ports {
-				if j > 0 {
-					b.WriteString(", ")
-				}
-				if pr.lo == pr.hi {
-					b.WriteString(strconv.Itoa(int(pr.lo)))
-				} else {
-					b.WriteString(`"` + strconv.Itoa(int(pr.lo)) + "-" + strconv.Itoa(int(pr.hi)) + `"`)
-				}
-			}
-			b.WriteString("]")
-		}
-		if r.l7None {
-			b.WriteString(", l7: none")
-		}
-		b.WriteString("}  # " + r.id)
+		b.WriteString("  - " + r.spec().YAML() + "  # " + r.id)
 		if r.ports == nil {
 			b.WriteString(", all ports")
 		}

@@ -25,7 +25,7 @@ import (
 // the server is closed, after which the kernel fails every exec of the
 // worker with ENOSYS.
 func (s *Session) ExecAudit(plan guard.Plan) func(*os.File) error {
-	a := &execAudit{log: s.log, failed: audit.FailedOf(s.log), plan: plan}
+	a := &execAudit{log: s.sink, failed: audit.FailedOf(s.sink), plan: plan}
 	s.mu.Lock()
 	s.execs = append(s.execs, a)
 	s.mu.Unlock()
@@ -35,7 +35,7 @@ func (s *Session) ExecAudit(plan guard.Plan) func(*os.File) error {
 // execAudit serves one exec notifier. Its methods are safe for concurrent
 // use.
 type execAudit struct {
-	log    *audit.Logger
+	log    audit.Sink
 	failed <-chan struct{}
 	plan   guard.Plan
 

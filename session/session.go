@@ -75,6 +75,15 @@ type Config struct {
 	// policy put in force. Only `nsgate lab --break metadata` sets it, to
 	// show that the lab notices.
 	WithoutMetadataStep bool
+	// Learn puts every policy in force through policy.Learning (nsgate
+	// run --learn): what no rule decides is allowed with rule learn,
+	// the built-in sets and deny rules still refuse.
+	Learn bool
+	// Observe, when set, sees every event the session logs, as it is
+	// logged, before the log folds repeats (audit.Tee): the learner's
+	// view of the run. It must be safe for concurrent use and must not
+	// block.
+	Observe func(audit.Event)
 
 	// AuditPath is the audit log ("" none, "-" stderr); see audit.Open.
 	AuditPath string
@@ -117,6 +126,9 @@ type Session struct {
 	cfg Config
 	pol atomic.Pointer[policy.Policy]
 	log *audit.Logger
+	// sink is what every part of the session logs to: log, teed to
+	// Config.Observe when set.
+	sink audit.Sink
 
 	stopSighup func()
 
@@ -152,6 +164,7 @@ func Open(cfg Config) (*Session, error) {
 	if s.log, err = audit.Open(cfg.AuditPath, opts); err != nil {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
+	s.sink = audit.Tee(s.log, cfg.Observe)
 	if cfg.AuditPath == "-" {
 		// A write to a stderr nobody reads any more must fail (EPIPE)
 		// and fail the log, not kill nsgate with SIGPIPE before it can
@@ -163,7 +176,7 @@ func Open(cfg Config) (*Session, error) {
 	if !cfg.NoNetwork {
 		start.PolicySHA256 = p.SHA256()
 	}
-	s.log.Log(start)
+	s.sink.Log(start)
 	if cfg.Reload == ReloadOnSIGHUP {
 		s.stopSighup = s.reloadOnSIGHUP()
 	}
@@ -184,14 +197,22 @@ func (s *Session) store(p *policy.Policy) {
 	if s.cfg.WithoutMetadataStep {
 		p = p.WithoutMetadataStep()
 	}
+	if s.cfg.Learn {
+		p = policy.Learning(p)
+	}
 	s.pol.Store(p.WithLocal(s.cfg.Plan.Local()...))
 }
 
 // Policy returns the policy in force (an immutable snapshot).
 func (s *Session) Policy() *policy.Policy { return s.pol.Load() }
 
-// Log returns the audit log.
+// Log returns the audit log. Events logged to it directly are not seen
+// by Config.Observe: use Sink for that.
 func (s *Session) Log() *audit.Logger { return s.log }
+
+// Sink returns what the session's parts log to: the audit log, teed to
+// Config.Observe when set.
+func (s *Session) Sink() audit.Sink { return s.sink }
 
 // Attach builds the DNS server and the gateway on link, which the session
 // owns from then on (Close stops the gateway; the caller still closes the
@@ -202,14 +223,14 @@ func (s *Session) Attach(link stack.LinkEndpoint) error {
 		MTU:     s.cfg.MTU,
 		Network: s.cfg.Plan,
 		Policy:  s.pol.Load,
-		Audit:   s.log,
+		Audit:   s.sink,
 		IPv6:    s.cfg.IPv6,
 		Dial:    s.cfg.Dial,
 		Limits:  s.cfg.Limits,
 		Pcap:    s.cfg.Pcap,
 	}
 	if !s.cfg.NoDNS {
-		names, err := dns.New(dns.Config{Policy: s.pol.Load, Audit: s.log, IPv6: s.cfg.IPv6})
+		names, err := dns.New(dns.Config{Policy: s.pol.Load, Audit: s.sink, IPv6: s.cfg.IPv6})
 		if err != nil {
 			return fmt.Errorf("dns: %w", err)
 		}
@@ -267,7 +288,7 @@ func (s *Session) Inbound() *inbound.Forwarder {
 	if s.fwds == nil {
 		s.fwds = inbound.New(inbound.Options{
 			Guest: s.cfg.Plan.Guest4(),
-			Audit: s.log,
+			Audit: s.sink,
 			Dial: func(ctx context.Context, proto string, a netip.AddrPort) (net.Conn, error) {
 				s.mu.Lock()
 				gw := s.gw
@@ -294,11 +315,11 @@ func (s *Session) Reload() error {
 	}
 	p, err := Load(s.cfg.PolicyPath)
 	if err != nil {
-		s.log.Log(audit.Policy{Action: "deny", Error: err.Error()})
+		s.sink.Log(audit.Policy{Action: "deny", Error: err.Error()})
 		return err
 	}
 	s.store(p)
-	s.log.Log(audit.Policy{Action: "allow", PolicySHA256: p.SHA256()})
+	s.sink.Log(audit.Policy{Action: "allow", PolicySHA256: p.SHA256()})
 	if s.cfg.OnReload != nil {
 		s.cfg.OnReload(p)
 	}
@@ -381,7 +402,7 @@ func (s *Session) Close(code int) int {
 	}
 	close(s.watched)
 
-	s.log.Log(audit.Exit{Code: code, Counters: s.counters(gw, names, link)})
+	s.sink.Log(audit.Exit{Code: code, Counters: s.counters(gw, names, link)})
 	head, err := s.log.Close()
 	if err != nil {
 		what := s.cfg.Stopped

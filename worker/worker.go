@@ -16,6 +16,7 @@
 //	  Inbound().Add            --publish forwards
 //	  child.Release, Wait      the worker runs; its status is the result
 //	  session.Close            exit record, audit head
+//	  learn.LearnedPolicy      with --learn: the learned policy file
 package worker
 
 import (
@@ -29,10 +30,12 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/learn"
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
@@ -101,6 +104,14 @@ type Config struct {
 	// Quiet: no "running without" line (the degraded record is written
 	// all the same).
 	Quiet bool
+	// Learn, when set, is the file to write a learned policy to (nsgate
+	// run --learn): the worker runs under policy.Learning of the policy
+	// (every name and public address allowed, the built-in sets and deny
+	// rules still refuse; the exec guard is unchanged), and at its exit
+	// what it used becomes a minimal policy (package learn). The file is
+	// opened at start, so that a path nsgate cannot write fails the run
+	// before the worker starts, and hidden from the worker.
+	Learn string
 	Stdio sandbox.Stdio
 }
 
@@ -112,6 +123,11 @@ type run struct {
 	child   *sandbox.Child
 	fs      policy.Filesystem // the policy's filesystem section at start
 	cleanup []func()          // after the session closed, last first
+	// learner sees every event (session.Config.Observe) under --learn;
+	// out is the learned file, written by finish once the worker ran.
+	learner *learn.Collector
+	out     *os.File
+	ran     bool
 }
 
 // Run starts cfg.Argv as the worker and returns its exit status (128+N
@@ -170,6 +186,23 @@ func (r *run) run() int {
 		r.cleanup = append(r.cleanup, func() { pw.Flush(); pf.Close() })
 	}
 	scfg := cfg.Session
+	if cfg.Learn != "" {
+		_, statErr := os.Stat(cfg.Learn)
+		if r.out, err = learn.OpenOutput(cfg.Learn); err != nil {
+			return r.fail(err)
+		}
+		out := r.out
+		r.cleanup = append(r.cleanup, func() {
+			out.Close()
+			if !r.ran && statErr != nil {
+				os.Remove(out.Name()) // made here, never written
+			}
+		})
+		r.learner = learn.NewCollector(learn.Learned)
+		scfg.Learn = true
+		scfg.Observe = r.learner.Observe
+		r.errorf("learning: the worker may reach every name and public address on any port (the cloud-metadata set, the special ranges and deny rules still refuse); what it uses is written to %s at exit", cfg.Learn)
+	}
 	scfg.Reload = session.ReloadOnSIGHUP
 	scfg.OnReload = r.onReload
 	scfg.WithoutMetadataStep = cfg.Break.Metadata
@@ -263,6 +296,7 @@ func (r *run) run() int {
 		}
 	}
 	r.child = nil // it exits by itself now
+	r.ran = true
 	return r.finish(child.Wait())
 }
 
@@ -278,12 +312,41 @@ func (r *run) onReload(p *policy.Policy) {
 // besides. It returns the exit status: code, or ExitFailure when the audit
 // log failed.
 func (r *run) finish(code int) int {
+	var base *policy.Policy
 	if r.s != nil {
+		base = r.s.Policy()
 		code = r.s.Close(code)
+	}
+	if r.ran && r.learner != nil {
+		code = r.writeLearned(base, code)
 	}
 	for i := len(r.cleanup) - 1; i >= 0; i-- {
 		r.cleanup[i]()
 	}
+	return code
+}
+
+// writeLearned writes the learned policy (base is the policy in force at
+// the end: its rules are kept) and says so; it returns code, or
+// ExitFailure when the file could not be written.
+func (r *run) writeLearned(base *policy.Policy, code int) int {
+	if r.cfg.Session.PolicyPath == "" {
+		base = nil
+	}
+	res := r.learner.Result(nil)
+	data, err := learn.LearnedPolicy(res, learn.Run{
+		Argv: r.cfg.Argv, Time: time.Now(), Base: base, BasePath: r.cfg.Session.PolicyPath,
+		ExecAllow: r.cfg.ExecAllow, ExitCode: code,
+	})
+	if err == nil {
+		err = learn.WriteFile(r.out, data)
+	}
+	if err != nil {
+		r.errorf("learn: %v", err)
+		return ExitFailure
+	}
+	r.errorf("learned policy written to %s: %d allow rules for %d names and %d addresses (%d wildcards), %d refused programs suggested in comments; review it with nsgate check %s",
+		r.cfg.Learn, len(res.Rules), res.Hosts, res.Addrs, res.Wildcards, len(res.Execs), r.cfg.Learn)
 	return code
 }
 
@@ -303,7 +366,7 @@ func Iface(plan netplan.Plan, mtu uint32, ipv6 bool) tun.Iface {
 func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 	cfg, scfg := &r.cfg, &r.cfg.Session
 	var own []string
-	for _, p := range []string{scfg.PolicyPath, scfg.AuditKey, cfg.Pcap} {
+	for _, p := range []string{scfg.PolicyPath, scfg.AuditKey, cfg.Pcap, cfg.Learn} {
 		if p != "" {
 			own = append(own, p)
 		}

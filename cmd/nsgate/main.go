@@ -14,6 +14,7 @@ import (
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/lab"
 	"github.com/nsgate/nsgate/lab/attack"
+	"github.com/nsgate/nsgate/learn"
 	"github.com/nsgate/nsgate/pasta"
 	"github.com/nsgate/nsgate/probe"
 	"github.com/nsgate/nsgate/sandbox"
@@ -85,6 +86,7 @@ var commands = []command{
 	{"run", cmdRun, "[flags] -- COMMAND [ARG...]", "run COMMAND as the worker"},
 	{"check", cmdCheck, "FILE", "validate a policy file"},
 	{"explain", cmdExplain, "--policy FILE [--proto tcp|udp] DEST:PORT", "the decision for one destination"},
+	{"policy", func(e env, args []string) int { return learn.PolicyMain(args, e.stdout, e.stderr) }, "suggest AUDIT.jsonl [--policy CURRENT]", "rules that would have allowed a log's denials"},
 	{"audit", cmdAudit, "verify|show|stats [flags] FILE", "verify an audit log; show it readably (--follow); totals"},
 	{"guard", cmdGuard, "[flags] -- COMMAND", "only the exec/syscall guard"},
 	{"lab", func(e env, args []string) int {

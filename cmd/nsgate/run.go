@@ -28,6 +28,7 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 // runFlags are the flags of `nsgate run`.
 type runFlags struct {
 	policy, audit, auditKey, pcap string
+	learn                         string
 	publish, execAllow, rw, ro    listFlag
 	home                          string
 	allowUserns, allowUnix, root  bool
@@ -45,6 +46,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.policy, "policy", os.Getenv("NSGATE_POLICY"), "policy `FILE` (YAML); default $NSGATE_POLICY, else deny-all")
 	fs.StringVar(&f.audit, "audit", "", "append the JSON-lines audit log to `FILE` (- for stderr)")
 	fs.StringVar(&f.auditKey, "audit-key", "", "HMAC-SHA256 key `FILE`: every audit record gets a mac")
+	fs.StringVar(&f.learn, "learn", "", "learn a policy: allow every name and public address (metadata, special ranges and deny rules still refuse) and write what the worker used to `OUT.yaml`")
 	fs.StringVar(&f.pcap, "pcap", "", "write a pcap of every packet on the worker's TUN to `FILE`")
 	fs.Var(&f.publish, "publish", "inbound forward `[HOSTIP:]HOSTPORT:PORT[/tcp|/udp]` from the host to the worker (repeatable)")
 	fs.Var(&f.execAllow, "exec-allow", "`PATH` (file or directory) the worker may execute (repeatable)")
@@ -110,6 +112,7 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 		HomeDir:     f.home,
 		Root:        f.root,
 		Quiet:       f.quiet,
+		Learn:       f.learn,
 		Stdio:       sandbox.Stdio{Stdin: e.stdin, Stdout: e.stdout, Stderr: e.stderr},
 	}
 	if f.audit != "-" && !f.quiet { // with --audit -, the records are on stderr already

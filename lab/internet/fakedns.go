@@ -380,5 +380,8 @@ func DefaultZone() Zone {
 		"ok.test":                  {Addrs: []netip.Addr{a(OKV4)}, TTL: 60},
 		"evilok.test":              {Addrs: []netip.Addr{a(OtherV4)}, TTL: 60},
 		"ok.test.evil.test":        {Addrs: []netip.Addr{a(OtherV4)}, TTL: 60},
+		"*." + SiteCDNZone:         {Addrs: []netip.Addr{a(SiteCDNV4)}, TTL: 60},
+		SiteAssetsName:             {Addrs: []netip.Addr{a(SiteAssetsV4)}, TTL: 60},
+		SiteTracker:                {Addrs: []netip.Addr{a(SiteTrackerV4)}, TTL: 60},
 	}
 }

@@ -8,11 +8,13 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"mime"
 	"net"
 	"net/http"
 	"net/netip"
 	"net/url"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -170,6 +172,9 @@ func DefaultLayout() Layout {
 		svc("loopback", "::1", 8080, KindHTTP, "host loopback service v6"),
 		svc("loopback", "127.0.0.1", 2375, KindHTTP, "host docker api"),
 		svc("metadata", MetadataV4, 53, KindEcho, ""),
+		svc("site-cdn", SiteCDNV4, 8080, KindHTTP, "hello from cdn.test", SiteCDNNames...),
+		svc("site-assets", SiteAssetsV4, 8080, KindHTTP, "hello from js.assets.test", SiteAssetsName),
+		svc("site-tracker", SiteTrackerV4, 8080, KindHTTP, "hello from tracker.test", SiteTracker),
 	)
 	const meta = "fake metadata: iam credentials"
 	for _, p := range []uint16{80, 8080} {
@@ -514,7 +519,7 @@ func (in *Internet) handler(s Service) http.Handler {
 		}
 		if len(s.Names) > 0 {
 			if page, ok := in.pages(r.URL); ok {
-				w.Header().Set("Content-Type", "text/html; charset=utf-8")
+				w.Header().Set("Content-Type", pageType(r.URL.Path))
 				w.Header().Set("Cache-Control", "no-store")
 				io.WriteString(w, page)
 				return
@@ -522,6 +527,15 @@ func (in *Internet) handler(s Service) http.Handler {
 		}
 		fmt.Fprintf(w, "%s\n", s.Body)
 	})
+}
+
+// pageType is the Content-Type of a page at path: by its extension (a
+// script, an image), else HTML.
+func pageType(p string) string {
+	if t := mime.TypeByExtension(path.Ext(p)); t != "" {
+		return t
+	}
+	return "text/html; charset=utf-8"
 }
 
 // siteServes reports whether name is one of s's names or its address.

@@ -19,6 +19,12 @@ const (
 	StaticV4   = "203.0.113.14"  // static.test, approved through dns.hosts
 	OtherV4    = "198.51.100.20" // unapproved.test, an unapproved server
 	ResolverV4 = "192.0.2.53"    // a public resolver the worker must not reach directly
+	// A small multi-host site (integration: learn mode): app.test's page
+	// pulls a script from SiteAssetsV4 and images from SiteCDNV4; a page
+	// variant adds SiteTrackerV4, which a learned policy must refuse.
+	SiteCDNV4     = "203.0.113.31" // img1, img2, img3 and any other *.cdn.test
+	SiteAssetsV4  = "203.0.113.32" // js.assets.test
+	SiteTrackerV4 = "203.0.113.33" // tracker.test
 
 	MetadataV4   = "169.254.169.254" // the cloud metadata service
 	ECSV4        = "169.254.170.2"   // AWS ECS credentials
@@ -57,7 +63,13 @@ const (
 	MetaAliasName  = "meta-alias.test" // dns.hosts MetadataV4, "approved" on 80
 	UnapprovedName = "unapproved.test" // OtherV4, not approved
 	ExfilZone      = "exfil.test"      // any name below it is an exfiltration attempt
+	SiteCDNZone    = "cdn.test"        // *.cdn.test: SiteCDNV4
+	SiteAssetsName = "js.assets.test"  // SiteAssetsV4
+	SiteTracker    = "tracker.test"    // SiteTrackerV4
 )
+
+// SiteCDNNames are the names the site's page loads images from.
+var SiteCDNNames = []string{"img1." + SiteCDNZone, "img2." + SiteCDNZone, "img3." + SiteCDNZone}
 
 // Gateway addresses as the worker sees them: those of nsgate's default
 // address plan (netplan.Default, slirp4netns's plan), which
