@@ -54,20 +54,29 @@ type chromiumRun struct {
 	audit []record
 }
 
+// chromiumFlags are further flags: Run of nsgate run (--learn OUT),
+// Browser of Chromium (--enable-quic).
+type chromiumFlags struct{ Run, Browser []string }
+
 // runChromium runs Chromium under nsgate in mode m to dump the DOM of url,
 // with every file it writes (profile, crashpad database, audit log) in
-// dir; extra are more Chromium flags. As uid 0 (root, or root of a sealed user namespace) Chromium
+// dir. As uid 0 (root, or root of a sealed user namespace) Chromium
 // refuses to start its own sandbox, so it gets --no-sandbox there and
 // nsgate does not need --allow-userns (docs/chromium.md, "Running as
-// root"). extra are further flags of nsgate run (--learn OUT).
-func runChromium(t *testing.T, m mode, dir, name, url string, relax chromiumRelax, extra ...string) chromiumRun {
+// root").
+func runChromium(t *testing.T, m mode, dir, name, url string, relax chromiumRelax, extra ...chromiumFlags) chromiumRun {
 	t.Helper()
 	pol := filepath.Join(dir, "policy.yaml")
 	if _, err := os.Stat(pol); err != nil {
 		writeFile(t, dir, "policy.yaml", chromiumPolicy)
 	}
 	log := filepath.Join(dir, name+".jsonl")
-	args := append([]string{"run", "--policy", pol, "--audit", log}, extra...)
+	var more chromiumFlags
+	for _, e := range extra {
+		more.Run = append(more.Run, e.Run...)
+		more.Browser = append(more.Browser, e.Browser...)
+	}
+	args := append([]string{"run", "--policy", pol, "--audit", log}, more.Run...)
 	asRoot := m.uid < 0
 	if relax.userns && !asRoot {
 		args = append(args, "--allow-userns")
@@ -85,7 +94,7 @@ func runChromium(t *testing.T, m mode, dir, name, url string, relax chromiumRela
 	if asRoot {
 		args = append(args, "--no-sandbox")
 	}
-	args = append(args, extra...)
+	args = append(args, more.Browser...)
 	args = append(args, "--dump-dom", url)
 
 	cmd := nsgateCmd(m, args...)

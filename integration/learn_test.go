@@ -102,7 +102,7 @@ func TestLearnChromiumSite(t *testing.T) {
 		writeFile(t, ldir, "policy.yaml", "version: 1\ndns:\n  upstream: [\""+internet.UpstreamDNS+"\"]\n")
 		learned := filepath.Join(ldir, "learned.yaml")
 		cdn, assets := siteCDN.count(), siteAssets.count()
-		r := runChromium(t, m, ldir, "learn", siteURL, chromiumNeeds, "--learn", learned)
+		r := runChromium(t, m, ldir, "learn", siteURL, chromiumNeeds, chromiumFlags{Run: []string{"--learn", learned}})
 		checkSiteLoaded(t, r, false)
 		if siteCDN.count() == cdn || siteAssets.count() == assets {
 			t.Errorf("learning: the cdn (%d new hits) or assets server (%d) saw nothing", siteCDN.count()-cdn, siteAssets.count()-assets)

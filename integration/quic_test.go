@@ -179,9 +179,9 @@ func TestQUICChromium(t *testing.T) {
 		dir := workDir(t, m)
 		writeFile(t, dir, "policy.yaml", quicPolicy)
 		before := srv.n.Load()
-		r := runChromium(t, m, dir, "h3", "https://app.test/", chromiumNeeds,
+		r := runChromium(t, m, dir, "h3", "https://app.test/", chromiumNeeds, chromiumFlags{Browser: []string{
 			"--enable-quic", "--origin-to-force-quic-on=app.test:443",
-			"--ignore-certificate-errors-spki-list="+base64.StdEncoding.EncodeToString(spki[:]))
+			"--ignore-certificate-errors-spki-list=" + base64.StdEncoding.EncodeToString(spki[:])}})
 		if !strings.Contains(r.stdout, h3Body+" (HTTP/3.0)") {
 			t.Fatalf("Chromium did not get the page over HTTP/3: exit %d, stdout %q", r.code, r.stdout)
 		}
