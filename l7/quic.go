@@ -6,6 +6,7 @@ import (
 	"crypto/hkdf"
 	"crypto/sha256"
 	"encoding/binary"
+	"slices"
 )
 
 // This file reads the TLS ClientHello out of a QUIC client's Initial
@@ -25,7 +26,9 @@ import (
 // start with a long-header packet of version 1 or 2 (short headers,
 // version negotiation, any other version); a Handshake or Retry packet
 // from the client; an Initial whose Destination Connection ID is shorter
-// than 8 bytes, differs from the first one's, or that does not decrypt;
+// than 8 bytes, whose Destination or Source Connection ID differs from
+// the first one's, that does not decrypt, or that repeats a packet number
+// (a server drops it, so what it carries must not be what is checked);
 // reserved header bits set; a frame an Initial may not carry (RFC 9000
 // Table 3); CRYPTO data that contradicts data already received at the same
 // offset, or reaches past QUICMaxHello bytes; a datagram carrying an
@@ -90,6 +93,7 @@ const (
 	errQUICTooMany     Error = "quic: client hello not whole within the datagram limit"
 	errQUICIncomplete  Error = "quic: incomplete client hello"
 	errQUICShort       Error = "quic: short header packet before the client hello"
+	errQUICDupPN       Error = "quic: initial packet number repeated"
 )
 
 // Version-specific parts of the Initial key schedule and header.
@@ -194,6 +198,9 @@ type QUICAssembler struct {
 	params    *quicVersion
 	dcid      [quicMaxCID]byte
 	dcidLen   int
+	scid      [quicMaxCID]byte
+	scidLen   int
+	pns       []int64 // Initial packet numbers seen: a server drops repeats
 	keys      *quicKeys
 	largestPN int64 // largest Initial packet number seen; -1 before any
 	datagrams int
@@ -249,7 +256,7 @@ func (q *QUICAssembler) Final() Result {
 
 func (q *QUICAssembler) decide(r Result) Result {
 	q.done, q.result = true, r
-	q.crypto, q.have, q.scratch, q.keys = nil, nil, nil, nil
+	q.crypto, q.have, q.scratch, q.keys, q.pns = nil, nil, nil, nil, nil
 	return r
 }
 
@@ -328,6 +335,7 @@ func (q *QUICAssembler) packet(d []byte) (int, bool, error) {
 	if len(d) < p+scidLen {
 		return 0, false, errQUICTruncated
 	}
+	scid := d[p : p+scidLen]
 	p += scidLen
 	switch typ {
 	case params.initialType:
@@ -356,8 +364,11 @@ func (q *QUICAssembler) packet(d []byte) (int, bool, error) {
 		}
 		q.version, q.params = ver, params
 		q.dcidLen = copy(q.dcid[:], dcid)
+		q.scidLen = copy(q.scid[:], scid)
 		q.keys = newQUICKeys(params, dcid)
-	} else if string(dcid) != string(q.dcid[:q.dcidLen]) {
+	} else if string(dcid) != string(q.dcid[:q.dcidLen]) || string(scid) != string(q.scid[:q.scidLen]) {
+		// A server drops packets of the connection with another Source
+		// Connection ID: what they carry must not be what was checked.
 		return 0, false, errQUICMixed
 	}
 	if typ == params.zeroRTT {
@@ -402,6 +413,13 @@ func (q *QUICAssembler) initial(pkt []byte, pnOff int) error {
 	if first&0x0c != 0 {
 		return errQUICReserved
 	}
+	// A server discards a packet whose number it has already processed
+	// (RFC 9000 §12.3): its CRYPTO data would be checked here but never
+	// read there, and the bytes it covered could come later, unchecked.
+	if slices.Contains(q.pns, pn) {
+		return errQUICDupPN
+	}
+	q.pns = append(q.pns, pn)
 	if pn > q.largestPN {
 		q.largestPN = pn
 	}

@@ -190,6 +190,19 @@ func TestQUICAssembler(t *testing.T) {
 				in(QUICInitial{PN: 0, Payload: crypto(0, chEvil[:half]), PadTo: pad}),
 				in(QUICInitial{PN: 1, Payload: crypto(0, ch), PadTo: pad}),
 			}, err: errQUICCryptoConfl},
+		{name: "repeated packet number", why: "a server drops the repeat, so the bytes checked there would come later unchecked (another SNI)",
+			datagrams: [][]byte{cat(
+				in(QUICInitial{PN: 0, Payload: crypto(0, ch[:half])}),
+				in(QUICInitial{PN: 0, Payload: crypto(half, ch[half:]), PadTo: pad}))}, err: errQUICDupPN},
+		{name: "repeated packet number across datagrams", why: "as above, over two datagrams",
+			datagrams: [][]byte{
+				in(QUICInitial{PN: 3, Payload: crypto(0, ch[:half]), PadTo: pad}),
+				in(QUICInitial{PN: 3, Payload: crypto(half, ch[half:]), PadTo: pad}),
+			}, err: errQUICDupPN},
+		{name: "other source connection id", why: "a server drops a packet of the connection with another SCID",
+			datagrams: [][]byte{cat(
+				in(QUICInitial{PN: 0, SCID: []byte("sA"), Payload: crypto(0, ch[:half])}),
+				in(QUICInitial{PN: 1, SCID: []byte("sB"), Payload: crypto(half, ch[half:]), PadTo: pad}))}, err: errQUICMixed},
 		{name: "evil sni", why: "decided on the name the client sent",
 			datagrams: [][]byte{in(QUICInitial{Payload: crypto(0, chEvil), PadTo: pad})}, sni: "evil.test"},
 		{name: "ack and close frames", why: "allowed in an Initial",
@@ -318,14 +331,17 @@ func TestQUICLimits(t *testing.T) {
 		t.Fatalf("after %d datagrams: %+v", QUICMaxDatagrams, r)
 	}
 	q = QUICAssembler{}
-	huge := initialOf(t, QUICInitial{Payload: QUICCryptoFrame(0, ch[:5]), PadTo: 16000})
+	var n int
 	for i := 0; i < 5; i++ {
+		// Each its own packet number: a repeated one is refused.
+		huge := initialOf(t, QUICInitial{PN: uint32(i), Payload: QUICCryptoFrame(0, ch[:5]), PadTo: 16000})
+		n += len(huge)
 		if r = q.Add(huge); !r.NeedMore {
 			break
 		}
 	}
 	if r.Err != errQUICTooMany {
-		t.Fatalf("after %d bytes: %+v", 5*len(huge), r)
+		t.Fatalf("after %d bytes: %+v", n, r)
 	}
 }
 
