@@ -56,6 +56,8 @@ func TestWildcardGrouping(t *testing.T) {
 			[]string{"a.co.uk", "b.co.uk", "c.co.uk"}, []string{"a.co.uk", "b.co.uk", "c.co.uk"}},
 		{"siblings under a private public suffix (different owners) stay exact",
 			[]string{"a.github.io", "b.github.io", "c.github.io"}, []string{"a.github.io", "b.github.io", "c.github.io"}},
+		{"no wildcard over a parent that holds a public suffix among the names seen (found in attack review: *.amazonaws.com would allow anyone's bucket under s3.amazonaws.com)",
+			[]string{"s3.amazonaws.com", "sts.amazonaws.com", "iam.amazonaws.com"}, []string{"iam.amazonaws.com", "s3.amazonaws.com", "sts.amazonaws.com"}},
 		{"a deeper group gets its own wildcard when its parent's does not qualify",
 			[]string{"a.x.site.test", "b.x.site.test", "c.x.site.test", "www.site.test"}, []string{"www.site.test", "*.x.site.test"}},
 		{"a broader wildcard covers a narrower one",

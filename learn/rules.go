@@ -17,8 +17,10 @@ import (
 // make a wildcard rule "*.parent" instead of one rule per name. A parent
 // that is a public suffix (test, com, co.uk, github.io: the public suffix
 // list compiled into golang.org/x/net/publicsuffix, whose default rule
-// makes every unlisted top-level label one) never gets a wildcard, so a
-// wildcard never spans names of different owners.
+// makes every unlisted top-level label one) never gets a wildcard, nor
+// does one under which a name seen lies in a deeper suffix (holdsSuffix).
+// A parent that hosts deeper suffixes none of the names seen is in still
+// gets one (docs/policy.md says so).
 const WildcardMin = 3
 
 // Rule is one allow rule to write, with a comment saying what it stands
@@ -188,7 +190,7 @@ func wildcards(names []string) []string {
 	}
 	var cands []string
 	for p, k := range children {
-		if k >= WildcardMin {
+		if k >= WildcardMin && !holdsSuffix(p, names) {
 			cands = append(cands, p)
 		}
 	}
@@ -202,6 +204,23 @@ func wildcards(names []string) []string {
 		}
 	}
 	return out
+}
+
+// holdsSuffix reports whether a name seen under parent lies in a public
+// suffix deeper than parent's own: s3.amazonaws.com is one (the list's
+// private section), so *.amazonaws.com would also allow every customer's
+// bucket under it, names of other owners.
+func holdsSuffix(parent string, names []string) bool {
+	own, _ := publicsuffix.PublicSuffix(parent)
+	for _, n := range names {
+		if !strings.HasSuffix(n, "."+parent) {
+			continue
+		}
+		if ps, _ := publicsuffix.PublicSuffix(n); ps != own {
+			return true
+		}
+	}
+	return false
 }
 
 // wildcardParent is name without its first label, when that may carry a
