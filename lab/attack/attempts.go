@@ -615,16 +615,65 @@ func homographPunycode() string {
 // a QUIC client's carries QUIC transport parameters too, which the gateway
 // does not look at.
 func quicInitial(sni string) ([]byte, error) {
+	hello, err := clientHello(sni)
+	if err != nil {
+		return nil, err
+	}
+	dcid := make([]byte, 8)
+	rand.Read(dcid)
+	return l7.BuildQUICInitial(l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: dcid[:4],
+		Payload: l7.QUICCryptoFrame(0, hello), PadTo: 1200})
+}
+
+// clientHello is crypto/tls's ClientHello handshake message for sni.
+func clientHello(sni string) ([]byte, error) {
 	var w firstWrite
 	tls.Client(&w, &tls.Config{ServerName: sni, InsecureSkipVerify: true, MinVersion: tls.VersionTLS13}).Handshake()
 	if len(w.b) < 5+4 || w.b[0] != 22 {
 		return nil, fmt.Errorf("no ClientHello record (%d bytes)", len(w.b))
 	}
-	hello := w.b[5:] // the handshake message, without the record header
+	return w.b[5:], nil // the handshake message, without the record header
+}
+
+// quicRepeatedPN is the split the attack review found: the first datagram
+// carries two Initials with the same packet number, the ClientHello cut
+// just before its server name, the second part naming the approved name;
+// the second datagram repeats that part under a new packet number naming
+// another host of the same length. A server drops the packet whose
+// number it has seen, so it would read the other name, sent after the
+// gateway decided. The gateway must refuse the repeated packet number.
+func quicRepeatedPN(approved, other string) ([][]byte, error) {
+	good, err := clientHello(approved)
+	if err != nil {
+		return nil, err
+	}
+	bad, err := clientHello(other)
+	if err != nil {
+		return nil, err
+	}
+	k := bytes.Index(good, []byte(approved))
+	if k < 0 || len(approved) != len(other) || len(good) != len(bad) {
+		return nil, fmt.Errorf("cannot split the ClientHello (%d, %d bytes)", len(good), len(bad))
+	}
 	dcid := make([]byte, 8)
 	rand.Read(dcid)
-	return l7.BuildQUICInitial(l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: dcid[:4],
-		Payload: l7.QUICCryptoFrame(0, hello), PadTo: 1200})
+	pkt := func(pn uint32, off int, data []byte, pad int) ([]byte, error) {
+		return l7.BuildQUICInitial(l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: dcid[:4], PN: pn,
+			Payload: l7.QUICCryptoFrame(off, data), PadTo: pad})
+	}
+	a, err := pkt(0, 0, good[:k], 0)
+	if err != nil {
+		return nil, err
+	}
+	b, err := pkt(0, k, good[k:], 1200-len(a))
+	if err != nil {
+		return nil, err
+	}
+	c, err := pkt(1, k, bad[k:], 1200)
+	if err != nil {
+		return nil, err
+	}
+	return [][]byte{append(a, b...), c}, nil
 }
 
 // firstWrite is a net.Conn that keeps the first Write and fails every Read,
@@ -664,6 +713,45 @@ func l7QUIC(id, desc, sni string, garbage bool) Attempt {
 				payload = p
 			}
 			return a.udpAttempt(ctx, hostPort(internet.QUICName, 443), payload)
+		},
+	}
+}
+
+// l7QUICRepeatedPN sends quicRepeatedPN's two datagrams to
+// quic.test:443/udp: no datagram may reach the echo server behind it.
+func l7QUICRepeatedPN() Attempt {
+	return Attempt{
+		ID: "l7-quic-repeated-pn", Category: "l7", Layer: LayerL7,
+		Description: "a QUIC ClientHello split over two Initials with one packet number, the approved name in the part a server would drop and evil.test in a later datagram",
+		Expect:      Blocked, Audit: AuditDeny, Aims: []string{"app-udp"},
+		run: func(ctx context.Context, a *attacker) result {
+			dgs, err := quicRepeatedPN(internet.QUICName, "evil.test")
+			if err != nil {
+				return erroredf("precondition: build the Initials: %v", err)
+			}
+			c, err := a.dialer().DialContext(ctx, "udp", hostPort(internet.QUICName, 443))
+			if err != nil {
+				if isRefusal(err) {
+					return blockedf("%v", err)
+				}
+				return erroredf("%v", err)
+			}
+			defer c.Close()
+			for _, d := range dgs {
+				if _, err := c.Write(d); err != nil {
+					return blockedf("%v", err)
+				}
+				time.Sleep(20 * time.Millisecond)
+			}
+			c.SetReadDeadline(time.Now().Add(a.cfg.Timeout / 3))
+			buf := make([]byte, 2048)
+			if n, err := c.Read(buf); err == nil {
+				return allowedf("%d-byte reply: the server read the split ClientHello", n)
+			} else if ne, ok := err.(net.Error); !isRefusal(err) && !(ok && ne.Timeout()) {
+				return erroredf("%v", err)
+			} else {
+				return blockedf("%v", err)
+			}
 		},
 	}
 }
