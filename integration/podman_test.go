@@ -266,10 +266,7 @@ func onlyAudit(t *testing.T, dir string) (string, []record) {
 // else, and its audit file says so.
 func (pm *podmanEnv) testPolicy(t *testing.T) {
 	adir := pm.auditDir(t, "policy")
-	meta := targetAt(metadataV4 + ":80/tcp")
-	app := targetAt(appV4 + ":8080/tcp")
-	other := targetAt(otherV4 + ":8080/tcp")
-	metaBefore, appBefore, otherBefore := meta.count(), app.count(), other.count()
+	hits := countContainerTargets()
 
 	probes := []struct{ why, addr, want string }{
 		{"approved name", "app.test:8080", "ok "},
@@ -298,15 +295,7 @@ func (pm *podmanEnv) testPolicy(t *testing.T) {
 	if !strings.Contains(lines[0], " 200 ") {
 		t.Errorf("approved name: %q, want the app server's 200 status line", lines[0])
 	}
-	if got := app.count() - appBefore; got != 1 {
-		t.Errorf("app server saw %d connections, want 1", got)
-	}
-	if got := meta.count() - metaBefore; got != 0 {
-		t.Errorf("fake metadata server saw %d connections, want 0", got)
-	}
-	if got := other.count() - otherBefore; got != 0 {
-		t.Errorf("unapproved server saw %d connections, want 0", got)
-	}
+	hits.check(t)
 
 	file, recs := onlyAudit(t, adir)
 	var allowed bool
@@ -579,4 +568,32 @@ func nsgateProcs(dir string) []nsgateProc {
 		}
 	}
 	return out
+}
+
+// containerTargets are the fake servers a container's policy probes aim
+// at, with their hit counts before the container ran.
+type containerTargets struct {
+	app, meta, other                   target
+	appBefore, metaBefore, otherBefore int64
+}
+
+func countContainerTargets() containerTargets {
+	c := containerTargets{app: targetAt(appV4 + ":8080/tcp"), meta: targetAt(metadataV4 + ":80/tcp"), other: targetAt(otherV4 + ":8080/tcp")}
+	c.appBefore, c.metaBefore, c.otherBefore = c.app.count(), c.meta.count(), c.other.count()
+	return c
+}
+
+// check asserts one connection at the approved app and none at the
+// metadata and unapproved servers since countContainerTargets.
+func (c containerTargets) check(t *testing.T) {
+	t.Helper()
+	if got := c.app.count() - c.appBefore; got != 1 {
+		t.Errorf("app server saw %d connections, want 1", got)
+	}
+	if got := c.meta.count() - c.metaBefore; got != 0 {
+		t.Errorf("fake metadata server saw %d connections, want 0", got)
+	}
+	if got := c.other.count() - c.otherBefore; got != 0 {
+		t.Errorf("unapproved server saw %d connections, want 0", got)
+	}
 }
