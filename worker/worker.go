@@ -60,20 +60,22 @@ type Break struct {
 	Landlock, Seccomp, ExecAudit bool
 }
 
-func (b Break) String() string { return strings.Join(b.names(false), ",") }
+func (b Break) String() string {
+	return strings.Join(append(b.layers(false), b.layers(true)...), ",")
+}
 
 // absent is the guard layers b takes away (guard.Config.Absent).
-func (b Break) absent() []string { return b.names(true) }
+func (b Break) absent() []string { return b.layers(true) }
 
-// names lists the layers b switches off (only the guard's with guardOnly).
-func (b Break) names(guardOnly bool) []string {
+// layers lists the layers b switches off: the guard's, or the others.
+func (b Break) layers(guardLayers bool) []string {
 	var s []string
 	for _, l := range []struct {
 		on, guard bool
 		name      string
 	}{{b.Metadata, false, "metadata"}, {b.FSReadOnly, false, "fs-readonly"}, {b.FSLandlock, false, "fs-landlock"},
 		{b.Landlock, true, guard.LayerLandlock}, {b.Seccomp, true, guard.LayerSeccomp}, {b.ExecAudit, true, guard.LayerExecAudit}} {
-		if l.on && (l.guard || !guardOnly) {
+		if l.on && l.guard == guardLayers {
 			s = append(s, l.name)
 		}
 	}
@@ -169,8 +171,7 @@ func (r *run) run() int {
 	if b := cfg.Break.String(); b != "" {
 		r.errorf("WARNING: the %s layer is switched off (--unsafe-break): this run is NOT safe", b)
 		// The guard's layers are in degraded already, as missing.
-		absent := cfg.Break.absent()
-		if other := slices.DeleteFunc(cfg.Break.names(false), func(n string) bool { return slices.Contains(absent, n) }); len(other) > 0 {
+		if other := cfg.Break.layers(false); len(other) > 0 {
 			degraded = append(degraded, strings.Join(other, ",")+" (--unsafe-break)")
 		}
 	}
