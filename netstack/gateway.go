@@ -143,7 +143,7 @@ type Config struct {
 	// other (so the policy refuses them).
 	Names Names
 	// Dial dials upstream for allowed flows ("tcp" or "udp", "ip:port" of
-	// an address the policy allowed). nil: (&net.Dialer{}).DialContext.
+	// an address the policy allowed). nil: a net.Dialer without TCP keep-alive.
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Limits bound concurrent flows, dials and idle times.
 	Limits Limits
@@ -311,7 +311,11 @@ func New(cfg Config) (*Gateway, error) {
 		g.audit = discard{}
 	}
 	if g.dial == nil {
-		g.dial = (&net.Dialer{}).DialContext
+		// No TCP keep-alive upstream: Go's default turns it on with
+		// four setsockopt calls per connection, and a relayed flow's
+		// liveness is the relay's idle timeout (Limits.TCPIdle), not
+		// the kernel's probes.
+		g.dial = (&net.Dialer{KeepAlive: -1}).DialContext
 	}
 	g.auditFailed = audit.FailedOf(cfg.Audit)
 	if err := g.build(cfg); err != nil {
