@@ -48,11 +48,39 @@ const StreamBufferSize = 32 << 10
 // enough for any UDP datagram, so none is truncated.
 const PacketBufferSize = 64 << 10
 
+// BulkBufferSize is the buffer a stream direction moves up to once a read
+// has filled its StreamBufferSize buffer (a bulk transfer): a download
+// then takes a tenth of the reads and of the writes into the worker's
+// stack. At most MaxBulkBuffers are in use at once, so however many
+// flows a worker keeps busy, bulk buffers hold at most 16 MiB; a flow
+// that finds none free keeps its small buffer.
+const BulkBufferSize = 256 << 10
+
+// MaxBulkBuffers bounds the bulk buffers in use at once, process-wide.
+const MaxBulkBuffers = 64
+
 // Buffer pools. Pools hold *[]byte so that Put does not allocate.
 var (
 	streamBufs = sync.Pool{New: func() any { b := make([]byte, StreamBufferSize); return &b }}
 	packetBufs = sync.Pool{New: func() any { b := make([]byte, PacketBufferSize); return &b }}
+	bulkBufs   = sync.Pool{New: func() any { b := make([]byte, BulkBufferSize); return &b }}
+	bulkInUse  atomic.Int32
 )
+
+// takeBulk returns a bulk buffer if fewer than MaxBulkBuffers are in use;
+// give it back with putBulk.
+func takeBulk() *[]byte {
+	if bulkInUse.Add(1) > MaxBulkBuffers {
+		bulkInUse.Add(-1)
+		return nil
+	}
+	return bulkBufs.Get().(*[]byte)
+}
+
+func putBulk(bp *[]byte) {
+	bulkBufs.Put(bp)
+	bulkInUse.Add(-1)
+}
 
 // GetPacketBuffer returns a pooled buffer of PacketBufferSize bytes. Give it
 // back with PutPacketBuffer once nothing refers to it.
@@ -211,6 +239,10 @@ type relay struct {
 	// last is the time of the latest successful read or write in either
 	// direction, in nanoseconds since start.
 	last atomic.Int64
+	// idleTimer is the flow's one idle timer (nil: no idle timeout). It
+	// fires at the flow's expiry as last stood when it was set; finding
+	// the expiry moved it waits again, else it ends the relay.
+	idleTimer *time.Timer
 
 	// mu guards the first-failure record and the closed flag.
 	mu     sync.Mutex
@@ -239,6 +271,9 @@ func run(ctx context.Context, worker, upstream net.Conn, opts Options, packets b
 	}
 	gate := opts.Gate
 	stop := context.AfterFunc(ctx, func() { r.fail(ctx.Err(), SideNone) })
+	if r.idle > 0 {
+		r.idleTimer = time.AfterFunc(r.idle, r.idleCheck)
+	}
 	var toUpstream, toWorker int64
 	if n, ok := worker.(ReadableNotifier); ok && !packets {
 		// Upstream → worker on the caller's goroutine; worker →
@@ -269,6 +304,9 @@ func run(ctx context.Context, worker, upstream net.Conn, opts Options, packets b
 		<-done
 	}
 	stop()
+	if r.idleTimer != nil {
+		r.idleTimer.Stop()
+	}
 	r.closeBoth()
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -294,10 +332,9 @@ func (r *relay) closeBoth() {
 	}
 	r.closed = true
 	r.mu.Unlock()
-	// gonet's deadline timers outlive Close: clear them first, or each
-	// finished flow leaves one armed for the rest of the idle period.
+	// The relay sets no deadlines, but a gate may have (gonet's deadline
+	// timers outlive Close): clear the worker's side before closing it.
 	r.worker.SetDeadline(time.Time{})
-	r.upstream.SetDeadline(time.Time{})
 	r.worker.Close()
 	r.upstream.Close()
 }
@@ -319,26 +356,22 @@ func (r *relay) expiry() time.Time {
 	return r.start.Add(time.Duration(r.last.Load()) + r.idle)
 }
 
-// deadline keeps one deadline of one connection at the relay's expiry. It
-// is moved only when the expiry has advanced by an eighth of the idle
-// period, so a busy relay does not reset a timer on every read.
-type deadline struct {
-	set func(time.Time) error
-	at  time.Time
-}
-
-func (d *deadline) refresh(r *relay) {
-	if r.idle <= 0 {
+// idleCheck runs when the idle timer fires: if something moved since it
+// was set, it waits for the new expiry; otherwise the flow has been quiet
+// for the whole idle period and the relay ends with ErrIdle, which closes
+// both connections and so wakes every blocked Read, Write and wait. One
+// timer per flow replaces a read and a write deadline per direction,
+// which cost a timer (gonet) or a poller deadline (net.Conn) each, set
+// at the start and cleared at the end of every flow.
+func (r *relay) idleCheck() {
+	if r.isClosed() {
 		return
 	}
-	if t := r.expiry(); t.Sub(d.at) > r.idle/8 {
-		d.to(t)
+	if left := time.Until(r.expiry()); left > 0 {
+		r.idleTimer.Reset(left)
+		return
 	}
-}
-
-func (d *deadline) to(t time.Time) {
-	d.at = t
-	d.set(t)
+	r.fail(ErrIdle, SideNone)
 }
 
 // pump copies src to dst and returns the bytes written. srcSide and dstSide
@@ -346,8 +379,6 @@ func (d *deadline) to(t time.Time) {
 // first (see Gate). With migrate (and Options.Go), the copying moves to a
 // goroutine from r.spawn once src first has data; this one waits for it.
 func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrate bool) int64 {
-	rd := deadline{set: src.SetReadDeadline}
-	wd := deadline{set: dst.SetWriteDeadline}
 	var total int64
 	if gate != nil {
 		held, f, err := gate(src)
@@ -356,11 +387,11 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 			return 0
 		}
 		if f != nil {
-			return r.pumpFiltered(src, dst, dstSide, held, f, &rd, &wd)
+			return r.pumpFiltered(src, dst, dstSide, held, f)
 		}
 		if len(held) > 0 {
 			r.touch()
-			w, werr := r.write(dst, &wd, held)
+			w, werr := r.write(dst, held)
 			total += int64(w)
 			if werr != nil {
 				r.writeFailed(werr, dstSide)
@@ -374,40 +405,49 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 		pool = &packetBufs
 	}
 	var bp *[]byte
+	bulk := false // bp is a bulk buffer
 	defer func() {
-		if bp != nil {
+		switch {
+		case bulk:
+			putBulk(bp)
+		case bp != nil:
 			pool.Put(bp)
 		}
 	}()
 	var buf []byte
+	take := func() {
+		bp = pool.Get().(*[]byte)
+		buf = *bp
+		if r.bufferTaken != nil {
+			r.bufferTaken()
+		}
+	}
 	migrate = migrate && r.spawn != nil
 	// loop runs on this goroutine, or after a migration on the spawned
 	// one while this one waits: never on both at once.
 	var loop func() int64
 	loop = func() int64 {
 		for {
-			rd.refresh(r)
 			var n int
 			var rerr error
 			if buf == nil {
 				// Take a buffer only once there is something to read.
-				if rerr = waitReadable(src, rd.at, !r.packets); rerr == nil {
+				if rerr = waitReadable(src, time.Time{}, !r.packets); rerr == nil {
 					if r.isClosed() {
 						// Woken by the relay's own close: both
 						// connections are closed, nothing can move.
 						return total
 					}
+					// Data is waiting: the buffer is taken here, so
+					// the loop goes straight to its Read, wherever
+					// it runs.
+					take()
 					if migrate {
 						migrate = false
 						moved := make(chan struct{})
 						r.spawn(func() { defer close(moved); total = loop() })
 						<-moved
 						return total
-					}
-					bp = pool.Get().(*[]byte)
-					buf = *bp
-					if r.bufferTaken != nil {
-						r.bufferTaken()
 					}
 				}
 			}
@@ -416,14 +456,22 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 			}
 			if n > 0 {
 				r.touch()
-				w, werr := r.write(dst, &wd, buf[:n])
+				w, werr := r.write(dst, buf[:n])
 				total += int64(w)
 				if werr != nil {
 					r.writeFailed(werr, dstSide)
 					return total
 				}
+				if n == len(buf) && !bulk && !r.packets {
+					// A full read: a bulk transfer. Move to a
+					// bulk buffer if one is free.
+					if big := takeBulk(); big != nil {
+						pool.Put(bp)
+						bp, buf, bulk = big, *big, true
+					}
+				}
 			}
-			if rerr == nil || r.readFailed(rerr, dst, srcSide, &rd) {
+			if rerr == nil || r.readFailed(rerr, dst, srcSide) {
 				continue
 			}
 			return total
@@ -433,25 +481,14 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 }
 
 // readFailed handles a failed Read from the srcSide connection: it reports
-// whether the copying goes on (a timeout before the flow's idle expiry, a
-// transient datagram error), else it has ended the direction (half-closed
-// dst after EOF) or the relay.
-func (r *relay) readFailed(rerr error, dst net.Conn, srcSide Side, rd *deadline) bool {
+// whether the copying goes on (a transient datagram error), else it has
+// ended the direction (half-closed dst after EOF) or the relay. (The relay
+// sets no deadlines: its idle timer closes both sides, and the Read's
+// error after that is not the relay's error, ErrIdle is.)
+func (r *relay) readFailed(rerr error, dst net.Conn, srcSide Side) bool {
 	switch {
 	case errors.Is(rerr, io.EOF) && !r.packets:
 		r.eof(dst)
-		return false
-	case isTimeout(rerr):
-		if r.isClosed() {
-			return false
-		}
-		if exp := r.expiry(); time.Now().Before(exp) {
-			// The other direction moved meanwhile: wait until the flow
-			// as a whole has been quiet for idle.
-			rd.to(exp)
-			return true
-		}
-		r.fail(ErrIdle, SideNone)
 		return false
 	case r.packets && transient(rerr):
 		return true
@@ -467,7 +504,7 @@ func (r *relay) readFailed(rerr error, dst net.Conn, srcSide Side, rd *deadline)
 // a Filter: held, then each read, goes through f, and only what f lets
 // through is written to dst. It takes its buffer at once (the gate has
 // read data) and keeps f's unforwarded bytes at the buffer's start.
-func (r *relay) pumpFiltered(src, dst net.Conn, dstSide Side, held []byte, f Filter, rd, wd *deadline) int64 {
+func (r *relay) pumpFiltered(src, dst net.Conn, dstSide Side, held []byte, f Filter) int64 {
 	bp := streamBufs.Get().(*[]byte)
 	defer streamBufs.Put(bp)
 	buf := *bp
@@ -492,7 +529,7 @@ func (r *relay) pumpFiltered(src, dst net.Conn, dstSide Side, held []byte, f Fil
 				return total
 			}
 			if n > 0 {
-				w, werr := r.write(dst, wd, buf[:n])
+				w, werr := r.write(dst, buf[:n])
 				total += int64(w)
 				if werr != nil {
 					r.writeFailed(werr, dstSide)
@@ -501,7 +538,6 @@ func (r *relay) pumpFiltered(src, dst net.Conn, dstSide Side, held []byte, f Fil
 				kept = copy(buf, buf[n:kept])
 			}
 		}
-		rd.refresh(r)
 		n, rerr := src.Read(buf[kept:])
 		if n > 0 {
 			r.touch()
@@ -523,7 +559,7 @@ func (r *relay) pumpFiltered(src, dst net.Conn, dstSide Side, held []byte, f Fil
 				return total
 			}
 		}
-		if !r.readFailed(rerr, dst, SideWorker, rd) {
+		if !r.readFailed(rerr, dst, SideWorker) {
 			return total
 		}
 	}
@@ -594,32 +630,19 @@ func waitReadable(c net.Conn, deadline time.Time, stream bool) error {
 	return err
 }
 
-// write writes all of p to dst. A write that times out while the relay as
-// a whole is still active (dst is slow, not dead) is resumed.
-func (r *relay) write(dst net.Conn, wd *deadline, p []byte) (int, error) {
-	done := 0
-	for {
-		wd.refresh(r)
-		n, err := dst.Write(p[done:])
-		done += n
-		if n > 0 {
-			r.touch()
-		}
-		if err == nil {
-			return done, nil
-		}
-		if isTimeout(err) && !r.isClosed() {
-			if exp := r.expiry(); time.Now().Before(exp) {
-				wd.to(exp)
-				continue
-			}
-			return done, ErrIdle
-		}
-		if r.packets && transient(err) {
-			return done, nil
-		}
-		return done, err
+// write writes all of p to dst. A slow dst blocks it for as long as the
+// flow as a whole is not idle (the idle timer's expiry moves with either
+// direction); a flow idle for the whole period is closed by the timer,
+// which ends the write.
+func (r *relay) write(dst net.Conn, p []byte) (int, error) {
+	n, err := dst.Write(p)
+	if n > 0 {
+		r.touch()
 	}
+	if err != nil && r.packets && transient(err) {
+		err = nil
+	}
+	return n, err
 }
 
 // eof half-closes dst after its source reached EOF; without CloseWrite

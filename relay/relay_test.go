@@ -747,3 +747,55 @@ func TestCopyWithFilter(t *testing.T) {
 		})
 	}
 }
+
+// A stream whose reads fill the small buffer moves to a bulk buffer while
+// one is free, gives it back when the relay ends, and copies the same
+// bytes either way; with every bulk buffer taken it keeps its small one.
+func TestCopyBulkBuffers(t *testing.T) {
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 1<<18) // 4 MiB
+	for _, full := range []bool{false, true} {
+		held := int32(0)
+		if full {
+			held = MaxBulkBuffers
+		}
+		bulkInUse.Add(held)
+		worker, upstream, done := relayed(t, context.Background(), time.Minute)
+		var peak atomic.Int32
+		stop := make(chan struct{})
+		go func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if v := bulkInUse.Load() - held; v > peak.Load() {
+					peak.Store(v)
+				}
+				time.Sleep(50 * time.Microsecond)
+			}
+		}()
+		go func() {
+			worker.Write(payload)
+			worker.CloseWrite()
+		}()
+		got, err := io.ReadAll(upstream)
+		upstream.CloseWrite()
+		io.ReadAll(worker)
+		r := wait(t, done)
+		close(stop)
+		if err != nil || !bytes.Equal(got, payload) || r.Err != nil {
+			t.Fatalf("full=%v: read %d bytes, %v, result %+v", full, len(got), err, r)
+		}
+		if after := bulkInUse.Load() - held; after != 0 {
+			t.Errorf("full=%v: %d bulk buffers still in use after the relay ended", full, after)
+		}
+		if full && peak.Load() != 0 {
+			t.Errorf("bulk buffers all taken, yet the relay took %d more", peak.Load())
+		}
+		if !full && peak.Load() != 1 {
+			t.Errorf("a 4 MiB copy in one direction took %d bulk buffers, want 1", peak.Load())
+		}
+		bulkInUse.Add(-held)
+	}
+}
