@@ -426,32 +426,54 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 	// loop runs on this goroutine, or after a migration on the spawned
 	// one while this one waits: never on both at once.
 	var loop func() int64
+	// pending is data the first read left in buf, for the loop to write
+	// first (after a migration, on the spawned goroutine).
+	pending := 0
 	loop = func() int64 {
 		for {
 			var n int
 			var rerr error
 			if buf == nil {
 				// Take a buffer only once there is something to read.
-				if rerr = waitReadable(src, time.Time{}, !r.packets); rerr == nil {
-					if r.isClosed() {
-						// Woken by the relay's own close: both
-						// connections are closed, nothing can move.
-						return total
+				read := false
+				if rc := rawStream(src, r.packets); rc != nil {
+					// A host socket: read into a buffer taken only
+					// for the system call and given back if it
+					// finds nothing (one call fewer than a peek
+					// and a Read).
+					n, rerr = recvFresh(src, rc, pool, &bp)
+					if bp != nil {
+						buf = *bp
+						if r.bufferTaken != nil {
+							r.bufferTaken()
+						}
 					}
+					read = true
+				} else if rerr = waitReadable(src, time.Time{}, !r.packets); rerr == nil {
 					// Data is waiting: the buffer is taken here, so
 					// the loop goes straight to its Read, wherever
 					// it runs.
 					take()
-					if migrate {
-						migrate = false
-						moved := make(chan struct{})
-						r.spawn(func() { defer close(moved); total = loop() })
-						<-moved
-						return total
-					}
 				}
-			}
-			if buf != nil {
+				if r.isClosed() {
+					// Woken by the relay's own close: both
+					// connections are closed, nothing can move.
+					return total
+				}
+				if migrate && buf != nil {
+					migrate = false
+					pending = n
+					moved := make(chan struct{})
+					r.spawn(func() { defer close(moved); total = loop() })
+					<-moved
+					return total
+				}
+				if read && rerr == nil && n == 0 {
+					continue
+				}
+			} else if pending > 0 {
+				n, pending = pending, 0
+			} else {
 				n, rerr = src.Read(buf)
 			}
 			if n > 0 {
@@ -628,6 +650,65 @@ func waitReadable(c net.Conn, deadline time.Time, stream bool) error {
 		return nil
 	}
 	return err
+}
+
+// rawStream returns the raw connection of c when the relay reads a
+// stream from it with system calls of its own (recvFresh): a host socket
+// (syscall.Conn) that has no WaitReadable method of its own. nil
+// otherwise, and for datagrams.
+func rawStream(c net.Conn, packets bool) syscall.RawConn {
+	if packets {
+		return nil
+	}
+	if _, ok := c.(interface{ WaitReadable(time.Time) error }); ok {
+		return nil
+	}
+	sc, ok := c.(syscall.Conn)
+	if !ok {
+		return nil
+	}
+	rc, err := sc.SyscallConn()
+	if err != nil {
+		return nil
+	}
+	return rc
+}
+
+// recvFresh reads the first bytes of a stream socket that the relay
+// holds no buffer for, waiting in the runtime's poller until there are
+// some. Each attempt takes a buffer from pool for the read(2) alone and
+// gives it back when the read finds nothing, so a waiting direction
+// holds none; the buffer of a read that returned data is left in *bp.
+// It returns io.EOF at the end of the stream, and the read's error, as
+// the connection's Read would, otherwise.
+func recvFresh(c net.Conn, rc syscall.RawConn, pool *sync.Pool, bp **[]byte) (int, error) {
+	var n int
+	var rerr error
+	err := rc.Read(func(fd uintptr) bool {
+		b := pool.Get().(*[]byte)
+		m, e := syscall.Read(int(fd), *b)
+		switch {
+		case e == syscall.EAGAIN || e == syscall.EINTR:
+			pool.Put(b)
+			return false
+		case e != nil:
+			pool.Put(b)
+			rerr = os.NewSyscallError("read", e)
+		case m == 0:
+			pool.Put(b)
+			rerr = io.EOF
+		default:
+			*bp, n = b, m
+		}
+		return true
+	})
+	if rerr == nil && err != nil {
+		rerr = err // closed, or a deadline someone else set
+	}
+	if rerr != nil && rerr != io.EOF {
+		rerr = &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: rerr}
+	}
+	return n, rerr
 }
 
 // write writes all of p to dst. A slow dst blocks it for as long as the
