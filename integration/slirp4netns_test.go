@@ -524,3 +524,35 @@ func TestPodmanRootlessNetnsRestart(t *testing.T) {
 		t.Errorf("audit verify %s: exit %d %s", files[0], v.code, v.stderr)
 	}
 }
+
+// TestSlirp4netnsDHCP: a DHCP client on the TAP (busybox udhcpc, as
+// slirp4netns's own dhcp test runs) gets a lease of the container's
+// address from the gateway, with the gateway as router and the DNS
+// address as name server; and the leased address is the one the gateway
+// accepts as the container's source.
+func TestSlirp4netnsDHCP(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		_, err := exec.LookPath("nsenter")
+		need(t, "nsenter and unshare (util-linux)", err)
+		_, err = os.Stat("/bin/busybox")
+		need(t, "a static /bin/busybox (package busybox-static) for udhcpc", err)
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		target := startTarget(t, m)
+		s := startSlirp(t, m, dir, pol, target, false)
+		// The script udhcpc runs prints what the lease says.
+		script := writeFile(t, dir, "lease.sh", "#!/bin/sh\necho \"lease $1 ip=$ip mask=$mask router=$router dns=$dns\"\n")
+		os.Chmod(script, 0o755)
+		cmd := exec.Command("nsenter", "-t", strconv.Itoa(target), "-U", "-n", "--preserve-credentials",
+			"/bin/busybox", "udhcpc", "-f", "-q", "-n", "-t", "3", "-T", "2", "-i", "tap0", "-s", script)
+		if m.uid >= 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(m.uid), Gid: uint32(m.gid)}}
+		}
+		r := runBounded(t, cmd, 30*time.Second, "udhcpc", nil)
+		t.Logf("udhcpc -> %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+		if r.code != 0 || !strings.Contains(r.stdout, "lease bound ip=10.0.2.100 mask=24 router=10.0.2.2 dns=10.0.2.3") {
+			t.Errorf("udhcpc: exit %d, want a lease of 10.0.2.100/24 via 10.0.2.2 with DNS 10.0.2.3", r.code)
+		}
+		s.stop(t)
+	})
+}

@@ -154,6 +154,10 @@ type Config struct {
 	Pcap io.Writer
 	// IPv6 serves IPv6 too; when false every IPv6 packet is dropped.
 	IPv6 bool
+	// DHCP answers DHCPv4 on an L2 link (a TAP), as slirp4netns does:
+	// the lease is the worker's address, with the gateway and the DNS
+	// address (dhcp.go). Ignored on an L3 link.
+	DHCP bool
 }
 
 // Stats are the gateway's counters. Flow byte counts include finished
@@ -191,6 +195,9 @@ type Stats struct {
 
 	// PcapDropped counts packets not captured after a pcap write error.
 	PcapDropped uint64
+
+	// DHCPReplies counts DHCP answers sent (Config.DHCP).
+	DHCPReplies uint64
 }
 
 // counters is the live form of Stats.
@@ -202,6 +209,7 @@ type counters struct {
 	dropped                                      atomic.Uint64
 	icmpSent, icmpRateLimited, icmpErrors        atomic.Uint64
 	dnsQueries, dnsDropped                       atomic.Uint64
+	dhcpReplies                                  atomic.Uint64
 }
 
 // Gateway is a running gVisor stack serving one worker. Its methods are
@@ -347,6 +355,7 @@ func (g *Gateway) build(cfg Config) error {
 		link = sn
 	}
 	g.link = newFilterLink(link, g, newInspector(g.net, g.ipv6, l2))
+	g.link.dhcp = cfg.DHCP && l2
 
 	netProtos := []stack.NetworkProtocolFactory{ipv4.NewProtocol}
 	if g.ipv6 {
@@ -513,6 +522,7 @@ func (g *Gateway) Stats() Stats {
 		ICMPRateLimited: c.icmpRateLimited.Load(),
 		DNSQueries:      c.dnsQueries.Load(),
 		DNSDropped:      c.dnsDropped.Load(),
+		DHCPReplies:     c.dhcpReplies.Load(),
 	}
 	if g.pcap != nil {
 		st.PcapDropped = g.pcap.failed.Load()

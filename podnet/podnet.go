@@ -160,6 +160,8 @@ func Start(cfg Config) (h *Helper, err error) {
 		}
 	}()
 	scfg := cfg.Session
+	// The TAP gets a DHCP server, as under slirp4netns and pasta.
+	scfg.DHCP = true
 	if scfg.AuditLockWait == 0 {
 		scfg.AuditLockWait = AuditLockWait
 	}

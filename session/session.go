@@ -89,6 +89,9 @@ type Config struct {
 	AuditPath string
 	// AuditKey is an HMAC key file ("" none).
 	AuditKey string
+	// DHCP answers DHCPv4 on a TAP link (netstack.Config.DHCP): the
+	// container engines' helpers, never `nsgate run` (a TUN).
+	DHCP bool
 	// AuditLockWait is how long to wait for another process to let go
 	// of the audit log (audit.Options.LockWait); 0 refuses at once.
 	AuditLockWait time.Duration
@@ -231,6 +234,7 @@ func (s *Session) Attach(link stack.LinkEndpoint) error {
 		Dial:    s.cfg.Dial,
 		Limits:  s.cfg.Limits,
 		Pcap:    s.cfg.Pcap,
+		DHCP:    s.cfg.DHCP,
 	}
 	if !s.cfg.NoDNS {
 		names, err := dns.New(dns.Config{Policy: s.pol.Load, Audit: s.sink, IPv6: s.cfg.IPv6})
