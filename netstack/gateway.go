@@ -232,6 +232,8 @@ type Gateway struct {
 	// guarded (see guardedPolicy).
 	own     []netip.Prefix
 	guarded atomic.Pointer[guardedPolicy]
+	// gw4 and gw6 are the gateway's addresses in the stack's form.
+	gw4, gw6 tcpip.Address
 
 	// ctx is cancelled by Close; every flow and dial runs under it.
 	ctx    context.Context
@@ -315,6 +317,7 @@ func New(cfg Config) (*Gateway, error) {
 		dnsSlots:   make(chan struct{}, dnsMaxInFlight),
 	}
 	g.own = n.Local()
+	g.gw4, g.gw6 = tcpip.AddrFrom4(n.Gateway4().As4()), tcpip.AddrFrom16(n.Gateway6().As16())
 	if g.audit == nil {
 		g.audit = discard{}
 	}
