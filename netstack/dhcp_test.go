@@ -22,8 +22,8 @@ import (
 type dhcpLink struct {
 	g    *Gateway
 	sink *fakeSink
-	ep  *channel.Endpoint
-	mac net.HardwareAddr
+	ep   *channel.Endpoint
+	mac  net.HardwareAddr
 }
 
 func newDHCPLink(t *testing.T, dhcp bool) *dhcpLink {
