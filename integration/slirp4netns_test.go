@@ -192,12 +192,11 @@ func TestSlirp4netnsStandalone(t *testing.T) {
 		dir := workDir(t, m)
 		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
 		target := startTarget(t, m)
-		// Unprivileged, nsgate cannot make the mount namespace
-		// --enable-sandbox needs (Podman gives it one); as root it can.
-		extra := []string{"--enable-seccomp"}
-		if m.uid < 0 {
-			extra = append(extra, "--enable-sandbox")
-		}
+		// Started from a shell, nsgate makes the mount namespace
+		// --enable-sandbox needs (Podman gives it one): as root in its
+		// own user namespace, unprivileged in the target's, which it
+		// joins first, as slirp4netns does.
+		extra := []string{"--enable-seccomp", "--enable-sandbox"}
 		meta := targetAt(metadataV4 + ":80/tcp")
 		metaBefore := meta.count()
 		s := startSlirp(t, m, dir, pol, target, m.name == "user", extra...)
@@ -224,7 +223,16 @@ func TestSlirp4netnsStandalone(t *testing.T) {
 		if sc := statusField(worker, "Seccomp"); sc != "2" {
 			t.Errorf("helper Seccomp %q, want 2 (filter mode)", sc)
 		}
-		if m.uid < 0 {
+		if held := s.cmd.Process.Pid; worker == held {
+			t.Errorf("helper %d did not re-execute itself into a mount namespace of its own", worker)
+		} else if c := statusField(held, "CapEff"); c != "0000000000000400" && c != "0000000000000000" ||
+			statusField(held, "NoNewPrivs") != "1" || statusField(held, "Seccomp") != "2" {
+			// The process the caller holds only waits for the working
+			// one: it is confined too (all but its root).
+			t.Errorf("the held helper process %d: CapEff %s, NoNewPrivs %s, Seccomp %s; want confined as well", held,
+				c, statusField(held, "NoNewPrivs"), statusField(held, "Seccomp"))
+		}
+		{
 			// As slirp4netns's sandbox test checks: no capability but
 			// CAP_NET_BIND_SERVICE, and a root that hides the host.
 			if c := statusField(worker, "CapEff"); c != "0000000000000400" {
