@@ -152,9 +152,9 @@ EOF
 podman import --change WORKDIR=/home/podman --change 'CMD ["/bin/echo", "This container is intended for podman CI testing"]' \
 	"$work/image.tar" quay.io/libpod/testimage:20220615 >/dev/null || exit 1
 cd "$work/system"
-bats --tap 500-networking.bats >"$work/bats.tap" 2>&1
+bats --tap 500-networking.bats >"$work/run/bats.tap" 2>&1
 awk '/^ok .*# skip/ {s++; print "skip " \$0; next} /^ok / {p++; print "ok   " \$0; next} /^not ok / {f++; print "FAIL " \$0; next}
-	END {l = (p+0) " passed, " (f+0) " failed"; if (s > 0) l = l ", " s " skipped"; print l}' "$work/bats.tap"
+	END {l = (p+0) " passed, " (f+0) " failed"; if (s > 0) l = l ", " s " skipped"; print l}' "$work/run/bats.tap"
 podman rm -a -f -t 0 >/dev/null 2>&1
 kill "\$(cat "$work/run/libpod/tmp/pause.pid" 2>/dev/null)" 2>/dev/null
 true
