@@ -63,9 +63,11 @@ fi
 echo "peer-suites: $suite with $(readlink -f "$work/bin/slirp4netns"); work directory $work" >&2
 
 # sealed CMD...: runs CMD as the test user in a network namespace of its
-# own (lo, and a veth pair with 192.0.2.1/24; no route out).
+# own (lo, and a veth pair with 192.0.2.1/24; no route out), and in a PID
+# namespace of its own, so that whatever a failed test leaves running ends
+# with the run.
 sealed() {
-	unshare --net -- bash -c '
+	unshare --net --pid --fork --mount-proc -- bash -c '
 		set -e
 		ip link set lo up
 		ip link add peer0 type veth peer name peer1
