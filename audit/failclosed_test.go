@@ -101,7 +101,7 @@ func openWith(t *testing.T, path string, opts Options, wrap func(*os.File) io.Wr
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := prepareFile(f, path, opts.Key)
+	st, err := prepareFile(f, path, opts.Key, opts.LockWait)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,7 +14,7 @@ import (
 func lockFile(f *os.File) error {
 	err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
 	if errors.Is(err, unix.EWOULDBLOCK) {
-		return errors.New("in use by another process (two writers would break the chain); use a different --audit file")
+		return errLocked
 	}
 	if err != nil {
 		return fmt.Errorf("lock: %w", err)

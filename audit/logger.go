@@ -50,6 +50,13 @@ type Options struct {
 	// the connection's path); a batch a few milliseconds old costs one
 	// wake-up and one write. A queue half full is written at once.
 	Delay time.Duration
+	// LockWait is how long Open waits for another process to let go of
+	// the log file (its exclusive lock) before refusing it; 0 refuses at
+	// once. A container engine's network helper waits: Podman starts the
+	// next helper of a network namespace (same name, same log) as soon as
+	// it has sent the last one SIGTERM, before that one has written its
+	// exit record. The log then goes on as one chain.
+	LockWait time.Duration
 	// Timeout bounds how long the log may be stuck before it has failed:
 	// one write (or the fsync at Close) to the sink, Log waiting for room
 	// in a full queue, and Close waiting for the writer. Default 3s.
@@ -194,7 +201,7 @@ func Open(path string, opts Options) (*Logger, error) {
 		if err != nil {
 			return nil, fmt.Errorf("open audit log: %w", err)
 		}
-		st, err := prepareFile(f, path, opts.Key)
+		st, err := prepareFile(f, path, opts.Key, opts.LockWait)
 		if err != nil {
 			f.Close()
 			return nil, err
@@ -241,7 +248,7 @@ type fileState struct {
 
 // prepareFile locks f and verifies what it already holds, against its head
 // file too. It returns where to continue from.
-func prepareFile(f *os.File, path string, key []byte) (fileState, error) {
+func prepareFile(f *os.File, path string, key []byte, wait time.Duration) (fileState, error) {
 	fi, err := f.Stat()
 	if err != nil {
 		return fileState{}, fmt.Errorf("stat audit log: %w", err)
@@ -250,7 +257,7 @@ func prepareFile(f *os.File, path string, key []byte) (fileState, error) {
 		// A pipe or device: nothing to read back or to lock.
 		return fileState{head: zeroHash}, nil
 	}
-	if err := lockFile(f); err != nil {
+	if err := lockFileWait(f, wait); err != nil {
 		return fileState{}, fmt.Errorf("audit log %s: %w", path, err)
 	}
 	anchor, err := readHeadFile(HeadFile(path))
@@ -844,17 +851,20 @@ func (l *Logger) Close() (head string, err error) {
 		}
 		t.Stop()
 		l.watch.Stop()
-		if !stuck && l.file != nil {
-			if err := l.file.Close(); err != nil {
-				l.fail(fmt.Errorf("close %s: %w", l.name, err))
-			}
-		}
+		// The head file first, then the log (which lets go of its lock):
+		// a writer waiting for the lock (Options.LockWait) then finds
+		// the records it reads anchored.
 		if !stuck && l.head1 != nil {
 			err := l.head1.writeHead(l.Head())
 			l.head1.close()
 			l.headMu.Lock()
 			l.headErr = err
 			l.headMu.Unlock()
+		}
+		if !stuck && l.file != nil {
+			if err := l.file.Close(); err != nil {
+				l.fail(fmt.Errorf("close %s: %w", l.name, err))
+			}
 		}
 		l.closeHead, l.closeErr = l.Head(), l.Err()
 	})

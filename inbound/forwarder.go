@@ -29,11 +29,13 @@ import (
 )
 
 // Dialer opens a connection to the worker at addr over proto ("tcp" or
-// "udp"). For "udp" the connection is connected: one Write is one
-// datagram to addr, one Read one datagram from it. It must honour ctx and
-// be safe for concurrent use. The Forwarder owns (and closes) every
-// connection it returns.
-type Dialer func(ctx context.Context, proto string, addr netip.AddrPort) (net.Conn, error)
+// "udp") for the host-side client (the gateway decides which source
+// address the worker sees: the client's own, or its own address for a
+// client on the host's loopback). For "udp" the connection is connected:
+// one Write is one datagram to addr, one Read one datagram from it. It
+// must honour ctx and be safe for concurrent use. The Forwarder owns (and
+// closes) every connection it returns.
+type Dialer func(ctx context.Context, proto string, client, addr netip.AddrPort) (net.Conn, error)
 
 // Rule asks for one forward: listen on HostAddr:HostPort for Proto, and
 // relay each connection to GuestAddr:GuestPort. Only IPv4 is supported,
@@ -350,7 +352,7 @@ func (l *listener) serveTCP() {
 func (l *listener) relayTCP(c net.Conn, src netip.AddrPort) {
 	f := l.f
 	ctx, cancel := context.WithTimeout(f.ctx, f.o.DialTimeout)
-	g, err := f.o.Dial(ctx, "tcp", l.Guest())
+	g, err := f.o.Dial(ctx, "tcp", src, l.Guest())
 	cancel()
 	f.report(l.Forward, src, err)
 	if err != nil {
@@ -414,7 +416,7 @@ func (l *listener) serveUDP() {
 		}
 		if fl == nil {
 			ctx, cancel := context.WithTimeout(f.ctx, f.o.DialTimeout)
-			g, err := f.o.Dial(ctx, "udp", l.Guest())
+			g, err := f.o.Dial(ctx, "udp", src, l.Guest())
 			cancel()
 			f.report(l.Forward, src, err)
 			if err != nil {

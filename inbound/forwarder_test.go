@@ -64,7 +64,7 @@ func newFakeGuest(t *testing.T) *fakeGuest {
 	return g
 }
 
-func (g *fakeGuest) dial(ctx context.Context, proto string, addr netip.AddrPort) (net.Conn, error) {
+func (g *fakeGuest) dial(ctx context.Context, proto string, _, addr netip.AddrPort) (net.Conn, error) {
 	g.mu.Lock()
 	g.dials = append(g.dials, proto+" "+addr.String())
 	fail := g.fail

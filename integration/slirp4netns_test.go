@@ -3,9 +3,11 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -190,12 +192,11 @@ func TestSlirp4netnsStandalone(t *testing.T) {
 		dir := workDir(t, m)
 		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
 		target := startTarget(t, m)
-		// Unprivileged, nsgate cannot make the mount namespace
-		// --enable-sandbox needs (Podman gives it one); as root it can.
-		extra := []string{"--enable-seccomp"}
-		if m.uid < 0 {
-			extra = append(extra, "--enable-sandbox")
-		}
+		// Started from a shell, nsgate makes the mount namespace
+		// --enable-sandbox needs (Podman gives it one): as root in its
+		// own user namespace, unprivileged in the target's, which it
+		// joins first, as slirp4netns does.
+		extra := []string{"--enable-seccomp", "--enable-sandbox"}
 		meta := targetAt(metadataV4 + ":80/tcp")
 		metaBefore := meta.count()
 		s := startSlirp(t, m, dir, pol, target, m.name == "user", extra...)
@@ -222,7 +223,16 @@ func TestSlirp4netnsStandalone(t *testing.T) {
 		if sc := statusField(worker, "Seccomp"); sc != "2" {
 			t.Errorf("helper Seccomp %q, want 2 (filter mode)", sc)
 		}
-		if m.uid < 0 {
+		if held := s.cmd.Process.Pid; worker == held {
+			t.Errorf("helper %d did not re-execute itself into a mount namespace of its own", worker)
+		} else if c := statusField(held, "CapEff"); c != "0000000000000400" && c != "0000000000000000" ||
+			statusField(held, "NoNewPrivs") != "1" || statusField(held, "Seccomp") != "2" {
+			// The process the caller holds only waits for the working
+			// one: it is confined too (all but its root).
+			t.Errorf("the held helper process %d: CapEff %s, NoNewPrivs %s, Seccomp %s; want confined as well", held,
+				c, statusField(held, "NoNewPrivs"), statusField(held, "Seccomp"))
+		}
+		{
 			// As slirp4netns's sandbox test checks: no capability but
 			// CAP_NET_BIND_SERVICE, and a root that hides the host.
 			if c := statusField(worker, "CapEff"); c != "0000000000000400" {
@@ -346,4 +356,218 @@ func TestSlirp4netnsCommandLine(t *testing.T) {
 	if r.code != 1 || !strings.Contains(r.stderr, "/nonexistent/netns") {
 		t.Errorf("missing netns: exit %d stderr %q, want 1 naming the path", r.code, r.stderr)
 	}
+}
+
+// enterStart starts args inside the target's user and network namespaces
+// and returns once its first output line (a server's "listening ...")
+// has come; the process is killed at the end of the test.
+func (s *slirpRun) enterStart(t *testing.T, m mode, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("nsenter", append([]string{"-t", strconv.Itoa(s.target), "-U", "-n", "--preserve-credentials"}, args...)...)
+	if m.uid >= 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(m.uid), Gid: uint32(m.gid)}}
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("nsenter %v: %v", args, err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	line := make(chan string, 1)
+	go func() {
+		l, _ := bufio.NewReader(out).ReadString('\n')
+		line <- strings.TrimSpace(l)
+		io.Copy(io.Discard, out)
+	}()
+	select {
+	case l := <-line:
+		return l
+	case <-time.After(10 * time.Second):
+		t.Fatalf("%v printed nothing in the target", args)
+	}
+	return ""
+}
+
+// httpGetFrom is httpGet from the local address src.
+func httpGetFrom(src, addr string) (string, error) {
+	d := net.Dialer{Timeout: 2 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}}
+	c, err := d.Dial("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	fmt.Fprintf(c, "GET / HTTP/1.0\r\nHost: %s\r\n\r\n", addr)
+	b, err := io.ReadAll(c)
+	return string(b), err
+}
+
+// TestSlirp4netnsPublishedSource: a port published through the API
+// (add_hostfwd, Podman's -p with port_handler=slirp4netns) reaches the
+// container's server from the client's own address when the client is
+// not on the host's loopback (as under slirp4netns), and from the gateway
+// 10.0.2.2 when it is; the audit log's inbound records name the real
+// client either way.
+func TestSlirp4netnsPublishedSource(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		_, err := exec.LookPath("nsenter")
+		need(t, "nsenter and unshare (util-linux)", err)
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		target := startTarget(t, m)
+		sock := filepath.Join(dir, "api.sock")
+		s := startSlirp(t, m, dir, pol, target, false, "--api-socket="+sock)
+		if l := s.enterStart(t, m, nsgateBin, "__probe", "serve", ":8080", "60"); !strings.HasPrefix(l, "listening") {
+			t.Fatalf("server in the target: %q", l)
+		}
+		const port = 18091
+		req := fmt.Sprintf(`{"execute":"add_hostfwd","arguments":{"proto":"tcp","host_addr":"0.0.0.0","host_port":%d,"guest_port":8080}}`, port)
+		if got, err := apiRequest(sock, req); err != nil || !strings.Contains(got, `"id":1`) {
+			t.Fatalf("add_hostfwd: %q %v", got, err)
+		}
+		for _, tc := range []struct{ why, src, dst, want string }{
+			// otherV4 is on lo of the sealed namespace, but is not a
+			// loopback address: a client elsewhere on the host's network.
+			{"a client on a non-loopback address", otherV4, fmt.Sprintf("%s:%d", appV4, port), otherV4},
+			{"a client on the loopback", "127.0.0.1", fmt.Sprintf("127.0.0.1:%d", port), "10.0.2.2"},
+		} {
+			var page string
+			var err error
+			for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+				page, err = httpGetFrom(tc.src, tc.dst)
+				if err == nil && strings.Contains(page, "hello from the worker") || time.Now().After(deadline) {
+					break
+				}
+			}
+			t.Logf("%s: %q", tc.why, page)
+			if !strings.Contains(page, "\nclient "+tc.want+":") {
+				t.Errorf("%s (%s → %s): the container's server saw %q (%v), want client %s", tc.why, tc.src, tc.dst, page, err, tc.want)
+			}
+		}
+		s.stop(t)
+		var fromOther, fromLoop bool
+		for _, r := range readAudit(t, s.audit) {
+			if r.str("event") != "inbound" || r.str("action") != "allow" || r.str("dst") != "10.0.2.100:8080" {
+				continue
+			}
+			fromOther = fromOther || strings.HasPrefix(r.str("src"), otherV4+":")
+			fromLoop = fromLoop || strings.HasPrefix(r.str("src"), "127.0.0.1:")
+		}
+		if !fromOther || !fromLoop {
+			t.Errorf("inbound records name the client %s: %v, 127.0.0.1: %v; want both", otherV4, fromOther, fromLoop)
+		}
+	})
+}
+
+// TestPodmanRootlessNetnsRestart: Podman 4's user-defined networks share
+// one rootless network namespace served by one helper, whose audit log is
+// named after that namespace. `podman network reload` and `podman
+// restart` replace the helper (Podman sends the old one SIGTERM and starts
+// the new one at once, same name): with NSGATE_AUDIT_DIR set both work,
+// the container's network works after them, and the one log holds every
+// helper's records, from start to exit, in one chain that verifies.
+func TestPodmanRootlessNetnsRestart(t *testing.T) {
+	needSealed(t)
+	pm := newPodmanEnv(t)
+	adir := pm.auditDir(t, "netns")
+	if r := pm.run(t, adir, "network", "create", "nsgnet"); r.code != 0 {
+		t.Fatalf("podman network create: exit %d\n%s", r.code, r.stderr)
+	}
+	if r := pm.run(t, adir, "run", "-d", "--name", "srv", "--network", "nsgnet", podmanImage,
+		"nsgate", "__probe", "serve", ":8080", "300"); r.code != 0 {
+		t.Fatalf("podman run -d --network nsgnet: exit %d\n%s", r.code, r.stderr)
+	}
+	reach := func(when string) {
+		t.Helper()
+		r := pm.run(t, adir, "exec", "srv", "nsgate", "__probe", "tcp", appV4+":8080")
+		if r.code != 0 || !strings.Contains(r.stdout, " 200 ") {
+			t.Errorf("%s: the container does not reach the approved address: exit %d %q", when, r.code, r.stdout)
+		}
+	}
+	reach("before")
+	// Whether the old helper has let go by the time the new one opens
+	// the log is a race: a few rounds give it room to show.
+	const rounds = 2
+	for i := 0; i < rounds; i++ {
+		if r := pm.run(t, adir, "network", "reload", "srv"); r.code != 0 {
+			t.Fatalf("podman network reload (round %d): exit %d\n%s", i+1, r.code, r.stderr)
+		}
+		reach("after network reload")
+		if r := pm.run(t, adir, "restart", "-t", "0", "srv"); r.code != 0 {
+			t.Fatalf("podman restart (round %d): exit %d\n%s", i+1, r.code, r.stderr)
+		}
+		reach("after restart")
+	}
+	if r := pm.run(t, "", "rm", "-f", "-t", "0", "srv"); r.code != 0 {
+		t.Fatalf("podman rm -f: exit %d\n%s", r.code, r.stderr)
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(nsgateProcs(pm.dir)) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("nsgate helpers outlived the last container: %v", nsgateProcs(pm.dir))
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(adir, "*.jsonl"))
+	if len(files) != 1 || !strings.HasPrefix(filepath.Base(files[0]), "rootless-netns-") {
+		t.Fatalf("audit directory holds %v, want one rootless-netns-<hash>.jsonl", files)
+	}
+	recs := readAudit(t, files[0])
+	var starts, exits, allows int
+	for _, r := range recs {
+		switch {
+		case r.str("event") == "start":
+			starts++
+		case r.str("event") == "exit":
+			exits++
+		case r.str("event") == "flow" && r.str("action") == "allow" && r.str("dst") == appV4+":8080":
+			allows++
+		}
+	}
+	t.Logf("%s: %d records, %d helpers (start records), %d exit records, %d allowed flows", files[0], len(recs), starts, exits, allows)
+	if starts < 2 || exits != starts || allows != 1+2*rounds {
+		t.Errorf("want at least two helpers in the log, each with its exit record, and %d allowed flows; got %d starts, %d exits, %d allows", 1+2*rounds, starts, exits, allows)
+	}
+	if v := runNsgate(t, mode{uid: -1, gid: -1}, "audit", "verify", files[0]); v.code != 0 {
+		t.Errorf("audit verify %s: exit %d %s", files[0], v.code, v.stderr)
+	}
+}
+
+// TestSlirp4netnsDHCP: a DHCP client on the TAP (busybox udhcpc, as
+// slirp4netns's own dhcp test runs) gets a lease of the container's
+// address from the gateway, with the gateway as router and the DNS
+// address as name server; and the leased address is the one the gateway
+// accepts as the container's source.
+func TestSlirp4netnsDHCP(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		_, err := exec.LookPath("nsenter")
+		need(t, "nsenter and unshare (util-linux)", err)
+		_, err = os.Stat("/bin/busybox")
+		need(t, "a static /bin/busybox (package busybox-static) for udhcpc", err)
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		target := startTarget(t, m)
+		s := startSlirp(t, m, dir, pol, target, false)
+		// The script udhcpc runs prints what the lease says.
+		script := writeFile(t, dir, "lease.sh", "#!/bin/sh\necho \"lease $1 ip=$ip mask=$mask router=$router dns=$dns\"\n")
+		os.Chmod(script, 0o755)
+		cmd := exec.Command("nsenter", "-t", strconv.Itoa(target), "-U", "-n", "--preserve-credentials",
+			"/bin/busybox", "udhcpc", "-f", "-q", "-n", "-t", "3", "-T", "2", "-i", "tap0", "-s", script)
+		if m.uid >= 0 {
+			cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(m.uid), Gid: uint32(m.gid)}}
+		}
+		r := runBounded(t, cmd, 30*time.Second, "udhcpc", nil)
+		t.Logf("udhcpc -> %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+		if r.code != 0 || !strings.Contains(r.stdout, "lease bound ip=10.0.2.100 mask=24 router=10.0.2.2 dns=10.0.2.3") {
+			t.Errorf("udhcpc: exit %d, want a lease of 10.0.2.100/24 via 10.0.2.2 with DNS 10.0.2.3", r.code)
+		}
+		s.stop(t)
+		// The exchange is not a flow: no record of it (gVisor also
+		// delivers the gateway's broadcast answers to itself).
+		for _, rec := range readAudit(t, s.audit) {
+			if strings.Contains(rec.str("dst"), "255.255.255.255") || strings.Contains(rec.str("src"), ":67") {
+				t.Errorf("audit record for the DHCP exchange: %v", rec)
+			}
+		}
+	})
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -67,7 +68,7 @@ func TestAuditFailureAdmitsNoNewFlow(t *testing.T) {
 	if d := h.dialer.list(); len(d) != dials {
 		t.Errorf("dialled %v after the audit log failed; want nothing dialled", d[dials:])
 	}
-	if _, err := h.g.DialGuest(context.Background(), "tcp", ap("10.0.2.100:80")); err == nil || !strings.Contains(err.Error(), "audit log failed") {
+	if _, err := h.g.DialGuest(context.Background(), "tcp", netip.Addr{}, ap("10.0.2.100:80")); err == nil || !strings.Contains(err.Error(), "audit log failed") {
 		t.Errorf("DialGuest after the failure: %v; want a refusal naming the audit log", err)
 	}
 	// The flow admitted before still works: ending it is the caller's job.

@@ -154,6 +154,10 @@ type Config struct {
 	Pcap io.Writer
 	// IPv6 serves IPv6 too; when false every IPv6 packet is dropped.
 	IPv6 bool
+	// DHCP answers DHCPv4 on an L2 link (a TAP), as slirp4netns does:
+	// the lease is the worker's address, with the gateway and the DNS
+	// address (dhcp.go). Ignored on an L3 link.
+	DHCP bool
 }
 
 // Stats are the gateway's counters. Flow byte counts include finished
@@ -191,6 +195,9 @@ type Stats struct {
 
 	// PcapDropped counts packets not captured after a pcap write error.
 	PcapDropped uint64
+
+	// DHCPReplies counts DHCP answers sent (Config.DHCP).
+	DHCPReplies uint64
 }
 
 // counters is the live form of Stats.
@@ -202,6 +209,7 @@ type counters struct {
 	dropped                                      atomic.Uint64
 	icmpSent, icmpRateLimited, icmpErrors        atomic.Uint64
 	dnsQueries, dnsDropped                       atomic.Uint64
+	dhcpReplies                                  atomic.Uint64
 }
 
 // Gateway is a running gVisor stack serving one worker. Its methods are
@@ -224,6 +232,8 @@ type Gateway struct {
 	// guarded (see guardedPolicy).
 	own     []netip.Prefix
 	guarded atomic.Pointer[guardedPolicy]
+	// gw4 and gw6 are the gateway's addresses in the stack's form.
+	gw4, gw6 tcpip.Address
 
 	// ctx is cancelled by Close; every flow and dial runs under it.
 	ctx    context.Context
@@ -307,6 +317,7 @@ func New(cfg Config) (*Gateway, error) {
 		dnsSlots:   make(chan struct{}, dnsMaxInFlight),
 	}
 	g.own = n.Local()
+	g.gw4, g.gw6 = tcpip.AddrFrom4(n.Gateway4().As4()), tcpip.AddrFrom16(n.Gateway6().As16())
 	if g.audit == nil {
 		g.audit = discard{}
 	}
@@ -351,6 +362,7 @@ func (g *Gateway) build(cfg Config) error {
 		link = sn
 	}
 	g.link = newFilterLink(link, g, newInspector(g.net, g.ipv6, l2))
+	g.link.dhcp = cfg.DHCP && l2
 
 	netProtos := []stack.NetworkProtocolFactory{ipv4.NewProtocol}
 	if g.ipv6 {
@@ -517,6 +529,7 @@ func (g *Gateway) Stats() Stats {
 		ICMPRateLimited: c.icmpRateLimited.Load(),
 		DNSQueries:      c.dnsQueries.Load(),
 		DNSDropped:      c.dnsDropped.Load(),
+		DHCPReplies:     c.dhcpReplies.Load(),
 	}
 	if g.pcap != nil {
 		st.PcapDropped = g.pcap.failed.Load()

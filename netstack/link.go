@@ -27,6 +27,9 @@ type filterLink struct {
 	nested.Endpoint
 	g    *Gateway
 	insp *inspector
+	// dhcp: answer DHCPv4 requests (dhcp.go) before the inspector,
+	// which refuses their source 0.0.0.0. Set before the link is attached.
+	dhcp bool
 }
 
 var _ stack.NetworkDispatcher = (*filterLink)(nil)
@@ -48,6 +51,9 @@ func (l *filterLink) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt
 		} else {
 			g.stats.dropped.Add(1)
 		}
+		return
+	}
+	if l.dhcp && g.serveDHCP(pkt.Data()) {
 		return
 	}
 	v := l.insp.inspect(pkt.Data())

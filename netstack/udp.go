@@ -22,6 +22,13 @@ import (
 // prohibited". It always reports the datagram as handled, so gVisor never
 // answers on its own.
 func (g *Gateway) handleUDP(id stack.TransportEndpointID, pkt *stack.PacketBuffer) bool {
+	if from := id.RemoteAddress; from == g.gw4 || from == g.gw6 {
+		// The gateway's own broadcast (a DHCP answer, dhcp.go), which
+		// gVisor also delivers locally. The filter passes no packet of
+		// the worker's with this source, so it is never a flow.
+		g.stats.dropped.Add(1)
+		return true
+	}
 	if !g.udpValid(pkt) {
 		g.stats.malformed.Add(1)
 		return true

@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -43,6 +44,14 @@ const (
 	// EnvAuditKey names an HMAC key file: every audit record gets a mac.
 	EnvAuditKey = "NSGATE_AUDIT_KEY"
 )
+
+// AuditLockWait is how long a helper waits for the previous helper of
+// the same network namespace to let go of their audit log. Podman's
+// rootless network namespace keeps its name across restarts (`podman
+// network reload`, `podman restart` of its last container): Podman sends
+// the old helper SIGTERM and starts the new one at once. The new one
+// waits for the old one's exit record and continues the log's chain.
+const AuditLockWait = 10 * time.Second
 
 // SystemPolicy is the last place a helper looks for a policy.
 const SystemPolicy = "/etc/nsgate/policy.yaml"
@@ -151,6 +160,11 @@ func Start(cfg Config) (h *Helper, err error) {
 		}
 	}()
 	scfg := cfg.Session
+	// The TAP gets a DHCP server, as under slirp4netns and pasta.
+	scfg.DHCP = true
+	if scfg.AuditLockWait == 0 {
+		scfg.AuditLockWait = AuditLockWait
+	}
 	if scfg.AuditPath != "" && scfg.AuditPath != "-" {
 		if err := os.MkdirAll(filepath.Dir(scfg.AuditPath), 0o700); err != nil {
 			return h, fmt.Errorf("audit directory: %w", err)

@@ -21,7 +21,7 @@ import (
 //	                                    between), read until the server closes; print what came back
 //	nsgate __probe udp ADDR             send one datagram, wait for a reply
 //	nsgate __probe udp-flood ADDR SECS  send datagrams as fast as possible
-//	nsgate __probe serve ADDR SECS      answer HTTP requests on ADDR for SECS seconds
+//	nsgate __probe serve ADDR SECS      answer HTTP requests on ADDR for SECS seconds (the page names the client)
 //	nsgate __probe banner ADDR          connect and print the server's first line (server-first protocols)
 //	nsgate __probe hold ADDR N          open N connections one after another and hold them; print each outcome
 //	nsgate __probe dns SERVER NAME TYPE udp|tcp   one DNS query; prints the rcode and answers
@@ -268,7 +268,9 @@ func probeServe(e env, addr string, d time.Duration) int {
 					break
 				}
 			}
-			fmt.Fprint(c, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhello from the worker\n")
+			// The page names the client as the server sees it: tests of
+			// published ports check which source address arrives.
+			fmt.Fprintf(c, "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\n\r\nhello from the worker\nclient %s\n", c.RemoteAddr())
 		}()
 	}
 }

@@ -123,8 +123,10 @@ func SharesMountNSWithParent() bool {
 // (128+N if it died of signal N). The child is killed if this process
 // dies. The caller closes its own copies of fds after the child started
 // (RunInOwnMountNS does that, so that pipe ends the child holds are not
-// kept open twice).
-func RunInOwnMountNS(fds []int, marker string) (int, error) {
+// kept open twice). parent, when set, is applied to this process once the
+// child runs (its Root is ignored): the process the caller holds, which
+// only waits and forwards signals, is confined too.
+func RunInOwnMountNS(fds []int, marker string, parent *Confinement) (int, error) {
 	var extra []*os.File
 	for _, fd := range fds {
 		if fd < 3 {
@@ -159,6 +161,11 @@ func RunInOwnMountNS(fds []int, marker string) (int, error) {
 		}
 		return 1, fmt.Errorf("create a mount namespace: %w", err)
 	}
+	if err := confineParent(parent); err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return 1, err
+	}
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	for {
@@ -179,4 +186,138 @@ func RunInOwnMountNS(fds []int, marker string) (int, error) {
 			return 1, err
 		}
 	}
+}
+
+// RunInOwnMountNSOf is RunInOwnMountNS for a caller that lacks
+// CAP_SYS_ADMIN (an unprivileged user outside any user namespace, as
+// RootlessKit runs slirp4netns): the copy first joins the target's user
+// namespace (as slirp4netns joins its target's before it sandboxes
+// itself), where it has every capability, and its mount namespace is
+// owned by that user namespace. The target's user namespace is userns, or
+// the owner of the network namespace at netns; the caller must own it (be
+// the user who created it). When there is none, or it is our own, this is
+// RunInOwnMountNS.
+func RunInOwnMountNSOf(fds []int, marker, userns, netns string, parent *Confinement) (int, error) {
+	ufd := -1
+	if userns != "" || netns != "" {
+		netfd := -1
+		if userns == "" {
+			fd, err := openNS(netns, unix.CLONE_NEWNET)
+			if err != nil {
+				return 1, err
+			}
+			defer unix.Close(fd)
+			netfd = fd
+		}
+		fd, err := userNSToJoin(userns, netfd)
+		if err != nil {
+			return 1, err
+		}
+		ufd = fd
+	}
+	if ufd < 0 {
+		return RunInOwnMountNS(fds, marker, parent)
+	}
+	defer unix.Close(ufd)
+	if userns == "" {
+		userns = "the owner of " + netns
+	}
+	a := &reexecArgs{userfd: ufd}
+	for _, fd := range fds {
+		if fd < 3 {
+			continue
+		}
+		if a.nkeep == len(a.keep) {
+			return 1, errors.New("too many descriptors to pass on")
+		}
+		a.keep[a.nkeep] = int32(fd)
+		a.nkeep++
+	}
+	var p [2]int
+	err := unix.Pipe2(p[:], unix.O_CLOEXEC)
+	if err != nil {
+		return 1, err
+	}
+	errR, errW := p[0], p[1]
+	defer unix.Close(errR)
+	a.errfd = errW
+	if a.path, err = unix.BytePtrFromString("/proc/self/exe"); err != nil {
+		return 1, err
+	}
+	if a.argv, err = cStrings(os.Args); err != nil {
+		return 1, err
+	}
+	if a.envv, err = cStrings(append(os.Environ(), marker+"=1")); err != nil {
+		return 1, err
+	}
+	// Pdeathsig follows the thread that forked: keep it.
+	runtime.LockOSThread()
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT)
+	defer signal.Stop(sigs)
+	pid, err := a.start()
+	unix.Close(errW)
+	if err != nil {
+		return 1, fmt.Errorf("create a mount namespace: fork: %w", err)
+	}
+	if step, errno, failed := readForkError(errR); failed {
+		var ws unix.WaitStatus
+		unix.Wait4(pid, &ws, 0, nil)
+		switch step {
+		case stepReexecUserns:
+			return 1, fmt.Errorf("join user namespace %s: %w (--enable-sandbox without CAP_SYS_ADMIN joins the target's user namespace: nsgate must run as the user who created it)", userns, errno)
+		case stepReexecMountns:
+			return 1, fmt.Errorf("create a mount namespace in user namespace %s: %w", userns, errno)
+		case stepReexecExec:
+			return 1, fmt.Errorf("re-execute nsgate (/proc/self/exe): %w", errno)
+		}
+		return 1, fmt.Errorf("create a mount namespace: child failed at step %d: %w", step, errno)
+	}
+	for _, fd := range fds {
+		if fd > 2 {
+			unix.Close(fd)
+		}
+	}
+	if err := confineParent(parent); err != nil {
+		unix.Kill(pid, unix.SIGKILL)
+		var ws unix.WaitStatus
+		unix.Wait4(pid, &ws, 0, nil)
+		return 1, err
+	}
+	done := make(chan unix.WaitStatus, 1)
+	go func() {
+		var ws unix.WaitStatus
+		for {
+			_, err := unix.Wait4(pid, &ws, 0, nil)
+			if !errors.Is(err, unix.EINTR) {
+				break
+			}
+		}
+		done <- ws
+	}()
+	for {
+		select {
+		case s := <-sigs:
+			unix.Kill(pid, s.(syscall.Signal))
+		case ws := <-done:
+			if ws.Signaled() {
+				return 128 + int(ws.Signal()), nil
+			}
+			return ws.ExitStatus(), nil
+		}
+	}
+}
+
+// confineParent applies c, less its root, to the process that waits for
+// the confined copy.
+func confineParent(c *Confinement) error {
+	if c == nil {
+		return nil
+	}
+	p := *c
+	p.Root, p.Files = false, nil
+	if err := Confine(p); err != nil {
+		return fmt.Errorf("confine the waiting process: %w", err)
+	}
+	return nil
 }

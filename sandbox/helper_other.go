@@ -17,4 +17,9 @@ func Confine(Confinement) error { return errors.ErrUnsupported }
 func SharesMountNSWithParent() bool { return true }
 
 // RunInOwnMountNS reports that mount namespaces need Linux.
-func RunInOwnMountNS([]int, string) (int, error) { return 1, errors.ErrUnsupported }
+func RunInOwnMountNS([]int, string, *Confinement) (int, error) { return 1, errors.ErrUnsupported }
+
+// RunInOwnMountNSOf reports that mount namespaces need Linux.
+func RunInOwnMountNSOf([]int, string, string, string, *Confinement) (int, error) {
+	return 1, errors.ErrUnsupported
+}

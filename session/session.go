@@ -89,6 +89,12 @@ type Config struct {
 	AuditPath string
 	// AuditKey is an HMAC key file ("" none).
 	AuditKey string
+	// DHCP answers DHCPv4 on a TAP link (netstack.Config.DHCP): the
+	// container engines' helpers, never `nsgate run` (a TUN).
+	DHCP bool
+	// AuditLockWait is how long to wait for another process to let go
+	// of the audit log (audit.Options.LockWait); 0 refuses at once.
+	AuditLockWait time.Duration
 	// Human receives the readable denial lines (nil: none).
 	Human io.Writer
 	// Stderr is where the session speaks: reload outcomes, the audit head
@@ -155,7 +161,7 @@ func Open(cfg Config) (*Session, error) {
 		return nil, err
 	}
 	s.store(p)
-	opts := audit.Options{Human: cfg.Human}
+	opts := audit.Options{Human: cfg.Human, LockWait: cfg.AuditLockWait}
 	if cfg.AuditKey != "" {
 		if opts.Key, err = audit.LoadKey(cfg.AuditKey); err != nil {
 			return nil, err
@@ -228,6 +234,7 @@ func (s *Session) Attach(link stack.LinkEndpoint) error {
 		Dial:    s.cfg.Dial,
 		Limits:  s.cfg.Limits,
 		Pcap:    s.cfg.Pcap,
+		DHCP:    s.cfg.DHCP,
 	}
 	if !s.cfg.NoDNS {
 		names, err := dns.New(dns.Config{Policy: s.pol.Load, Audit: s.sink, IPv6: s.cfg.IPv6})
@@ -289,14 +296,14 @@ func (s *Session) Inbound() *inbound.Forwarder {
 		s.fwds = inbound.New(inbound.Options{
 			Guest: s.cfg.Plan.Guest4(),
 			Audit: s.sink,
-			Dial: func(ctx context.Context, proto string, a netip.AddrPort) (net.Conn, error) {
+			Dial: func(ctx context.Context, proto string, client, a netip.AddrPort) (net.Conn, error) {
 				s.mu.Lock()
 				gw := s.gw
 				s.mu.Unlock()
 				if gw == nil {
 					return nil, errors.New("the gateway is not attached (or already closed)")
 				}
-				return gw.DialGuest(ctx, proto, a)
+				return gw.DialGuest(ctx, proto, client.Addr(), a)
 			},
 		})
 	}

@@ -44,7 +44,7 @@ func newEchoGuest(t *testing.T) *echoGuest {
 	return &echoGuest{ln: ln}
 }
 
-func (g *echoGuest) dial(ctx context.Context, proto string, addr netip.AddrPort) (net.Conn, error) {
+func (g *echoGuest) dial(ctx context.Context, proto string, _, addr netip.AddrPort) (net.Conn, error) {
 	g.mu.Lock()
 	g.dials = append(g.dials, proto+" "+addr.String())
 	g.mu.Unlock()

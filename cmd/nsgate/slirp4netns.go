@@ -54,7 +54,20 @@ func cmdSlirp4netns(e env, args []string) int {
 	if cfg.EnableSandbox && os.Getenv(envOwnMountNS) != "1" && sandbox.SharesMountNSWithParent() {
 		// The sandbox's pivot_root needs a mount namespace of our own;
 		// Podman gives one, a shell does not.
-		code, err := sandbox.RunInOwnMountNS([]int{cfg.ExitFD, cfg.ReadyFD, cfg.TapFD}, envOwnMountNS)
+		// Without CAP_SYS_ADMIN (an unprivileged user outside any user
+		// namespace, as RootlessKit runs it) the copy joins the target's
+		// user namespace first, as slirp4netns does.
+		// The process the caller holds only waits for the confined copy
+		// and forwards signals: it drops its capabilities (and takes the
+		// seccomp filter when asked) too.
+		fds := []int{cfg.ExitFD, cfg.ReadyFD, cfg.TapFD}
+		parent := &sandbox.Confinement{DropCaps: true, Seccomp: cfg.EnableSeccomp}
+		var code int
+		if spec := slirpTAPSpec(cfg); os.Geteuid() != 0 && cfg.NetnsType != slirp.NetnsTapFD {
+			code, err = sandbox.RunInOwnMountNSOf(fds, envOwnMountNS, spec.UsernsPath, spec.NetnsPath, parent)
+		} else {
+			code, err = sandbox.RunInOwnMountNS(fds, envOwnMountNS, parent)
+		}
 		if err != nil {
 			fmt.Fprintf(e.stderr, "nsgate slirp4netns: %v\n", err)
 		}
