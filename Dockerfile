@@ -26,8 +26,8 @@ ARG WORKER_BASE=localhost/chromium-base:latest
 # It comes first: Docker's legacy builder (no BuildKit, as in Debian 12's
 # docker.io 20.10) builds every stage up to the target, so a stage placed
 # before this one would be built too, and the build stage pulls GO_IMAGE.
-# The price: the legacy builder needs bin/nsgate for the other targets
-# too (BuildKit and podman build skip stages the target does not use).
+# The price: with the legacy builder the other targets need bin/nsgate
+# too (BuildKit and podman build skip the stages a target does not use).
 FROM scratch AS prebuilt
 COPY bin/nsgate /usr/local/bin/nsgate
 USER 65532:65532
