@@ -892,9 +892,11 @@ func slirpHelpers() []int {
 
 // testRootlessHelper: RootlessKit passes --enable-sandbox --enable-seccomp
 // and starts the helper as the unprivileged user, outside any user
-// namespace. nsgate then serves from a confined copy in a user namespace
-// of its own: CAP_NET_BIND_SERVICE only, no_new_privs, a seccomp filter,
-// a root holding nothing but etc, and not RootlessKit's user namespace.
+// namespace. As slirp4netns does, nsgate's copy that does the work joins
+// the user namespace of the target (RootlessKit's child) for a mount
+// namespace of its own, and is confined there: CAP_NET_BIND_SERVICE only,
+// no_new_privs, a seccomp filter, a root holding nothing but etc. The
+// process RootlessKit holds only waits for it, and is confined too.
 func (d *dockerEnv) testRootlessHelper(t *testing.T) {
 	helpers := slirpHelpers()
 	if len(helpers) != 2 {
@@ -904,43 +906,54 @@ func (d *dockerEnv) testRootlessHelper(t *testing.T) {
 		s, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", pid, kind))
 		return s
 	}
-	var confined int
+	root := func(pid int) string {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root", pid))
+		if err != nil {
+			return err.Error()
+		}
+		var names []string
+		for _, e := range ents {
+			names = append(names, e.Name())
+		}
+		return strings.Join(names, ",")
+	}
+	var targetNS string // the user namespace of RootlessKit's child, the helper's target
+	for _, p := range childPIDs(d.daemon.Process.Pid) {
+		if u := ns(p, "user"); u != ns(os.Getpid(), "user") {
+			targetNS = u
+		}
+	}
+	confined := 0
 	for _, pid := range helpers {
-		if procStatus(pid, "Seccomp") == "2" {
-			confined = pid
+		t.Logf("helper %d: CapEff %s, NoNewPrivs %s, Seccomp %s, uid %s, root [%s], userns %s (RootlessKit's child: %s)", pid,
+			procStatus(pid, "CapEff"), procStatus(pid, "NoNewPrivs"), procStatus(pid, "Seccomp"),
+			procStatus(pid, "Uid"), root(pid), ns(pid, "user"), targetNS)
+		if procStatus(pid, "NoNewPrivs") != "1" || procStatus(pid, "Seccomp") != "2" {
+			t.Errorf("helper %d runs without no_new_privs or seccomp", pid)
+		}
+		if root(pid) != "etc" {
+			continue
+		}
+		confined = pid
+		if procStatus(pid, "CapEff") != "0000000000000400" {
+			t.Errorf("the confined helper %d holds capabilities %s, want CAP_NET_BIND_SERVICE only", pid, procStatus(pid, "CapEff"))
+		}
+		if targetNS == "" || ns(pid, "user") != targetNS {
+			t.Errorf("the confined helper %d is in user namespace %s, want its target's %s (as slirp4netns)", pid, ns(pid, "user"), targetNS)
+		}
+		if strings.Fields(procStatus(pid, "Uid") + " ?")[0] != strconv.Itoa(d.uid) {
+			t.Errorf("the confined helper %d runs as %s, want the test user %d", pid, procStatus(pid, "Uid"), d.uid)
 		}
 	}
 	if confined == 0 {
-		t.Fatalf("no helper under a seccomp filter among %v", helpers)
-	}
-	ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/root", confined))
-	var names []string
-	for _, e := range ents {
-		names = append(names, e.Name())
-	}
-	t.Logf("confined helper %d: CapEff %s, NoNewPrivs %s, root %v, userns %s (ours %s)", confined,
-		procStatus(confined, "CapEff"), procStatus(confined, "NoNewPrivs"), names, ns(confined, "user"), ns(os.Getpid(), "user"))
-	if procStatus(confined, "CapEff") != "0000000000000400" || procStatus(confined, "NoNewPrivs") != "1" ||
-		err != nil || strings.Join(names, ",") != "etc" {
-		t.Errorf("helper %d is not confined as --enable-sandbox --enable-seccomp promise", confined)
-	}
-	if strconv.Itoa(d.uid) != strings.Fields(procStatus(confined, "Uid"))[0] {
-		t.Errorf("the confined helper runs as %s, want the test user %d", procStatus(confined, "Uid"), d.uid)
-	}
-	if u := ns(confined, "user"); u == ns(os.Getpid(), "user") || u == "" {
-		t.Errorf("the confined helper is in our user namespace (%s)", u)
-	}
-	for _, p := range childPIDs(d.daemon.Process.Pid) {
-		if u := ns(p, "user"); u != "" && u == ns(confined, "user") {
-			t.Errorf("the confined helper shares RootlessKit's user namespace %s", u)
-		}
+		t.Errorf("no helper pivoted into a root holding only etc: %v", helpers)
 	}
 }
 
 // testRootlessStop: stopping dockerd (SIGTERM to RootlessKit) ends every
-// process, the helper included, and leaves no mount; the helper's log
-// verifies (RootlessKit ends its helper with SIGKILL, so the log has no
-// exit record: verify warns that it is not closed).
+// process, the helper included, and leaves no mount; the helper's records
+// verify. (RootlessKit ends its helper with SIGKILL, so the log has no
+// exit record: verify warns that it is not closed.)
 func (d *dockerEnv) testRootlessStop(t *testing.T) {
 	file, _ := d.rootlessAudit(t)
 	if !d.stop(t) {
