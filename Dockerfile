@@ -20,6 +20,20 @@ ARG GO_IMAGE=golang:1.26-bookworm
 ARG BIN_STAGE=nsgate
 ARG WORKER_BASE=localhost/chromium-base:latest
 
+# ---- prebuilt: the final image from a binary built on the host, for
+# builds without a Go toolchain image (offline machines, CI).
+#   make build && docker build --target prebuilt -t nsgate .
+# It comes first: Docker's legacy builder (no BuildKit, as in Debian 12's
+# docker.io 20.10) builds every stage up to the target, so a stage placed
+# before this one would be built too, and the build stage pulls GO_IMAGE.
+# The price: with the legacy builder the other targets need bin/nsgate
+# too (BuildKit and podman build skip the stages a target does not use).
+FROM scratch AS prebuilt
+COPY bin/nsgate /usr/local/bin/nsgate
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/nsgate"]
+CMD ["version"]
+
 # ---- build: a static, cgo-free binary (the sandbox needs CGO_ENABLED=0:
 # capabilities are dropped on every thread at once).
 FROM ${GO_IMAGE} AS build
@@ -31,15 +45,6 @@ COPY . .
 ARG VERSION=dev
 RUN go build -ldflags "-s -w -X main.version=${VERSION}" -o /out/nsgate ./cmd/nsgate \
  && /out/nsgate version
-
-# ---- prebuilt: the final image from a binary built on the host, for
-# builds without a Go toolchain image (offline machines, CI).
-#   make build && podman build --target prebuilt -t nsgate .
-FROM scratch AS prebuilt
-COPY bin/nsgate /usr/local/bin/nsgate
-USER 65532:65532
-ENTRYPOINT ["/usr/local/bin/nsgate"]
-CMD ["version"]
 
 # ---- worker: Chromium whose every exec and syscall passes nsgate guard;
 # its network is nsgate too when Podman runs it with nsgate as slirp4netns.

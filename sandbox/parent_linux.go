@@ -126,6 +126,8 @@ func usernsError(err error) error {
 // not one of the refusals it knows (EPERM, EACCES, ENOSPC, EINVAL).
 func NamespaceError(what string, err error) error {
 	switch {
+	case errors.Is(err, unix.EPERM) && underSeccompFilter():
+		return fmt.Errorf("%s: %w (a seccomp filter refuses namespaces to this process, as a container's default profile does: run the container with --security-opt seccomp=unconfined, see docs/docker.md; or unprivileged user namespaces are disabled: set kernel.unprivileged_userns_clone=1)", what, err)
 	case errors.Is(err, unix.EPERM), errors.Is(err, unix.EACCES):
 		return fmt.Errorf("%s: %w (unprivileged user namespaces are disabled: run as root, or set kernel.unprivileged_userns_clone=1, or allow them in AppArmor with kernel.apparmor_restrict_unprivileged_userns=0)", what, err)
 	case errors.Is(err, unix.ENOSPC):
@@ -134,6 +136,23 @@ func NamespaceError(what string, err error) error {
 		return fmt.Errorf("%s: %w (the kernel lacks user, network, PID or mount namespaces)", what, err)
 	}
 	return nil
+}
+
+// underSeccompFilter reports whether a seccomp filter is in force on this
+// process (a container engine's profile: nsgate applies its own only to
+// the worker and its helpers, after the namespaces exist). A variable, so
+// tests can set it.
+var underSeccompFilter = func() bool {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return false
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "Seccomp:"); ok {
+			return strings.TrimSpace(v) == "2"
+		}
+	}
+	return false
 }
 
 // recvTun waits for init's first message: the TUN descriptor, or an error
