@@ -86,7 +86,10 @@ func forkReexecChild(a *reexecArgs) (pid int, errno syscall.Errno) {
 			goto fail
 		}
 	}
-	syscall.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGKILL), 0)
+	// SIGTERM, not SIGKILL, when the held parent dies (RootlessKit
+	// kills it with SIGKILL): the working copy then ends as on any stop,
+	// with its audit log's exit record and head.
+	syscall.RawSyscall(unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uintptr(syscall.SIGTERM), 0)
 	syscall.RawSyscall6(unix.SYS_RT_SIGPROCMASK, unix.SIG_SETMASK, uintptr(unsafe.Pointer(&a.mask)), 0, 8, 0, 0)
 	step = stepReexecExec
 	_, _, e = syscall.RawSyscall(unix.SYS_EXECVE,
