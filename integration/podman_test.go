@@ -504,8 +504,8 @@ func (pm *podmanEnv) testDockerfile(t *testing.T) {
 	// nested under the nsgate that is the container's network helper.
 	writeFile(t, pm.dir, "inner.yaml", podmanPolicy)
 	r = pm.run(t, "", "run", "--rm", "--device", "/dev/net/tun", "--tmpfs", "/tmp",
-		"-v", filepath.Join(pm.dir, "inner.yaml")+":/policy.yaml:ro", tag,
-		"run", "--policy", "/policy.yaml", "--", "/usr/local/bin/nsgate", "__probe", "tcp", "app.test:8080")
+		"-v", filepath.Join(pm.dir, "inner.yaml")+":/etc/nsgate/policy.yaml:ro", tag,
+		"run", "--policy", "/etc/nsgate/policy.yaml", "--", "/usr/local/bin/nsgate", "__probe", "tcp", "app.test:8080")
 	if r.code != 0 || !strings.Contains(r.stdout, "200 OK") {
 		t.Errorf("nsgate run inside the image: exit %d stdout %q stderr %q", r.code, r.stdout, r.stderr)
 	}
