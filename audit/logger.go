@@ -26,6 +26,14 @@ type Options struct {
 	// blocks Log; one that blocks for Timeout fails the log. Its write
 	// errors are ignored (it is a view for people, not the record).
 	Human io.Writer
+	// Copy, when set, names a second place every JSON line is written to,
+	// after the log's own write succeeded (see OpenCopy for what it may
+	// be): `nsgate run --audit FILE --audit /dev/stdout`, for a
+	// container's log pipeline. The copy holds the same lines (seq, prev,
+	// mac), written in whole lines of at most PIPE_BUF bytes a write. It
+	// fails closed like the log: a copy that cannot be written, or blocks
+	// for Timeout, fails the log. It needs a JSON log (a path).
+	Copy string
 	// Now is the clock for record times and aggregation windows; default
 	// time.Now. It is called with the Logger's mutex held. (Timeouts use
 	// the real clock.)
@@ -135,6 +143,13 @@ type Logger struct {
 	head1    *headFile // the head file of a regular file (see headfile.go)
 	chain    *chain    // nil when out is nil
 	human    io.Writer
+
+	// The copy (Options.Copy): written after out, by the writer goroutine.
+	copyOut      *os.File
+	copyName     string // the copy in messages: "audit copy on stdout"
+	copyOwned    bool   // we opened it: Close closes it
+	copyDeadline bool   // it takes write deadlines (a FIFO)
+
 	buf      []byte              // whole lines not yet written
 	marks    []string            // the hash of each line in buf
 	hbuf     []byte              // human lines not yet written
@@ -191,6 +206,9 @@ type Logger struct {
 // anchors the records already there) and again by Close.
 func Open(path string, opts Options) (*Logger, error) {
 	l := newLogger(opts)
+	if opts.Copy != "" && path == "" {
+		return nil, errors.New("an audit copy needs an audit log to copy")
+	}
 	switch path {
 	case "":
 	case "-":
@@ -219,6 +237,19 @@ func Open(path string, opts Options) (*Logger, error) {
 			// takes returns at its deadline instead of blocking.
 			l.deadline = f.SetWriteDeadline(time.Time{}) == nil
 		}
+	}
+	if opts.Copy != "" {
+		c, err := OpenCopy(opts.Copy)
+		if err != nil {
+			if l.file != nil {
+				l.file.Close()
+			}
+			if l.head1 != nil {
+				l.head1.close()
+			}
+			return nil, err
+		}
+		l.copyOut, l.copyName, l.copyOwned, l.copyDeadline = c.File, "audit copy on "+c.Name, c.Owned, c.Deadline
 	}
 	go l.run()
 	return l, nil
@@ -671,6 +702,11 @@ func (l *Logger) flushJSON() {
 		l.size += int64(whole)
 	}
 	if err == nil {
+		if l.copyOut != nil {
+			if err := l.writeCopy(l.buf); err != nil {
+				l.fail(err)
+			}
+		}
 		return
 	}
 	err = l.writeError(err)
@@ -839,6 +875,9 @@ func (l *Logger) Close() (head string, err error) {
 				if l.deadline {
 					l.file.SetWriteDeadline(time.Unix(1, 0))
 				}
+				if l.copyDeadline {
+					l.copyOut.SetWriteDeadline(time.Unix(1, 0))
+				}
 				select {
 				case <-l.finished:
 				case <-time.After(closeGrace):
@@ -865,6 +904,9 @@ func (l *Logger) Close() (head string, err error) {
 			if err := l.file.Close(); err != nil {
 				l.fail(fmt.Errorf("close %s: %w", l.name, err))
 			}
+		}
+		if !stuck && l.copyOwned {
+			l.copyOut.Close()
 		}
 		l.closeHead, l.closeErr = l.Head(), l.Err()
 	})

@@ -87,6 +87,9 @@ type Config struct {
 
 	// AuditPath is the audit log ("" none, "-" stderr); see audit.Open.
 	AuditPath string
+	// AuditCopy, when set, is a second place the log's lines are written
+	// to: "-" or /dev/stderr, /dev/stdout, or a FIFO (audit.OpenCopy).
+	AuditCopy string
 	// AuditKey is an HMAC key file ("" none).
 	AuditKey string
 	// DHCP answers DHCPv4 on a TAP link (netstack.Config.DHCP): the
@@ -161,7 +164,7 @@ func Open(cfg Config) (*Session, error) {
 		return nil, err
 	}
 	s.store(p)
-	opts := audit.Options{Human: cfg.Human, LockWait: cfg.AuditLockWait}
+	opts := audit.Options{Human: cfg.Human, LockWait: cfg.AuditLockWait, Copy: cfg.AuditCopy}
 	if cfg.AuditKey != "" {
 		if opts.Key, err = audit.LoadKey(cfg.AuditKey); err != nil {
 			return nil, err
@@ -171,10 +174,10 @@ func Open(cfg Config) (*Session, error) {
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
 	s.sink = audit.Tee(s.log, cfg.Observe)
-	if cfg.AuditPath == "-" {
-		// A write to a stderr nobody reads any more must fail (EPIPE)
-		// and fail the log, not kill nsgate with SIGPIPE before it can
-		// end the worker and say why.
+	if cfg.AuditPath == "-" || cfg.AuditCopy != "" {
+		// A write to a stderr (or stdout) nobody reads any more must fail
+		// (EPIPE) and fail the log, not kill nsgate with SIGPIPE before it
+		// can end the worker and say why.
 		signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	}
 	go s.watchAudit()

@@ -375,6 +375,11 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 	if scfg.AuditPath != "" && scfg.AuditPath != "-" {
 		own = append(own, scfg.AuditPath, scfg.AuditPath+".head")
 	}
+	switch c := scfg.AuditCopy; c {
+	case "", "-", "/dev/stdout", "/dev/stderr": // the process's own streams
+	default:
+		own = append(own, c) // a FIFO: the worker must not write into it
+	}
 	fs, err := r.s.Policy().Filesystem(os.Getenv("HOME"))
 	if err != nil {
 		return sandbox.View{}, fmt.Errorf("policy %s: %w", scfg.PolicyPath, err)

@@ -5,6 +5,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/nsgate/nsgate/audit"
@@ -27,15 +29,15 @@ func (l *listFlag) Set(s string) error { *l = append(*l, s); return nil }
 
 // runFlags are the flags of `nsgate run`.
 type runFlags struct {
-	policy, audit, auditKey, pcap string
-	learn                         string
-	publish, execAllow, rw, ro    listFlag
-	home                          string
-	allowUserns, allowUnix, root  bool
-	mtu                           uint
-	maxFlows                      int
-	ipv6, quiet                   bool
-	execGuard                     string
+	policy, auditKey, pcap            string
+	learn                             string
+	audit, publish, execAllow, rw, ro listFlag
+	home                              string
+	allowUserns, allowUnix, root      bool
+	mtu                               uint
+	maxFlows                          int
+	ipv6, quiet                       bool
+	execGuard                         string
 	// unsafeBreak disables enforcement layers (comma-separated). Hidden:
 	// only tests and `nsgate lab --break` use it, to show that a missing
 	// layer is noticed (or that another layer holds alone).
@@ -44,7 +46,7 @@ type runFlags struct {
 
 func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.policy, "policy", os.Getenv("NSGATE_POLICY"), "policy `FILE` (YAML); default $NSGATE_POLICY, else deny-all")
-	fs.StringVar(&f.audit, "audit", "", "append the JSON-lines audit log to `FILE` (- for stderr)")
+	fs.Var(&f.audit, "audit", "append the JSON-lines audit log to `FILE` (- for stderr); a second --audit gets a copy of every line: -, /dev/stdout, /dev/stderr or a FIFO (a container's log)")
 	fs.StringVar(&f.auditKey, "audit-key", "", "HMAC-SHA256 key `FILE`: every audit record gets a mac")
 	fs.StringVar(&f.learn, "learn", "", "learn a policy: allow every name and public address (metadata, special ranges and deny rules still refuse) and write what the worker used to `OUT.yaml`")
 	fs.StringVar(&f.pcap, "pcap", "", "write a pcap of every packet on the worker's TUN to `FILE`")
@@ -93,7 +95,8 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 		Argv: argv,
 		Session: session.Config{
 			PolicyPath: f.policy,
-			AuditPath:  f.audit,
+			AuditPath:  f.auditPath(),
+			AuditCopy:  f.auditCopy(),
 			AuditKey:   f.auditKey,
 			Stderr:     e.stderr,
 			Start:      audit.Start{Version: versionString()},
@@ -115,7 +118,7 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 		Learn:       f.learn,
 		Stdio:       sandbox.Stdio{Stdin: e.stdin, Stdout: e.stdout, Stderr: e.stderr},
 	}
-	if f.audit != "-" && !f.quiet { // with --audit -, the records are on stderr already
+	if !f.auditOnStderr() && !f.quiet { // with --audit -, the records are on stderr already
 		cfg.Session.Human = e.stderr
 	}
 	for _, p := range f.publish {
@@ -141,7 +144,42 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 	return cfg
 }
 
+// auditPath is the first --audit: the log ("" none).
+func (f *runFlags) auditPath() string {
+	if len(f.audit) == 0 {
+		return ""
+	}
+	return f.audit[0]
+}
+
+// auditCopy is the second --audit: where a copy of every line goes.
+func (f *runFlags) auditCopy() string {
+	if len(f.audit) < 2 {
+		return ""
+	}
+	return f.audit[1]
+}
+
+// auditOnStderr says the records go to stderr (one --audit is - or
+// /dev/stderr): the human lines would then be mixed with them.
+func (f *runFlags) auditOnStderr() bool {
+	for _, a := range f.audit {
+		if a == "-" || a == "/dev/stderr" {
+			return true
+		}
+	}
+	return false
+}
+
 func (f *runFlags) validate() error {
+	switch {
+	case len(f.audit) > 2:
+		return fmt.Errorf("--audit given %d times: at most twice (the log, and one copy of it)", len(f.audit))
+	case slices.Contains(f.audit, ""):
+		return errors.New("--audit: empty path")
+	case len(f.audit) == 2 && sameStream(f.audit[0], f.audit[1]):
+		return fmt.Errorf("--audit %s given twice: a copy must go elsewhere", f.audit[1])
+	}
 	for _, p := range f.publish {
 		if _, err := inbound.ParsePublish(p); err != nil {
 			return err
@@ -166,4 +204,15 @@ func (f *runFlags) validate() error {
 		return fmt.Errorf("--exec-guard %q: want strict or best-effort", f.execGuard)
 	}
 	return nil
+}
+
+// sameStream says two --audit values name the same place.
+func sameStream(a, b string) bool {
+	canon := func(s string) string {
+		if s == "-" {
+			return "/dev/stderr"
+		}
+		return filepath.Clean(s)
+	}
+	return canon(a) == canon(b)
 }

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+// TestRunAuditFlags: --audit is the log, a second --audit its copy; a
+// third, an empty one, or the same stream twice is refused, and the human
+// lines stay off whenever the records are on stderr.
+func TestRunAuditFlags(t *testing.T) {
+	for _, tc := range []struct {
+		audit          []string
+		err            string
+		log, copy      string
+		recordsOnStder bool
+	}{
+		{audit: nil},
+		{audit: []string{"a.jsonl"}, log: "a.jsonl"},
+		{audit: []string{"-"}, log: "-", recordsOnStder: true},
+		{audit: []string{"a.jsonl", "/dev/stdout"}, log: "a.jsonl", copy: "/dev/stdout"},
+		{audit: []string{"a.jsonl", "-"}, log: "a.jsonl", copy: "-", recordsOnStder: true},
+		{audit: []string{"a.jsonl", "/dev/stderr"}, log: "a.jsonl", copy: "/dev/stderr", recordsOnStder: true},
+		{audit: []string{"a", "b", "c"}, err: "at most twice"},
+		{audit: []string{"a.jsonl", ""}, err: "empty path"},
+		{audit: []string{"-", "/dev/stderr"}, err: "given twice"},
+		{audit: []string{"a.jsonl", "./a.jsonl"}, err: "given twice"},
+	} {
+		f := runFlags{audit: tc.audit, mtu: 65520, maxFlows: 1, execGuard: "strict"}
+		err := f.validate()
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("--audit %q: %v, want %q", tc.audit, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("--audit %q: %v", tc.audit, err)
+			continue
+		}
+		if f.auditPath() != tc.log || f.auditCopy() != tc.copy || f.auditOnStderr() != tc.recordsOnStder {
+			t.Errorf("--audit %q: log %q copy %q on stderr %v, want %q %q %v", tc.audit,
+				f.auditPath(), f.auditCopy(), f.auditOnStderr(), tc.log, tc.copy, tc.recordsOnStder)
+		}
+	}
+}
