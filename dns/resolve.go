@@ -30,37 +30,67 @@ const (
 	maxCNAMEHops = 8
 )
 
-// Resolve returns the addresses of name as the host sees them: the
+// Answer is what the host side found for a name (Server.ResolveName).
+type Answer struct {
+	// Addrs are the addresses, A records first, as the upstream gave
+	// them.
+	Addrs []netip.Addr
+	// Gateway are those of Addrs that an upstream nsgate gateway handed
+	// out for the name: they lie in nsgate's fake-IP pools, and the
+	// resolver that gave them answered the gateway handshake (gateway.go).
+	// A flow to one is a flow to the name at that gateway, which decides
+	// and dials it; they are not destinations of their own.
+	Gateway []netip.Addr
+}
+
+// ViaGateway reports whether a is one of the upstream gateway's names
+// (a is in Gateway).
+func (a Answer) ViaGateway(x netip.Addr) bool { return slices.Contains(a.Gateway, x) }
+
+func (a Answer) clone() Answer {
+	return Answer{Addrs: slices.Clone(a.Addrs), Gateway: slices.Clone(a.Gateway)}
+}
+
+// Resolve returns the addresses of name as the host sees them: see
+// ResolveName, whose Answer.Addrs it returns.
+func (s *Server) Resolve(ctx context.Context, name string) ([]netip.Addr, error) {
+	a, err := s.ResolveName(ctx, name)
+	return a.Addrs, err
+}
+
+// ResolveName returns the addresses of name as the host sees them: the
 // policy's dns.hosts entry when there is one, else the A records (and
 // AAAA records when IPv6 is on) from the upstream resolvers, following a
 // CNAME chain within the answer section. Answers are cached by name for
 // their TTL (at least 1 s, at most 5 min); concurrent calls for the same
 // name share one lookup. The addresses are returned as the upstream gave
 // them: checking them against the policy is the caller's job, and so is
-// deciding whether the name may be resolved at all (Resolve does not call
-// NameAllowed). The returned slice is the caller's.
+// deciding whether the name may be resolved at all (ResolveName does not
+// call NameAllowed). Answers from an upstream in nsgate's fake-IP pools
+// are checked for the gateway handshake and, when it is answered, listed
+// in Answer.Gateway (gateway.go). The returned slices are the caller's.
 //
-// Resolve blocks until an answer, an error from every upstream, or ctx's
-// end. Each upstream attempt is bounded by Config.Timeout.
-func (s *Server) Resolve(ctx context.Context, name string) ([]netip.Addr, error) {
+// ResolveName blocks until an answer, an error from every upstream, or
+// ctx's end. Each upstream attempt is bounded by Config.Timeout.
+func (s *Server) ResolveName(ctx context.Context, name string) (Answer, error) {
 	n, err := policy.NormalizeName(strings.TrimSuffix(name, "."))
 	if err != nil {
-		return nil, fmt.Errorf("resolve %q: %w", name, err)
+		return Answer{}, fmt.Errorf("resolve %q: %w", name, err)
 	}
 	pol := s.policy()
 	if pol != nil {
 		if addrs, ok := pol.StaticHosts(n); ok {
 			if len(addrs) == 0 {
-				return nil, fmt.Errorf("resolve %s: dns.hosts entry is empty: %w", n, ErrNotFound)
+				return Answer{}, fmt.Errorf("resolve %s: dns.hosts entry is empty: %w", n, ErrNotFound)
 			}
-			return addrs, nil // StaticHosts returns a copy
+			return Answer{Addrs: addrs}, nil // StaticHosts returns a copy
 		}
 	}
 	servers, err := s.servers(pol)
 	if err != nil {
-		return nil, fmt.Errorf("resolve %s: %w", n, err)
+		return Answer{}, fmt.Errorf("resolve %s: %w", n, err)
 	}
-	return s.cache.get(ctx, n, strings.Join(servers, ","), func(ctx context.Context) ([]netip.Addr, time.Duration, error) {
+	return s.cache.get(ctx, n, strings.Join(servers, ","), func(ctx context.Context) (Answer, time.Duration, error) {
 		return s.lookup(ctx, n, servers)
 	})
 }
@@ -87,12 +117,15 @@ func (s *Server) servers(pol *policy.Policy) ([]string, error) {
 }
 
 // lookup asks the upstreams for A (and AAAA) records of name in parallel
-// and merges the answers, A first.
-func (s *Server) lookup(ctx context.Context, name string, servers []string) ([]netip.Addr, time.Duration, error) {
+// and merges the answers, A first. Addresses in nsgate's fake-IP pools
+// are listed in Answer.Gateway when the server that gave them answers
+// the gateway handshake (asked once per server and lookup).
+func (s *Server) lookup(ctx context.Context, name string, servers []string) (Answer, time.Duration, error) {
 	type result struct {
-		addrs []netip.Addr
-		ttl   uint32
-		err   error
+		addrs  []netip.Addr
+		ttl    uint32
+		server string // the upstream that answered
+		err    error
 	}
 	types := []dnsmessage.Type{dnsmessage.TypeA}
 	if s.ipv6 {
@@ -103,45 +136,59 @@ func (s *Server) lookup(ctx context.Context, name string, servers []string) ([]n
 	for i, t := range types {
 		wg.Go(func() {
 			r := &results[i]
-			r.addrs, r.ttl, r.err = s.query(ctx, name, t, servers)
+			r.addrs, r.ttl, r.server, r.err = s.query(ctx, name, t, servers)
 		})
 	}
 	wg.Wait()
-	var addrs []netip.Addr
+	var ans Answer
 	var ttl uint32
 	first := true
+	gateway := map[string]bool{} // per server: answered the handshake
 	for _, r := range results {
 		if r.err != nil || len(r.addrs) == 0 {
 			continue
 		}
-		addrs = append(addrs, r.addrs...)
+		ans.Addrs = append(ans.Addrs, r.addrs...)
 		if first || r.ttl < ttl {
 			ttl = r.ttl
 		}
 		first = false
-	}
-	if len(addrs) == 0 {
-		for _, r := range results {
-			if r.err != nil {
-				return nil, 0, r.err
+		for _, a := range r.addrs {
+			if !isNsgateFake(a) {
+				continue
+			}
+			ok, asked := gateway[r.server]
+			if !asked {
+				ok = s.isGateway(ctx, r.server)
+				gateway[r.server] = ok
+			}
+			if ok {
+				ans.Gateway = append(ans.Gateway, a)
 			}
 		}
-		return nil, 0, fmt.Errorf("resolve %s: no addresses: %w", name, ErrNotFound)
 	}
-	return addrs, time.Duration(ttl) * time.Second, nil
+	if len(ans.Addrs) == 0 {
+		for _, r := range results {
+			if r.err != nil {
+				return Answer{}, 0, r.err
+			}
+		}
+		return Answer{}, 0, fmt.Errorf("resolve %s: no addresses: %w", name, ErrNotFound)
+	}
+	return ans, time.Duration(ttl) * time.Second, nil
 }
 
 // query asks each server in turn for one record type until one gives a
 // usable answer. NXDOMAIN and "no records" are answers: they end the
 // search. Transport errors, mismatched replies, SERVFAIL and the like move
 // on to the next server.
-func (s *Server) query(ctx context.Context, name string, qtype dnsmessage.Type, servers []string) ([]netip.Addr, uint32, error) {
+func (s *Server) query(ctx context.Context, name string, qtype dnsmessage.Type, servers []string) ([]netip.Addr, uint32, string, error) {
 	var lastErr error
 	for _, srv := range servers {
 		id := uint16(rand.Uint32())
 		msg, err := buildQuery(id, name, qtype)
 		if err != nil {
-			return nil, 0, fmt.Errorf("resolve %s %s: %w", name, TypeString(qtype), err)
+			return nil, 0, "", fmt.Errorf("resolve %s %s: %w", name, TypeString(qtype), err)
 		}
 		actx, cancel := context.WithTimeout(ctx, s.timeout)
 		raw, err := s.exchange(actx, srv, msg)
@@ -155,7 +202,7 @@ func (s *Server) query(ctx context.Context, name string, qtype dnsmessage.Type, 
 		}
 		addrs, ttl, err := parseReply(raw, id, name, qtype)
 		if err == nil {
-			return addrs, ttl, nil
+			return addrs, ttl, srv, nil
 		}
 		lastErr = fmt.Errorf("upstream %s: %w", srv, err)
 		if errors.Is(err, ErrNotFound) {
@@ -165,7 +212,7 @@ func (s *Server) query(ctx context.Context, name string, qtype dnsmessage.Type, 
 	if lastErr == nil {
 		lastErr = errors.New("no upstream")
 	}
-	return nil, 0, fmt.Errorf("resolve %s %s: %w", name, TypeString(qtype), lastErr)
+	return nil, 0, "", fmt.Errorf("resolve %s %s: %w", name, TypeString(qtype), lastErr)
 }
 
 // buildQuery makes a recursive query for name (normalized, no trailing
@@ -350,15 +397,15 @@ type cache struct {
 
 type cacheEntry struct {
 	key     string // the upstream set that produced it
-	addrs   []netip.Addr
+	ans     Answer
 	expires time.Time
 }
 
 // flight is one lookup in progress; done is closed when its result is set.
 type flight struct {
-	done  chan struct{}
-	addrs []netip.Addr
-	err   error
+	done chan struct{}
+	ans  Answer
+	err  error
 	// abandoned: the leader's own context ended, so waiters with a live
 	// context should try again rather than take its error.
 	abandoned bool
@@ -376,48 +423,48 @@ func newCache(size int) *cache {
 // get returns the cached answer for name under upstream set key, or runs
 // fetch (once, however many callers ask at the same time) and caches what
 // it returns.
-func (c *cache) get(ctx context.Context, name, key string, fetch func(context.Context) ([]netip.Addr, time.Duration, error)) ([]netip.Addr, error) {
+func (c *cache) get(ctx context.Context, name, key string, fetch func(context.Context) (Answer, time.Duration, error)) (Answer, error) {
 	fkey := key + " " + name
 	for {
 		c.mu.Lock()
 		if e, ok := c.entries[name]; ok && e.key == key && c.now().Before(e.expires) {
-			addrs := slices.Clone(e.addrs)
+			ans := e.ans.clone()
 			c.mu.Unlock()
-			return addrs, nil
+			return ans, nil
 		}
 		if f, ok := c.flights[fkey]; ok {
 			c.mu.Unlock()
 			select {
 			case <-f.done:
 			case <-ctx.Done():
-				return nil, fmt.Errorf("resolve %s: %w", name, ctx.Err())
+				return Answer{}, fmt.Errorf("resolve %s: %w", name, ctx.Err())
 			}
 			if f.abandoned && ctx.Err() == nil {
 				continue
 			}
 			if f.err != nil {
-				return nil, f.err
+				return Answer{}, f.err
 			}
-			return slices.Clone(f.addrs), nil
+			return f.ans.clone(), nil
 		}
 		f := &flight{done: make(chan struct{})}
 		c.flights[fkey] = f
 		c.mu.Unlock()
 
-		addrs, ttl, err := fetch(ctx)
-		f.addrs, f.err, f.abandoned = addrs, err, err != nil && ctx.Err() != nil
+		ans, ttl, err := fetch(ctx)
+		f.ans, f.err, f.abandoned = ans, err, err != nil && ctx.Err() != nil
 
 		c.mu.Lock()
 		delete(c.flights, fkey)
 		if err == nil {
-			c.put(name, cacheEntry{key: key, addrs: addrs, expires: c.now().Add(min(max(ttl, minCacheTTL), maxCacheTTL))})
+			c.put(name, cacheEntry{key: key, ans: ans, expires: c.now().Add(min(max(ttl, minCacheTTL), maxCacheTTL))})
 		}
 		c.mu.Unlock()
 		close(f.done)
 		if err != nil {
-			return nil, err
+			return Answer{}, err
 		}
-		return slices.Clone(addrs), nil
+		return ans.clone(), nil
 	}
 }
 

@@ -299,6 +299,12 @@ func (s *Server) answer(h dnsmessage.Header, q *dnsmessage.Question) reply {
 		s.stats.denied.Add(1)
 		return newReply(h, dnsmessage.RCodeNameError, q)
 	}
+	if q.Type == dnsmessage.TypeTXT && isGatewayProbe(name) {
+		// Another nsgate, our worker, asks whether we are a gateway
+		// (gateway.go): whatever the policy, since it reveals nothing
+		// and is sent nowhere.
+		return s.answerGateway(h, q, name)
+	}
 	pol := s.policy()
 
 	if q.Type == dnsmessage.TypePTR {

@@ -344,6 +344,14 @@ func (p Plan) FakePool4() netip.Prefix { return netip.MustParsePrefix(fakePool4)
 // names, fd6e:7367:6174::/64 (the same for every plan).
 func (p Plan) FakePool6() netip.Prefix { return netip.MustParsePrefix(fakePool6) }
 
+// InFakePool reports whether a lies in one of the fake-IP pools (an
+// IPv4-mapped a by its IPv4 address). The pools are the same in every
+// plan, so this is also where another nsgate's fake addresses lie.
+func (p Plan) InFakePool(a netip.Addr) bool {
+	a = a.Unmap()
+	return p.FakePool4().Contains(a) || p.FakePool6().Contains(a)
+}
+
 // Local returns the prefixes nsgate must never dial, whatever a policy
 // allows: its own two prefixes (masked) and the two fake-IP pools, in
 // that order. It is what the modes hand to the policy's WithLocal. With

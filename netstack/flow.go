@@ -133,14 +133,23 @@ func (a *admission) classify() {
 // resolve completes a name flow's plan: it resolves the name on the host
 // side, puts every answer through the flow's snapshot and keeps those
 // allowed as targets. With none allowed the plan is a denial listing the
-// refused answers. It blocks on Names.Resolve until ctx is done.
+// refused answers. It blocks on Names.ResolveName until ctx is done.
+//
+// An answer that an upstream nsgate gateway gave for the name (it lies in
+// nsgate's fake-IP pools and its resolver answered the gateway handshake:
+// dns/gateway.go) is that gateway's name for the name, not an address of
+// its own: it is decided as the name alone, as classify did, and the
+// outer gateway decides it again, under its policy, when it is dialled.
+// Any other answer in the pools is an address, which the special-range
+// guard refuses.
 func (a *admission) resolve(ctx context.Context) {
 	p := &a.p
-	addrs, err := a.g.names.Resolve(ctx, p.host)
+	ans, err := a.g.names.ResolveName(ctx, p.host)
 	if err != nil {
 		p.failUpstream("resolve: %v", err)
 		return
 	}
+	addrs := ans.Addrs
 	if len(addrs) == 0 {
 		p.failUpstream("resolve: no addresses")
 		return
@@ -148,7 +157,18 @@ func (a *admission) resolve(ctx context.Context) {
 	var first policy.Decision
 	var allowed *policy.Decision
 	for _, addr := range addrs {
-		d := a.decide(policy.Flow{Proto: p.proto, Host: p.host, Addr: addr, Port: p.dst.Port()})
+		var d policy.Decision
+		if ans.ViaGateway(addr) && a.g.net.InFakePool(addr) {
+			d = a.decide(policy.Flow{Proto: p.proto, Host: p.host, Port: p.dst.Port()})
+			if d.Verdict == policy.Allow {
+				d.Reason += "; " + addr.String() + " is the upstream nsgate gateway's address for the name"
+			}
+		} else {
+			d = a.decide(policy.Flow{Proto: p.proto, Host: p.host, Addr: addr, Port: p.dst.Port()})
+			if d.Verdict != policy.Allow && a.g.net.InFakePool(addr) {
+				d.Reason += " (the resolver did not answer as an nsgate gateway)"
+			}
+		}
 		if d.Verdict == policy.Allow {
 			p.targets = append(p.targets, netip.AddrPortFrom(addr, p.dst.Port()))
 			if allowed == nil {

@@ -35,6 +35,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/udp"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/dns"
 	"github.com/nsgate/nsgate/policy"
 )
 
@@ -44,10 +45,12 @@ type Names interface {
 	// NameOf returns the name a fake address stands for, or false when a
 	// is not a fake address currently allocated. It must not block.
 	NameOf(a netip.Addr) (string, bool)
-	// Resolve resolves name on the host side (static hosts or upstream
-	// DNS). It may block until ctx is done. The gateway puts every answer
-	// through the policy and dials only an answer it checked.
-	Resolve(ctx context.Context, name string) ([]netip.Addr, error)
+	// ResolveName resolves name on the host side (static hosts or
+	// upstream DNS). It may block until ctx is done. The gateway puts
+	// every answer through the policy and dials only an answer it
+	// checked; an answer the Answer says is an upstream nsgate gateway's
+	// name for the name (dns.Answer.Gateway) is checked as the name.
+	ResolveName(ctx context.Context, name string) (dns.Answer, error)
 	// ServeDNS answers one DNS message from the worker (tcp tells which
 	// transport it came over, for truncation). msg is only valid during
 	// the call; the gateway does not modify the returned slice. nil means

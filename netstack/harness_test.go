@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/dns"
 	"github.com/nsgate/nsgate/policy"
 )
 
@@ -225,6 +226,7 @@ type fakeNames struct {
 	mu       sync.Mutex
 	fake     map[netip.Addr]string
 	answers  map[string][]netip.Addr
+	gateway  map[string][]netip.Addr // Answer.Gateway, by name
 	resolved []string
 }
 
@@ -233,15 +235,15 @@ func (n *fakeNames) NameOf(a netip.Addr) (string, bool) {
 	return name, ok
 }
 
-func (n *fakeNames) Resolve(ctx context.Context, name string) ([]netip.Addr, error) {
+func (n *fakeNames) ResolveName(ctx context.Context, name string) (dns.Answer, error) {
 	n.mu.Lock()
 	n.resolved = append(n.resolved, name)
 	n.mu.Unlock()
 	a, ok := n.answers[name]
 	if !ok {
-		return nil, errors.New("no such host")
+		return dns.Answer{}, errors.New("no such host")
 	}
-	return a, nil
+	return dns.Answer{Addrs: a, Gateway: n.gateway[name]}, nil
 }
 
 // ServeDNS answers "re:" + the query; the query "drop" is dropped.
