@@ -5,19 +5,15 @@ package integration
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/net/dns/dnsmessage"
 
 	"github.com/nsgate/nsgate/lab/internet"
 )
@@ -224,122 +220,43 @@ func TestNestedGateway(t *testing.T) {
 
 // TestPlainResolverBenchmarkRange: without an outer nsgate, a resolver
 // that answers an allowed name with an address in 198.18.0.0/15 (the
-// benchmarking range, where nsgate's fake pool lies) and does not answer
-// the gateway handshake, as any real resolver, does not open that address:
-// the worker is refused, the server there sees nothing, and the log says
-// why. The resolver is a small DNS server of the test's; the server is on
-// 198.18.0.77, added to lo of the sealed namespace for the test.
+// benchmarking range, where nsgate's fake pool lies) and fails the
+// gateway handshake, as any real resolver does, does not open that
+// address: the worker is refused, the server there sees nothing, and the
+// log says why. The resolver is the fake internet's upstream, which
+// answers bench.ok.test with 198.18.0.77, where a server listens (the
+// lab's dns-benchmark-answer attempt, here as root and as the user).
 func TestPlainResolverBenchmarkRange(t *testing.T) {
-	needSealed(t)
-	const benchAddr = "198.18.0.77"
-	if out, err := exec.Command("ip", "addr", "add", benchAddr+"/32", "dev", "lo").CombinedOutput(); err != nil {
-		need(t, "ip addr add on lo of the sealed namespace", fmt.Errorf("%v: %s", err, out))
-	}
-	defer exec.Command("ip", "addr", "del", benchAddr+"/32", "dev", "lo").Run()
-	hits := make(chan struct{}, 16)
-	ln, err := net.Listen("tcp", benchAddr+":8080")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			hits <- struct{}{}
-			c.Close()
-		}
-	}()
-	resolver, handshakes := plainResolver(t, "bench.test", netip.MustParseAddr(benchAddr))
-
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
 		pol := writeFile(t, dir, "policy.yaml", fmt.Sprintf(`version: 1
 allow:
-  - host: bench.test
+  - host: %s
     ports: [8080]
 dns:
   upstream: [%q]
-`, resolver))
+`, internet.BenchName, internet.UpstreamDNS))
 		log := filepath.Join(dir, "audit.jsonl")
-		before := len(hits)
-		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "tcp", "bench.test:8080")
+		bench := targetAt(internet.BenchV4 + ":8080/tcp")
+		before := bench.count()
+		r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "tcp", internet.BenchName+":8080")
 		if !strings.HasPrefix(r.stdout, "refused ") {
 			t.Errorf("the worker: %q, want a refusal", r.stdout)
 		}
-		if got := len(hits) - before; got != 0 {
-			t.Errorf("the server on %s saw %d connections, want 0", benchAddr, got)
-		}
-		if handshakes.Load() == 0 {
-			t.Error("nsgate never asked the resolver for the gateway handshake")
+		if got := bench.count() - before; got != 0 {
+			t.Errorf("the server on %s saw %d connections, want 0", internet.BenchV4, got)
 		}
 		var rec record
-		var ok bool
 		for _, x := range readAudit(t, log) {
-			if x.str("event") == "flow" && x.str("host") == "bench.test" {
-				rec, ok = x, true
+			if x.str("event") == "flow" && x.str("host") == internet.BenchName {
+				rec = x
 			}
 		}
-		if !ok || rec.str("action") != "deny" || rec.str("rule") != "builtin:special-range" ||
+		if rec.str("action") != "deny" || rec.str("rule") != "builtin:special-range" ||
 			!strings.Contains(rec.str("reason"), "did not answer as an nsgate gateway") {
 			t.Errorf("flow record %v, want a special-range denial saying the resolver is no nsgate gateway", rec)
 		}
 	})
-}
-
-// plainResolver serves DNS on UDP for one name, answering A with addr,
-// and NXDOMAIN for everything else (the gateway handshake included, as a
-// real resolver answers .invalid). It returns its address and a counter
-// of the handshake queries it saw.
-func plainResolver(t *testing.T, name string, addr netip.Addr) (string, *atomic.Int64) {
-	t.Helper()
-	pc, err := net.ListenPacket("udp", "127.0.0.77:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	handshakes := new(atomic.Int64)
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			var p dnsmessage.Parser
-			h, err := p.Start(buf[:n])
-			if err != nil {
-				continue
-			}
-			q, err := p.Question()
-			if err != nil {
-				continue
-			}
-			qname := strings.ToLower(strings.TrimSuffix(q.Name.String(), "."))
-			if strings.HasSuffix(qname, ".nsgate-gateway.invalid") {
-				handshakes.Add(1)
-			}
-			rc := dnsmessage.RCodeNameError
-			if qname == name {
-				rc = dnsmessage.RCodeSuccess
-			}
-			b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, RecursionDesired: h.RecursionDesired, RecursionAvailable: true, RCode: rc})
-			b.StartQuestions()
-			b.Question(q)
-			b.StartAnswers()
-			if qname == name && q.Type == dnsmessage.TypeA {
-				b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Type: dnsmessage.TypeA, Class: dnsmessage.ClassINET, TTL: 60},
-					dnsmessage.AResource{A: addr.As4()})
-			}
-			out, err := b.Finish()
-			if err == nil {
-				pc.WriteTo(out, from)
-			}
-		}
-	}()
-	return pc.LocalAddr().String(), handshakes
 }
 
 // hasDNS reports whether recs hold a dns record for qname with action.

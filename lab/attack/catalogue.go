@@ -279,6 +279,7 @@ func Catalogue() []Attempt {
 		answerHTTP("dns-mixed-answers", LayerResolve, "", AuditRefused, "mixed.ok.test answers 127.0.0.1 and 203.0.113.13: only the public one may be dialed", internet.MixedName, "loopback"),
 		answerHTTP("dns-private-answer", LayerResolve, "builtin:special-range", AuditDeny, "private.ok.test answers 10.1.2.3", internet.PrivateName, "private"),
 		answerHTTP("dns-loopback-answer", LayerResolve, "builtin:special-range", AuditDeny, "loop.ok.test answers 127.0.0.1", internet.LoopName, "loopback"),
+		answerHTTP("dns-benchmark-answer", LayerResolve, "builtin:special-range", AuditDeny, "bench.ok.test answers 198.18.0.77 (the benchmarking range, nsgate's fake pool) from a resolver that fails the nsgate gateway handshake", internet.BenchName, "benchmark"),
 		answerHTTP("dns-metadata-answer", LayerResolve, "builtin:metadata", AuditDeny, "meta.ok.test answers 169.254.169.254", internet.MetaAName, "metadata"),
 		answerHTTP("dns-cname-metadata", LayerResolve, "builtin:metadata", AuditDeny, "cname.ok.test is a CNAME for metadata.google.internal", internet.CNAMEName, "metadata"),
 		answerHTTP("dns-aaaa-metadata", LayerResolve, "builtin:metadata", AuditDeny, "aaaa.ok.test has only an AAAA record: fd00:ec2::254", internet.AAAAName, "metadata"),

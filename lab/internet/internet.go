@@ -168,6 +168,7 @@ func DefaultLayout() Layout {
 		svc("private", NAT64Private, 8080, KindHTTP, "private service over NAT64"),
 		svc("link-local", LinkLocalV4, 80, KindHTTP, "link-local service"),
 		svc("cgnat", CGNATV4, 80, KindHTTP, "carrier-grade NAT service"),
+		svc("benchmark", BenchV4, 8080, KindHTTP, "a host in the benchmarking range"),
 		svc("loopback", "127.0.0.1", 8080, KindHTTP, "host loopback service"),
 		svc("loopback", "::1", 8080, KindHTTP, "host loopback service v6"),
 		svc("loopback", "127.0.0.1", 2375, KindHTTP, "host docker api"),

@@ -40,6 +40,7 @@ const (
 	NAT64Private = "64:ff9b::a01:203"                     // NAT64 form of PrivateV4
 	LinkLocalV4  = "169.254.1.1"
 	CGNATV4      = "100.64.0.1"
+	BenchV4      = "198.18.0.77" // the benchmarking range, where nsgate's fake-IP pool lies (bench.ok.test)
 
 	// UpstreamDNS is where the fake upstream DNS server listens; the lab
 	// policy's dns.upstream points at it.
@@ -58,6 +59,7 @@ const (
 	LoopName       = "loop.ok.test"    // 127.0.0.1
 	CNAMEName      = "cname.ok.test"   // CNAME metadata.google.internal
 	AAAAName       = "aaaa.ok.test"    // AAAA MetadataV6 only
+	BenchName      = "bench.ok.test"   // BenchV4: an answer in nsgate's fake pool from a resolver that is no nsgate
 	StaticName     = "static.test"     // dns.hosts StaticV4, approved on 8080
 	QUICName       = "quic.test"       // dns.hosts AppV4, approved for QUIC on 443/udp
 	MetaAliasName  = "meta-alias.test" // dns.hosts MetadataV4, "approved" on 80
