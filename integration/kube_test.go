@@ -437,9 +437,17 @@ func (k *kubeEnv) testLab(t *testing.T) {
 		t.Errorf("nsgate audit verify of the lab's log on the volume: exit %d %s", v.code, v.stderr)
 	}
 	// The pod goes (its volume stays): its user namespace's ids are
-	// free again for the next pod.
-	if r := k.run(t, "pod", "rm", "-f", "-t", "0", "nsgate-lab"); r.code != 0 {
-		t.Errorf("podman pod rm nsgate-lab: exit %d %s", r.code, r.stderr)
+	// free again for the next pod. Podman's own clean-up of the exited
+	// container (conmon runs it) may still hold its /dev/shm mount for a
+	// moment ("device or resource busy"): try again, boundedly.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		r := k.run(t, "pod", "rm", "-f", "-t", "0", "nsgate-lab")
+		if r.code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("podman pod rm nsgate-lab: exit %d %s", r.code, r.stderr)
+		}
 	}
 }
 
