@@ -771,32 +771,12 @@ func (d *dockerEnv) rootlessAudit(t *testing.T) (string, []record) {
 // them see nothing, and the helper's audit log holds each decision.
 func (d *dockerEnv) testRootlessPolicy(t *testing.T) {
 	hits := countContainerTargets()
-	probes := []struct{ why, addr, want string }{
-		{"approved name", "app.test:8080", "ok "},
-		{"cloud metadata address", metadataV4 + ":80", "refused "},
-		{"IP literal the policy does not allow", otherV4 + ":8080", "refused "},
-		{"name the policy does not approve", "evil.test:8080", "refused "},
-	}
-	var script []string
-	for _, p := range probes {
-		script = append(script, "nsgate __probe tcp "+p.addr)
-	}
-	r := d.docker(t, "run", "--rm", "localhost/busybox-nsgate:it", "sh", "-c", strings.Join(script, "; ")+"; true")
+	probes := containerProbes()
+	r := d.docker(t, "run", "--rm", "localhost/busybox-nsgate:it", "sh", "-c", strings.Join(probeScript("nsgate", probes), "; ")+"; true")
 	if r.code != 0 {
 		t.Fatalf("docker run: exit %d\n%s", r.code, r.stderr)
 	}
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) != len(probes) {
-		t.Fatalf("want %d probe lines, got:\n%s", len(probes), r.stdout)
-	}
-	for i, p := range probes {
-		if !strings.HasPrefix(lines[i], p.want) {
-			t.Errorf("%s (%s): %q, want %q...", p.why, p.addr, lines[i], p.want)
-		}
-	}
-	if !strings.Contains(lines[0], " 200 ") {
-		t.Errorf("approved name: %q, want the app server's 200 status line", lines[0])
-	}
+	checkProbes(t, strings.Split(strings.TrimSpace(r.stdout), "\n"), probes, false)
 	hits.check(t)
 
 	file, recs := d.rootlessAudit(t)

@@ -59,10 +59,10 @@ dns:
 
 // kubeProbes are the agent's commands, each followed by the start of the
 // line it must print.
-var kubeProbes = []struct{ addr, want string }{
-	{"app.test:8080", "ok "},
-	{metadataV4 + ":80", "refused "},
-	{"evil.test:8080", "refused "},
+var kubeProbes = []probe{
+	{"approved name", "app.test:8080", "ok "},
+	{"cloud metadata address", metadataV4 + ":80", "refused "},
+	{"name the policy does not approve", "evil.test:8080", "refused "},
 }
 
 // kubeEnv is one Podman set-up (root, or rootless as the test user).
@@ -480,17 +480,7 @@ func (k *kubeEnv) testAgent(t *testing.T) {
 			probeLines = append(probeLines, l)
 		}
 	}
-	if len(probeLines) != len(kubeProbes) {
-		t.Fatalf("want %d probe lines on stdout, got %q", len(kubeProbes), probeLines)
-	}
-	for i, p := range kubeProbes {
-		if !strings.HasPrefix(probeLines[i], p.want) {
-			t.Errorf("probe %s: %q, want %q...", p.addr, probeLines[i], p.want)
-		}
-	}
-	if !strings.Contains(probeLines[0], " 200 ") {
-		t.Errorf("approved name: %q, want the app server's 200 status line", probeLines[0])
-	}
+	checkProbes(t, probeLines, kubeProbes, false)
 	if got := app.count() - appBefore; got != 1 {
 		t.Errorf("app server saw %d connections, want 1", got)
 	}
@@ -557,10 +547,7 @@ func agentManifest(t *testing.T) []byte {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var script []string
-	for _, p := range kubeProbes {
-		script = append(script, "/usr/local/bin/nsgate __probe tcp "+p.addr)
-	}
+	script := probeScript("/usr/local/bin/nsgate", kubeProbes)
 	dec := yaml.NewDecoder(bytes.NewReader(b))
 	var out bytes.Buffer
 	enc := yaml.NewEncoder(&out)

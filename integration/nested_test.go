@@ -99,15 +99,12 @@ func TestNestedGateway(t *testing.T) {
 		appBefore, okBefore, unapprovedBefore := app.count(), ok.count(), unapproved.count()
 
 		// The inner nsgate, in the container.
-		probes := []struct{ addr, want, why string }{
-			{"app.test:8080", "ok ", "approved by both"},
-			{"www.ok.test:8080", "refused ", "approved by the outer gateway only: the inner one refuses it"},
-			{"unapproved.test:8080", "refused ", "approved by the inner gateway only: the outer one refuses it"},
+		probes := []probe{
+			{"approved by both", "app.test:8080", "ok "},
+			{"approved by the outer gateway only: the inner one refuses it", "www.ok.test:8080", "refused "},
+			{"approved by the inner gateway only: the outer one refuses it", "unapproved.test:8080", "refused "},
 		}
-		var script []string
-		for _, p := range probes {
-			script = append(script, nsgateBin+" __probe tcp "+p.addr)
-		}
+		script := probeScript(nsgateBin, probes)
 		inner := exec.Command("nsenter", "-t", pid, "-U", "-n", "-m", "--preserve-credentials",
 			nsgateBin, "run", "--policy", innerPol, "--audit", innerLog, "--exec-allow", nsgateBin, "--",
 			"/bin/sh", "-c", strings.Join(script, "; "))
@@ -117,18 +114,7 @@ func TestNestedGateway(t *testing.T) {
 		}
 		r = runBounded(t, inner, 60*time.Second, "the inner nsgate run", nil)
 		t.Logf("inner nsgate run -> %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-		if len(lines) != len(probes) {
-			t.Fatalf("want %d probe lines, got %q", len(probes), r.stdout)
-		}
-		for i, p := range probes {
-			if !strings.HasPrefix(lines[i], p.want) {
-				t.Errorf("%s (%s): %q, want %q...", p.addr, p.why, lines[i], p.want)
-			}
-		}
-		if !strings.Contains(lines[0], " 200 ") {
-			t.Errorf("app.test: %q, want the app server's 200 status line", lines[0])
-		}
+		checkProbes(t, strings.Split(strings.TrimSpace(r.stdout), "\n"), probes, false)
 		if got := app.count() - appBefore; got != 1 {
 			t.Errorf("app server saw %d connections, want 1", got)
 		}

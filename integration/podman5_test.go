@@ -317,35 +317,14 @@ func (p5 *podman5Env) testPolicy(t *testing.T) {
 	adir, aout := p5.auditDir(t, "policy")
 	hits := countContainerTargets()
 
-	probes := []struct{ why, addr, want string }{
-		{"approved name", "app.test:8080", "ok "},
-		{"cloud metadata address", metadataV4 + ":80", "refused "},
-		{"IP literal the policy does not allow", otherV4 + ":8080", "refused "},
-		{"name the policy does not approve", "evil.test:8080", "refused "},
-		{"the host alias (--map-guest-addr) is host loopback, not allowed", "host.containers.internal:8080", "refused "},
-	}
-	var script []string
-	for _, p := range probes {
-		script = append(script, "nsgate __probe tcp "+p.addr)
-	}
-	script = append(script, "cat /etc/resolv.conf", "grep -w host.containers.internal /etc/hosts", "ip -4 addr", "ip -4 route")
+	probes := append(containerProbes(),
+		probe{"the host alias (--map-guest-addr) is host loopback, not allowed", "host.containers.internal:8080", "refused "})
+	script := append(probeScript("nsgate", probes), "cat /etc/resolv.conf", "grep -w host.containers.internal /etc/hosts", "ip -4 addr", "ip -4 route")
 	r := p5.run(t, adir, "run", "--rm", podmanImage, "sh", "-c", strings.Join(script, "; ")+"; true")
 	if r.code != 0 {
 		t.Fatalf("podman run: exit %d\n%s", r.code, r.stderr)
 	}
-	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	if len(lines) < len(probes) {
-		t.Fatalf("want %d probe lines, got:\n%s", len(probes), r.stdout)
-	}
-	for i, p := range probes {
-		if !strings.HasPrefix(lines[i], p.want) {
-			t.Errorf("%s (%s): %q, want %q...", p.why, p.addr, lines[i], p.want)
-		}
-	}
-	if !strings.Contains(lines[0], " 200 ") {
-		t.Errorf("approved name: %q, want the app server's 200 status line", lines[0])
-	}
-	rest := strings.Join(lines[len(probes):], "\n")
+	rest := strings.Join(checkProbes(t, strings.Split(strings.TrimSpace(r.stdout), "\n"), probes, true), "\n")
 	for _, want := range []string{"nameserver 169.254.1.1", "169.254.1.2", "inet 10.0.2.100/24", "default via 10.0.2.2"} {
 		if !strings.Contains(rest, want) {
 			t.Errorf("the container's resolv.conf, hosts, address and route lack %q:\n%s", want, rest)

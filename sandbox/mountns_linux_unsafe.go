@@ -55,7 +55,7 @@ func (a *reexecArgs) start() (int, error) {
 // forkReexecChild forks. The child joins the user namespace a.userfd
 // (which gives it every capability there), unshares a new mount namespace
 // (owned by that user namespace), clears close-on-exec on the descriptors
-// to keep, asks for SIGKILL when its parent dies, restores the signal mask
+// to keep, asks for SIGTERM when its parent dies, restores the signal mask
 // and executes a.path; on failure it writes the step and errno to a.errfd
 // and exits 127.
 //
