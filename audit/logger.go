@@ -538,14 +538,22 @@ func (l *Logger) sweepLocked(final bool) {
 // run is the writer goroutine.
 func (l *Logger) run() {
 	defer close(l.finished)
+	// The sweep's timer runs only while an aggregation window is open,
+	// so that an idle log costs no wake-ups (a thousand idle sandboxes
+	// each woke twice a second for nothing). A new window comes with a
+	// record or with a full queue, and either wakes this goroutine, which
+	// then arms the timer.
 	period := max(l.window/2, time.Millisecond)
-	tick := time.NewTicker(period)
-	defer tick.Stop()
+	sweep := time.NewTimer(period)
+	sweep.Stop()
+	defer sweep.Stop()
+	armed := false
 	var batch []item
 	for {
 		select {
 		case <-l.wake:
-		case <-tick.C:
+		case <-sweep.C:
+			armed = false
 			l.sweep(false)
 		case <-l.done:
 			l.drain(&batch)
@@ -555,7 +563,18 @@ func (l *Logger) run() {
 		}
 		l.drain(&batch)
 		l.flush()
+		if !armed && l.aggregating() {
+			sweep.Reset(period)
+			armed = true
+		}
 	}
+}
+
+// aggregating reports whether an aggregation window is open.
+func (l *Logger) aggregating() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.agg) > 0
 }
 
 // drain writes queued records until the queue is empty. *batch is a spare
