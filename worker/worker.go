@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/bench/profile"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/learn"
@@ -213,6 +214,7 @@ func (r *run) run() int {
 	if r.s, err = session.Open(scfg); err != nil {
 		return r.fail(err)
 	}
+	profile.Mark("session-open")
 
 	gcfg := guard.Config{
 		Command:     cfg.Argv,
@@ -254,6 +256,7 @@ func (r *run) run() int {
 		Hostname:  "nsgate",
 		GuardSpec: gspec,
 	}
+	profile.Mark("planned")
 	child, err := sandbox.Start(spec, cfg.Stdio)
 	if err != nil {
 		return r.fail(err)
@@ -270,6 +273,7 @@ func (r *run) run() int {
 	if err := r.s.Attach(link); err != nil {
 		return r.fail(err)
 	}
+	profile.Mark("attached")
 	for _, rule := range cfg.Publish {
 		if _, err := r.s.Inbound().Add(rule); err != nil {
 			return r.fail(fmt.Errorf("--publish %s: %w", rule.Listen(), err))
@@ -290,6 +294,7 @@ func (r *run) run() int {
 	if err != nil {
 		return r.fail(err)
 	}
+	profile.Mark("released")
 	if len(d) > 0 {
 		r.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + strings.Join(d, ", ")})
 		if !cfg.Quiet {
