@@ -83,6 +83,7 @@ type config struct {
 	out        string
 	memShare   float64
 	keep       bool
+	pause      time.Duration
 	trace      bool
 }
 
@@ -126,6 +127,7 @@ func parseFlags(args []string) (config, error) {
 	fs.StringVar(&c.out, "out", "", "directory for the raw results (results.tsv, latencies.tsv, failed sandboxes' stderr)")
 	fs.Float64Var(&c.memShare, "mem-share", 0.6, "skip a burst whose expected memory exceeds this share of MemAvailable")
 	fs.BoolVar(&c.trace, "trace", false, "nsgate cases: print when each sandbox passed each start-up phase (NSGATE_STARTTRACE)")
+	fs.DurationVar(&c.pause, "pause", 3*time.Second, "pause before each burst (plus 10 ms per sandbox), for the last one's teardown to finish")
 	fs.BoolVar(&c.keep, "keep", false, "keep the work directory (the binaries run, audit logs, stderr), e.g. for perf")
 	if err := fs.Parse(args); err != nil {
 		return c, err
@@ -324,14 +326,18 @@ func run(cfg config) error {
 type caseKind struct {
 	needs []string // programs it needs on PATH
 	conn  bool     // has a network a connection rate can be measured on
+	// guessKiB is a generous guess of the memory one sandbox takes,
+	// used until a burst of the case has measured it: a burst that
+	// would not fit is skipped rather than run into the OOM killer.
+	guessKiB uint64
 }
 
 var caseKinds = map[string]caseKind{
-	"unshare":     {needs: []string{"unshare"}},
-	"nsgate":      {conn: true},
-	"nsgate-b":    {conn: true},
-	"pasta":       {needs: []string{"pasta"}, conn: true},
-	"slirp4netns": {needs: []string{"unshare", "slirp4netns"}, conn: true},
+	"unshare":     {needs: []string{"unshare"}, guessKiB: 2 << 10},
+	"nsgate":      {conn: true, guessKiB: 8 << 10},
+	"nsgate-b":    {conn: true, guessKiB: 8 << 10},
+	"pasta":       {needs: []string{"pasta"}, conn: true, guessKiB: 32 << 10},
+	"slirp4netns": {needs: []string{"unshare", "slirp4netns"}, conn: true, guessKiB: 8 << 10},
 }
 
 func debPackage(tool string) string {
@@ -592,12 +598,20 @@ type result struct {
 func (b *bench) burst(k string, n, rep int) *result {
 	r := &result{kind: k, n: n, rep: rep}
 	avail, _ := memAvailableKiB()
-	if per := b.perSandboxKiB[k]; per > 0 && float64(per*uint64(n)) > b.cfg.memShare*float64(avail) {
+	per, ok := b.perSandboxKiB[k]
+	if !ok {
+		per = caseKinds[k].guessKiB
+	}
+	if float64(per*uint64(n)) > b.cfg.memShare*float64(avail) {
 		r.skipped = fmt.Sprintf("skipped: %d × %.1f MiB would exceed %.0f%% of the %.0f MiB available", n, float64(per)/1024, b.cfg.memShare*100, float64(avail)/1024)
 		fmt.Fprintf(os.Stderr, "density: %s n=%d: %s\n", k, n, r.skipped)
 		return r
 	}
 	tag := fmt.Sprintf("%s-%d-%d", k, n, rep)
+	// The kernel tears the last burst's namespaces down after its
+	// processes are gone (network namespaces in a work queue): let it
+	// finish first.
+	time.Sleep(b.cfg.pause + time.Duration(n)*10*time.Millisecond)
 	if b.connbench != "" && b.cfg.conn > 0 && caseKinds[k].conn {
 		r.connAlone = b.connRate(k, tag+"-alone")
 	}
