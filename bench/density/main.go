@@ -358,8 +358,12 @@ func unshareArgv(worker []string) []string {
 // argv is the command line of one sandbox of case k running worker.
 func (b *bench) argv(k string, worker []string, i int, tag string) []string {
 	switch k {
-	case "unshare", "slirp4netns":
+	case "unshare":
 		return unshareArgv(worker)
+	case "slirp4netns":
+		// The worker waits until slirp4netns has configured tap0 in its
+		// namespaces (attachSlirp): it says "ns", then reads a line.
+		return unshareArgv(append([]string{"/bin/sh", "-c", `echo ns; read x; exec "$@"`, "sh"}, worker...))
 	case "nsgate", "nsgate-b":
 		bin := b.nsgate
 		if k == "nsgate-b" {
@@ -788,9 +792,6 @@ func (b *bench) measure(r *result, sbs []*sandbox) {
 func (b *bench) connRate(k, tag string) float64 {
 	target := map[string]string{"nsgate": "bench.test:8080", "nsgate-b": "bench.test:8080", "pasta": vethGW + ":8080", "slirp4netns": "10.0.2.2:8080"}[k]
 	worker := []string{b.connbench, "rate", "-4", "-addr", target, "-c", "1", "-t", b.cfg.conn.String()}
-	if k == "slirp4netns" {
-		worker = append([]string{"/bin/sh", "-c", `echo ns; read x; exec "$@"`, "sh"}, worker...)
-	}
 	s, err := b.launch(k, worker, 0, tag, nil)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "density: %s connection rate: %v\n", k, err)
