@@ -131,6 +131,9 @@ type run struct {
 	learner *learn.Collector
 	out     *os.File
 	ran     bool
+	// slot gives back the start slot (startSlot) once the worker runs
+	// or the start failed.
+	slot func()
 }
 
 // Run starts cfg.Argv as the worker and returns its exit status (128+N
@@ -138,7 +141,7 @@ type run struct {
 // naming the cause, when nsgate failed: set-up, or the audit log (which
 // fails closed: the worker is killed).
 func Run(cfg Config) int {
-	r := &run{cfg: cfg, stderr: cfg.Stdio.Stderr}
+	r := &run{cfg: cfg, stderr: cfg.Stdio.Stderr, slot: func() {}}
 	if r.stderr == nil {
 		r.stderr = os.Stderr
 	}
@@ -155,6 +158,7 @@ func (r *run) fail(err error) int {
 	if r.s == nil || !r.s.AuditFailed() {
 		r.errorf("%v", err)
 	}
+	r.slot()
 	if r.child != nil {
 		r.child.Kill()
 	}
@@ -215,6 +219,10 @@ func (r *run) run() int {
 		return r.fail(err)
 	}
 	profile.Mark("session-open")
+	// From here until the worker runs is what the start gate spaces out
+	// (not session.Open, which may wait for a reader of a FIFO log).
+	r.slot = startSlot()
+	profile.Mark("slot")
 
 	gcfg := guard.Config{
 		Command:     cfg.Argv,
@@ -294,6 +302,7 @@ func (r *run) run() int {
 	if err != nil {
 		return r.fail(err)
 	}
+	r.slot()
 	profile.Mark("released")
 	if len(d) > 0 {
 		r.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + strings.Join(d, ", ")})

@@ -220,8 +220,8 @@ func run(cfg config) error {
 	} else if os.Getuid() == 0 {
 		b.runas0 = true
 	}
-	home := filepath.Join(b.work, "home")
-	for _, d := range []string{home, filepath.Join(b.work, "audit"), filepath.Join(b.work, "err")} {
+	home, rundir := filepath.Join(b.work, "home"), filepath.Join(b.work, "run")
+	for _, d := range []string{home, rundir, filepath.Join(b.work, "audit"), filepath.Join(b.work, "err")} {
 		if err := os.Mkdir(d, 0o755); err != nil {
 			return err
 		}
@@ -229,7 +229,12 @@ func run(cfg config) error {
 			return err
 		}
 	}
-	b.env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" + home, "LANG=C.UTF-8"}
+	// A login session's runtime directory (nsgate's start gate lives
+	// there).
+	if err := os.Chmod(rundir, 0o700); err != nil {
+		return err
+	}
+	b.env = []string{"PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin", "HOME=" + home, "XDG_RUNTIME_DIR=" + rundir, "LANG=C.UTF-8"}
 	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
 		b.env = append(b.env, "USER="+u.Username, "LOGNAME="+u.Username)
 	}
