@@ -8,7 +8,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION)
 # sealed network namespace (see integration/harness_test.go).
 ITEST_FLAGS ?= -count=1 -timeout 25m
 
-.PHONY: all build test vet unit integration lab bench gobench fuzz clean
+.PHONY: all build test vet unit integration lab bench bench-density gobench fuzz clean
 
 all: build
 
@@ -47,6 +47,17 @@ lab: build
 bench: build
 	./bench/run.sh
 	$(MAKE) --no-print-directory gobench
+
+# The density benchmark (bench/density): N sandboxes started at once, beside
+# bare unshare, pasta and slirp4netns; docs/performance.md, "Density".
+# As root it seals itself in a network namespace and runs the sandboxes as
+# nsgate-test. DENSITY_FLAGS e.g. "-n 100 -cases unshare,nsgate -trace".
+DENSITY_FLAGS ?=
+bench-density: build
+	@d=$$(mktemp -d /tmp/nsgate-density-build.XXXXXX) && \
+	  CGO_ENABLED=0 $(GO) build -o $$d/density ./bench/density && \
+	  CGO_ENABLED=0 $(GO) build -o $$d/connbench ./bench/connbench && \
+	  $$d/density -nsgate $(BIN) -connbench $$d/connbench $(DENSITY_FLAGS); st=$$?; rm -rf $$d; exit $$st
 
 # Go benchmarks of the hot paths (policy decision, DNS, audit, L7
 # classification, relay, TUN endpoint); figures in docs/performance.md.

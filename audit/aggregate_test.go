@@ -603,3 +603,47 @@ func TestLongFieldsAreClipped(t *testing.T) {
 		t.Errorf("normalize of a short exec allocates %v times", a)
 	}
 }
+
+// The sweep's timer runs only while a window is open; once a window is
+// swept, a new one must arm it again, or its aggregate would wait for
+// Close.
+func TestSweepRearmsAfterIdle(t *testing.T) {
+	path := tempLog(t)
+	l := mustOpen(t, path, Options{Window: 20 * time.Millisecond})
+	waitRecords := func(n int) {
+		t.Helper()
+		for range 500 {
+			if len(readLines(t, path)) >= n {
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		t.Fatalf("%d records after 5 s, want %d (an aggregate was not swept):\n%s", len(readLines(t, path)), n, bytes.Join(readLines(t, path), []byte("\n")))
+	}
+	for round := range 2 {
+		for i := range 5 {
+			l.Log(denyFlow(100*round + i))
+		}
+		// The first denial and the aggregate of the four folded ones.
+		waitRecords(2 * (round + 1))
+		for range 500 {
+			if !l.aggregating() {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		if l.aggregating() {
+			t.Fatal("a window is still open long after its aggregate was written")
+		}
+	}
+	mustClose(t, l)
+	lines := readLines(t, path)
+	if len(lines) != 4 {
+		t.Fatalf("%d records, want 4:\n%s", len(lines), bytes.Join(lines, []byte("\n")))
+	}
+	for _, i := range []int{1, 3} {
+		if c := decode(t, lines[i])["count"]; c != float64(4) {
+			t.Errorf("record %d count %v, want the aggregate of 4: %s", i, c, lines[i])
+		}
+	}
+}

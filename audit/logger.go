@@ -66,8 +66,9 @@ type Options struct {
 	// exit record. The log then goes on as one chain.
 	LockWait time.Duration
 	// Timeout bounds how long the log may be stuck before it has failed:
-	// one write (or the fsync at Close) to the sink, Log waiting for room
-	// in a full queue, and Close waiting for the writer. Default 3s.
+	// one write (or the fsync at Close) to the sink (plus stallGrace, a
+	// second look), Log waiting for room in a full queue, and Close
+	// waiting for the writer. Default 3s.
 	Timeout time.Duration
 }
 
@@ -155,10 +156,15 @@ type Logger struct {
 	hbuf     []byte              // human lines not yet written
 	execSaid map[string]struct{} // exec paths whose refusal has a human line (writer goroutine only)
 	size     int64               // regular: bytes of whole records in the file
-	// watch fails the log when one write or fsync blocks for timeout;
-	// watching names what it watches.
+	// watch fails the log when one write or fsync blocks for timeout
+	// (and stallGrace more); watching names what it watches. returned
+	// counts the writes and fsyncs that returned, armed is its value and
+	// armedAt the time when the watch was armed.
 	watch    *time.Timer
 	watching atomic.Pointer[string]
+	returned atomic.Uint64
+	armed    atomic.Uint64
+	armedAt  atomic.Int64
 
 	wake     chan struct{} // cap 1: the queue has records to write
 	delay    time.Duration
@@ -576,14 +582,22 @@ func (l *Logger) sweepLocked(final bool) {
 // run is the writer goroutine.
 func (l *Logger) run() {
 	defer close(l.finished)
+	// The sweep's timer runs only while an aggregation window is open,
+	// so that an idle log costs no wake-ups (a thousand idle sandboxes
+	// each woke twice a second for nothing). A new window comes with a
+	// record or with a full queue, and either wakes this goroutine, which
+	// then arms the timer.
 	period := max(l.window/2, time.Millisecond)
-	tick := time.NewTicker(period)
-	defer tick.Stop()
+	sweep := time.NewTimer(period)
+	sweep.Stop()
+	defer sweep.Stop()
+	armed := false
 	var batch []item
 	for {
 		select {
 		case <-l.wake:
-		case <-tick.C:
+		case <-sweep.C:
+			armed = false
 			l.sweep(false)
 		case <-l.done:
 			l.drain(&batch)
@@ -593,7 +607,18 @@ func (l *Logger) run() {
 		}
 		l.drain(&batch)
 		l.flush()
+		if !armed && l.aggregating() {
+			sweep.Reset(period)
+			armed = true
+		}
 	}
+}
+
+// aggregating reports whether an aggregation window is open.
+func (l *Logger) aggregating() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.agg) > 0
 }
 
 // drain writes queued records until the queue is empty. *batch is a spare
@@ -682,7 +707,7 @@ func (l *Logger) flushJSON() {
 	}
 	l.arm(&l.name)
 	n, err := l.out.Write(l.buf)
-	l.watch.Stop()
+	l.disarm()
 	n = min(max(n, 0), len(l.buf))
 	if err == nil && n < len(l.buf) {
 		err = io.ErrShortWrite
@@ -729,7 +754,7 @@ func (l *Logger) flushHuman() {
 	if !l.down.Load() {
 		l.arm(&humanName)
 		l.human.Write(l.hbuf)
-		l.watch.Stop()
+		l.disarm()
 	}
 	l.hbuf = l.hbuf[:0]
 }
@@ -741,25 +766,52 @@ func (l *Logger) sync() {
 	}
 	l.arm(&l.name)
 	err := l.file.Sync()
-	l.watch.Stop()
+	l.disarm()
 	if err != nil {
 		l.fail(fmt.Errorf("sync %s: %w", l.name, err))
 	}
 }
 
+// stallGrace is how long the watch looks again before it fails the log:
+// see stalled.
+const stallGrace = time.Second
+
 // arm starts the watch for one write or fsync to what.
 func (l *Logger) arm(what *string) {
 	l.watching.Store(what)
+	l.armed.Store(l.returned.Load())
+	l.armedAt.Store(time.Now().UnixNano())
 	l.watch.Reset(l.timeout)
 }
 
-// stalled runs when a write or fsync has blocked for the timeout.
+// disarm ends the watch: the write or fsync returned.
+func (l *Logger) disarm() {
+	l.returned.Add(1)
+	l.watch.Stop()
+}
+
+// stalled runs when a write or fsync has been under watch for the
+// timeout. It fails the log only if the call has still not returned
+// stallGrace later: when hundreds of sandboxes start at once, a process
+// can wait seconds for a CPU, and the write may well have returned while
+// the goroutine that made it has not run since (the timer's goroutine
+// ran first); that goroutine runs next, and disarms. A stuck write fails
+// the log after Timeout and the grace. (A late call left from an earlier
+// watch only moves this one's end later, never earlier.)
 func (l *Logger) stalled() {
+	if l.returned.Load() != l.armed.Load() {
+		return
+	}
+	waited := time.Since(time.Unix(0, l.armedAt.Load()))
+	if left := l.timeout + stallGrace - waited; left > 0 {
+		l.watch.Reset(left)
+		return
+	}
 	what := l.name
 	if p := l.watching.Load(); p != nil {
 		what = *p
 	}
-	l.fail(fmt.Errorf("write %s: blocked for %v (is anything reading it?)", what, l.timeout))
+	l.fail(fmt.Errorf("write %s: blocked for %v (is anything reading it?)", what, waited.Round(time.Millisecond)))
 }
 
 // writeError makes err name the sink.

@@ -386,3 +386,82 @@ func TestInheritedDescriptorsDoNotLeak(t *testing.T) {
 		}
 	})
 }
+
+// TestStartGate: with a private XDG_RUNTIME_DIR, a start takes one of
+// the user's start slots ($XDG_RUNTIME_DIR/nsgate/start-slot-N, an
+// exclusive flock) while it builds the sandbox, waits while all are
+// held, and gives its slot back once the worker runs, not at exit.
+func TestStartGate(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		rt := hostDir(t, m)
+		if err := os.Chmod(rt, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		slotDir := filepath.Join(rt, "nsgate")
+		if err := os.Mkdir(slotDir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if m.uid >= 0 {
+			os.Chown(slotDir, m.uid, m.gid)
+		}
+		slot := filepath.Join(slotDir, "start-slot-0")
+		lock := func(how int) (*os.File, error) {
+			f, err := os.OpenFile(slot, os.O_RDWR|os.O_CREATE, 0o600)
+			if err != nil {
+				return nil, err
+			}
+			if m.uid >= 0 {
+				f.Chown(m.uid, m.gid)
+			}
+			if err := syscall.Flock(int(f.Fd()), how); err != nil {
+				f.Close()
+				return nil, err
+			}
+			return f, nil
+		}
+		held, err := lock(syscall.LOCK_EX)
+		if err != nil {
+			t.Fatal(err)
+		}
+		marker := fmt.Sprintf("%d.%03d", 800+time.Now().Nanosecond()%99, time.Now().Nanosecond()%1000)
+		cmd := nsgateCmd(m, "run", "--exec-allow", "/usr/bin/sleep", "--", "sh", "-c", "echo started; exec sleep "+marker)
+		cmd.Env = append(cmd.Env, "XDG_RUNTIME_DIR="+rt, "NSGATE_START_SLOTS=1")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			cmd.Process.Signal(syscall.SIGTERM)
+			cmd.Wait()
+		}()
+		// While the only slot is held, the worker does not start.
+		time.Sleep(1500 * time.Millisecond)
+		if n := len(procsWith(marker)); n != 0 {
+			t.Errorf("the worker started while the only start slot was held (%d processes); stderr %s", n, errb.String())
+		}
+		held.Close()
+		deadline := time.Now().Add(20 * time.Second)
+		for len(procsWith(marker)) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the worker did not start once the slot was free; stderr %s", errb.String())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		// The worker runs: the slot is free again, though nsgate runs on.
+		var f *os.File
+		for range 100 {
+			if f, err = lock(syscall.LOCK_EX | syscall.LOCK_NB); err == nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if f == nil {
+			t.Fatalf("the start slot is still held while the worker runs: %v", err)
+		}
+		f.Close()
+		if len(procsWith(marker)) == 0 || !strings.Contains(out.String(), "started") {
+			t.Errorf("the worker is not running any more: stdout %q stderr %s", out.String(), errb.String())
+		}
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -306,19 +307,47 @@ func TestViewEachLayerHolds(t *testing.T) {
 
 // TestInitHoldsNoCapabilities: the worker runs as init's uid and can read
 // init's /proc entries (even its memory), so no thread of init may keep a
-// capability the worker lacks once the worker runs.
+// capability the worker lacks once the worker runs. The worker itself,
+// forked from init's one thread that empties its bounding set, has an
+// empty bounding set too (an exec as uid 0 could regain nothing).
 func TestInitHoldsNoCapabilities(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		r := runNsgate(t, m, "run", "--", "/bin/sh", "-c",
-			`for f in /proc/1/task/*/status; do while read -r k v; do case $k in CapPrm:|CapEff:|CapInh:|CapAmb:) echo "$f $k $v";; esac; done < "$f"; done`)
+			`for f in /proc/1/task/*/status /proc/self/status; do while read -r k v; do case $k in CapPrm:|CapEff:|CapInh:|CapAmb:) echo "$f $k $v";; CapBnd:) [ "$f" = /proc/self/status ] && echo "$f $k $v";; esac; done < "$f"; done`)
 		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
 		if r.code != 0 || len(lines) < 4 {
 			t.Fatalf("exit %d, %d lines; want the capability sets of every init thread", r.code, len(lines))
+		}
+		if !strings.Contains(r.stdout, "/proc/self/status CapBnd: 0000000000000000") {
+			t.Errorf("the worker's bounding set is not empty:\n%s", r.stdout)
 		}
 		for _, l := range lines {
 			if !strings.HasSuffix(l, " 0000000000000000") {
 				t.Errorf("an init thread holds capabilities: %s", l)
 			}
+		}
+	})
+}
+
+// TestInitEnvironment: init runs with one Go processor (GOMAXPROCS=1 in
+// its environment: a cheaper start, fewer threads), and the worker gets
+// nsgate's environment as it was, GOMAXPROCS included.
+func TestInitEnvironment(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		tr, err := exec.LookPath("tr")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := nsgateCmd(m, "run", "--exec-allow", tr, "--", "/bin/sh", "-c",
+			`echo "worker GOMAXPROCS=${GOMAXPROCS-unset}"; tr '\0' '\n' < /proc/1/environ | while read -r l; do case $l in GOMAXPROCS=*) echo "init $l";; esac; done`)
+		cmd.Env = append(cmd.Env, "GOMAXPROCS=3")
+		r := runBounded(t, cmd, 60*time.Second, "nsgate run", nil)
+		t.Logf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
+		if r.code != 0 || !strings.Contains(r.stdout, "worker GOMAXPROCS=3\n") {
+			t.Errorf("exit %d, stdout %q; want the worker to see GOMAXPROCS=3 as nsgate had it", r.code, r.stdout)
+		}
+		if !strings.Contains(r.stdout, "init GOMAXPROCS=1\n") || strings.Contains(r.stdout, "init GOMAXPROCS=3") {
+			t.Errorf("stdout %q; want init started with GOMAXPROCS=1 alone in its environment", r.stdout)
 		}
 	})
 }

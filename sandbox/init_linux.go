@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nsgate/nsgate/bench/profile"
 	"github.com/nsgate/nsgate/tun"
 )
 
@@ -47,6 +48,7 @@ func InitMain(apply ApplyGuard) int {
 		return fail(fmt.Errorf("send tun descriptor: %w", err))
 	}
 	unix.Close(fd)
+	profile.Mark("tun-sent")
 
 	buf := make([]byte, 16)
 	n, err := ctl.Read(buf)
@@ -54,17 +56,20 @@ func InitMain(apply ApplyGuard) int {
 		// The parent gave up; leave quietly.
 		return 125
 	}
+	profile.Mark("go")
 
 	degraded, err := applyView(&spec.View)
 	if err != nil {
 		return fail(viewError(err))
 	}
+	profile.Mark("view")
 	if spec.Hostname != "" {
 		unix.Sethostname([]byte(spec.Hostname))
 	}
 	if err := dropInitCapabilities(); err != nil {
 		return fail(err)
 	}
+	profile.Mark("caps")
 	argv := append([]string(nil), spec.Argv...)
 	var path string
 	if apply != nil {
@@ -91,6 +96,7 @@ func InitMain(apply ApplyGuard) int {
 		path = p
 	}
 
+	profile.Mark("guard")
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT,
 		unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH, unix.SIGCONT)
@@ -106,6 +112,7 @@ func InitMain(apply ApplyGuard) int {
 	if err != nil {
 		return fail(fmt.Errorf("start worker %s: %w", argv[0], err))
 	}
+	profile.Mark("worker-forked")
 	ctl.Write([]byte("started " + strings.Join(degraded, ",")))
 
 	go func() {

@@ -332,3 +332,83 @@ func TestTUNFloodBounded(t *testing.T) {
 		t.Errorf("heap grew by %d KiB during the flood; want bounded", grow>>10)
 	}
 }
+
+// TestConfigureIPv6UsableAtOnce: Configure leaves the worker's IPv6
+// usable the moment it returns, whatever the kernel's address
+// configuration work is still doing: the address is added without
+// duplicate address detection (never tentative), and each default route
+// is onlink (it needs no route to its gateway, so it cannot be refused
+// while the address's prefix route is still missing: the burst failure
+// "add default route via fd00::2: no route to host"). A UDP socket
+// connected through each default route proves both: the route lookup and
+// the source address selection succeed at once. Nothing is sent.
+func TestConfigureIPv6UsableAtOnce(t *testing.T) {
+	if os.Getenv(tunChildEnv) == "" {
+		inNamespace(t, "TestConfigureIPv6UsableAtOnce")
+		return
+	}
+	ifc := Iface{
+		Name:     "tun0",
+		Addrs:    []netip.Prefix{netip.MustParsePrefix("10.99.0.1/24"), netip.MustParsePrefix("fd99::1/64")},
+		Gateways: []netip.Addr{netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("fd99::2")},
+	}
+	fd, err := Open(ifc)
+	if err != nil {
+		childSkip("open tun", err)
+	}
+	defer unix.Close(fd)
+	if !ipv6Enabled(ifc.Name) {
+		childSkip("ipv6", errors.New("IPv6 is disabled on tun0"))
+	}
+	if err := Configure(ifc); err != nil {
+		t.Fatalf("configure: %v", err)
+	}
+	// At once, before anything else can settle.
+	for _, dst := range []string{"192.0.2.1:9", "[2001:db8::1]:9"} {
+		c, err := net.Dial("udp", dst)
+		if err != nil {
+			t.Errorf("right after Configure, a UDP socket to %s through the default route: %v", dst, err)
+			continue
+		}
+		c.Close()
+	}
+	link, err := netlink.LinkByName(ifc.Name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs, err := netlink.AddrList(link, netlink.FAMILY_V6)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, a := range addrs {
+		if !a.IP.Equal(net.ParseIP("fd99::1")) {
+			continue
+		}
+		found = true
+		if a.Flags&unix.IFA_F_NODAD == 0 || a.Flags&unix.IFA_F_TENTATIVE != 0 {
+			t.Errorf("fd99::1 flags %#x: want nodad and never tentative", a.Flags)
+		}
+	}
+	if !found {
+		t.Errorf("fd99::1 not on %s: %v", ifc.Name, addrs)
+	}
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		routes, err := netlink.RouteList(link, fam)
+		if err != nil {
+			t.Fatal(err)
+		}
+		def := false
+		for _, r := range routes {
+			if r.Gw != nil && (r.Dst == nil || r.Dst.IP.IsUnspecified()) {
+				def = true
+				if r.Flags&int(netlink.FLAG_ONLINK) == 0 {
+					t.Errorf("default route via %v is not onlink (flags %#x)", r.Gw, r.Flags)
+				}
+			}
+		}
+		if !def {
+			t.Errorf("no default route in family %d: %v", fam, routes)
+		}
+	}
+}

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/bench/profile"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/learn"
@@ -130,6 +131,9 @@ type run struct {
 	learner *learn.Collector
 	out     *os.File
 	ran     bool
+	// slot gives back the start slot (startSlot) once the worker runs
+	// or the start failed.
+	slot func()
 }
 
 // Run starts cfg.Argv as the worker and returns its exit status (128+N
@@ -137,7 +141,7 @@ type run struct {
 // naming the cause, when nsgate failed: set-up, or the audit log (which
 // fails closed: the worker is killed).
 func Run(cfg Config) int {
-	r := &run{cfg: cfg, stderr: cfg.Stdio.Stderr}
+	r := &run{cfg: cfg, stderr: cfg.Stdio.Stderr, slot: func() {}}
 	if r.stderr == nil {
 		r.stderr = os.Stderr
 	}
@@ -154,6 +158,7 @@ func (r *run) fail(err error) int {
 	if r.s == nil || !r.s.AuditFailed() {
 		r.errorf("%v", err)
 	}
+	r.slot()
 	if r.child != nil {
 		r.child.Kill()
 	}
@@ -213,6 +218,11 @@ func (r *run) run() int {
 	if r.s, err = session.Open(scfg); err != nil {
 		return r.fail(err)
 	}
+	profile.Mark("session-open")
+	// From here until the worker runs is what the start gate spaces out
+	// (not session.Open, which may wait for a reader of a FIFO log).
+	r.slot = startSlot()
+	profile.Mark("slot")
 
 	gcfg := guard.Config{
 		Command:     cfg.Argv,
@@ -254,6 +264,7 @@ func (r *run) run() int {
 		Hostname:  "nsgate",
 		GuardSpec: gspec,
 	}
+	profile.Mark("planned")
 	child, err := sandbox.Start(spec, cfg.Stdio)
 	if err != nil {
 		return r.fail(err)
@@ -270,6 +281,7 @@ func (r *run) run() int {
 	if err := r.s.Attach(link); err != nil {
 		return r.fail(err)
 	}
+	profile.Mark("attached")
 	for _, rule := range cfg.Publish {
 		if _, err := r.s.Inbound().Add(rule); err != nil {
 			return r.fail(fmt.Errorf("--publish %s: %w", rule.Listen(), err))
@@ -290,6 +302,8 @@ func (r *run) run() int {
 	if err != nil {
 		return r.fail(err)
 	}
+	r.slot()
+	profile.Mark("released")
 	if len(d) > 0 {
 		r.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + strings.Join(d, ", ")})
 		if !cfg.Quiet {

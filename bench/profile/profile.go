@@ -13,9 +13,11 @@ import (
 
 // Start writes a CPU profile of this process to the file named by
 // NSGATE_CPUPROFILE, and a heap profile to NSGATE_MEMPROFILE every 2 s,
-// for the measurements in docs/performance.md. The returned func
+// for the measurements in docs/performance.md; and opens the start-up
+// trace named by NSGATE_STARTTRACE (see Mark). The returned func
 // stops and flushes them.
 func Start() (stop func()) {
+	startTrace()
 	cpu, mem := os.Getenv("NSGATE_CPUPROFILE"), os.Getenv("NSGATE_MEMPROFILE")
 	os.Unsetenv("NSGATE_CPUPROFILE")
 	os.Unsetenv("NSGATE_MEMPROFILE")
