@@ -3,6 +3,7 @@ package worker
 import (
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -36,6 +37,13 @@ import (
 const (
 	startSlotsEnv = "NSGATE_START_SLOTS"
 	startGateWait = 5 * time.Minute
+)
+
+// A start that has waited startGateSay for its slot says so, once, on
+// gateOut (variables for the tests).
+var (
+	startGateSay           = 2 * time.Second
+	gateOut      io.Writer = os.Stderr
 )
 
 // startSlot takes a start slot and returns what gives it back (safe to
@@ -135,6 +143,11 @@ func takeSlot(dir string, n, id int, wait time.Duration) *os.File {
 	}()
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	// A wait that is felt is said, once.
+	said := time.AfterFunc(startGateSay, func() {
+		fmt.Fprintf(gateOut, "nsgate: waiting for a start slot: %d other starts of this user are building their sandbox (%s; %s=0 turns the gate off)\n", n, dir, startSlotsEnv)
+	})
+	defer said.Stop()
 	select {
 	case ok := <-got:
 		if ok {

@@ -1,8 +1,11 @@
 package worker
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -97,4 +100,46 @@ func TestGateDir(t *testing.T) {
 	t.Setenv("XDG_RUNTIME_DIR", rt)
 	t.Setenv(startSlotsEnv, "0")
 	startSlot()()
+}
+
+// lockedBuffer is a bytes.Buffer safe for the gate's timer goroutine.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// A start that waits long for its slot says why, once; one that gets a
+// slot at once says nothing.
+func TestTakeSlotSaysItWaits(t *testing.T) {
+	var out lockedBuffer
+	oldOut, oldSay := gateOut, startGateSay
+	gateOut, startGateSay = &out, 20*time.Millisecond
+	t.Cleanup(func() { gateOut, startGateSay = oldOut, oldSay })
+	dir := t.TempDir()
+	a := takeSlot(dir, 1, 0, time.Second)
+	if a == nil {
+		t.Fatal("a free slot not taken")
+	}
+	if out.String() != "" {
+		t.Fatalf("a start that waited for nothing said %q", out.String())
+	}
+	if b := takeSlot(dir, 1, 0, 200*time.Millisecond); b != nil {
+		t.Fatal("took a held slot")
+	}
+	a.Close()
+	if got := out.String(); strings.Count(got, "waiting for a start slot") != 1 || !strings.Contains(got, startSlotsEnv+"=0") {
+		t.Fatalf("a start that waited 200ms said %q; want one line naming the wait and %s", got, startSlotsEnv)
+	}
 }
