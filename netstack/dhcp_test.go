@@ -46,8 +46,11 @@ func newDHCPLink(t *testing.T, dhcp bool) *dhcpLink {
 }
 
 // send broadcasts m from 0.0.0.0:68, as a client without an address does.
-func (l *dhcpLink) send(m *dhcpv4.DHCPv4) {
-	ip := udp4Packet(netip.IPv4Unspecified(), netip.AddrFrom4([4]byte{255, 255, 255, 255}), 68, 67, m.ToBytes())
+func (l *dhcpLink) send(m *dhcpv4.DHCPv4) { l.sendBytes(m.ToBytes()) }
+
+// sendBytes broadcasts payload from 0.0.0.0:68 to port 67.
+func (l *dhcpLink) sendBytes(payload []byte) {
+	ip := udp4Packet(netip.IPv4Unspecified(), netip.AddrFrom4([4]byte{255, 255, 255, 255}), 68, 67, payload)
 	b := make([]byte, 14, 14+len(ip))
 	copy(b[0:6], []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	copy(b[6:12], l.mac)
@@ -148,5 +151,41 @@ func TestDHCPOff(t *testing.T) {
 	}
 	if st := l.g.Stats(); st.DHCPReplies != 0 || st.PacketsRefused != 1 {
 		t.Errorf("stats %+v, want the discover refused", st)
+	}
+}
+
+// TestDHCPBadInput: what is not a DHCP request (garbage, a cut message, a
+// reply sent to the server) gets no answer, is counted as malformed and
+// recorded nowhere; a good request after it is still answered.
+func TestDHCPBadInput(t *testing.T) {
+	l := newDHCPLink(t, true)
+	disc, err := dhcpv4.NewDiscovery(l.mac)
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := disc.ToBytes()
+	offer, _ := dhcpv4.New(dhcpv4.WithMessageType(dhcpv4.MessageTypeOffer))
+	offer.OpCode = dhcpv4.OpcodeBootReply
+	bad := [][]byte{
+		nil,
+		[]byte("garbage, not bootp"),
+		good[:100],      // cut inside the fixed header
+		offer.ToBytes(), // a reply, not a request
+	}
+	for _, p := range bad {
+		l.sendBytes(p)
+	}
+	if m := l.reply(t, 300*time.Millisecond); m != nil {
+		t.Fatalf("an answer to bad input: %s", m.Summary())
+	}
+	if st := l.g.Stats(); st.Malformed < uint64(len(bad)) || st.DHCPReplies != 0 {
+		t.Errorf("Malformed %d, DHCPReplies %d; want at least %d and 0", st.Malformed, st.DHCPReplies, len(bad))
+	}
+	if d := l.sink.dump(); d != "" {
+		t.Errorf("audit records for bad DHCP input, want none:%s", d)
+	}
+	l.send(disc)
+	if m := l.reply(t, 2*time.Second); m == nil || m.MessageType() != dhcpv4.MessageTypeOffer {
+		t.Errorf("after the bad input, a discover got %v, want an offer", m)
 	}
 }
