@@ -4,7 +4,6 @@ package integration
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nsgate/nsgate/lab/sealed"
 )
 
 // Docker, both ways docs/docker.md describes, each with a dockerd the
@@ -74,17 +71,6 @@ func dockerTools(t *testing.T, tools ...string) {
 		_, err := exec.LookPath(tool)
 		need(t, tool+" (.ci/install installs docker.io and rootlesskit)", err)
 	}
-}
-
-// realRoot fails (or skips) the test unless we are root of the initial
-// user namespace.
-func realRoot(t *testing.T, why string) {
-	t.Helper()
-	var err error
-	if info, _ := sealed.Current(); os.Geteuid() != 0 || info.Userns {
-		err = errors.New("not real root")
-	}
-	need(t, "root ("+why+")", err)
 }
 
 func newDockerDir(t *testing.T, uid, gid int) *dockerEnv {

@@ -120,6 +120,17 @@ func need(t *testing.T, what string, err error) {
 	t.Skipf("needs %s: %v", what, err)
 }
 
+// realRoot fails (or skips) the test unless we are root of the initial
+// user namespace.
+func realRoot(t *testing.T, why string) {
+	t.Helper()
+	var err error
+	if info, _ := sealed.Current(); os.Geteuid() != 0 || info.Userns {
+		err = errors.New("not real root")
+	}
+	need(t, "root ("+why+")", err)
+}
+
 func needSealed(t *testing.T) {
 	t.Helper()
 	need(t, "a sealed network namespace", sealErr)

@@ -7,7 +7,6 @@ import (
 	"bytes"
 	"debug/elf"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -20,8 +19,6 @@ import (
 	"time"
 
 	"go.yaml.in/yaml/v3"
-
-	"github.com/nsgate/nsgate/lab/sealed"
 )
 
 // deploy/kubernetes's manifests under `podman kube play`, as docs/kubernetes.md
@@ -82,11 +79,7 @@ func TestKube(t *testing.T) {
 		_, err := exec.LookPath(tool)
 		need(t, tool+" for podman kube play", err)
 	}
-	var rootErr error
-	if info, _ := sealed.Current(); os.Geteuid() != 0 || info.Userns {
-		rootErr = errors.New("not real root: cannot run Podman as root and as the test user")
-	}
-	need(t, "root (to run Podman as root and as the test user)", rootErr)
+	realRoot(t, "to run Podman as root and as the test user")
 	for _, name := range []string{"root", "user"} {
 		t.Run(name, func(t *testing.T) {
 			k := newKubeEnv(t, podman, name == "user")

@@ -4,7 +4,6 @@ package integration
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -15,8 +14,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nsgate/nsgate/lab/sealed"
 )
 
 // Rootless Podman 5 with nsgate as its pasta,
@@ -65,11 +62,7 @@ func newPodman5Env(t *testing.T) *podman5Env {
 	}
 	_, err := os.Stat(filepath.Join(root, ".nsgate-root-ok"))
 	need(t, "a Debian 13 root with Podman 5 and pasta (.ci/debian13-root "+root+")", err)
-	var rootErr error
-	if info, _ := sealed.Current(); os.Geteuid() != 0 || info.Userns {
-		rootErr = errors.New("not real root: cannot enter the Debian 13 root and run Podman as the test user")
-	}
-	need(t, "root (to enter the Debian 13 root)", rootErr)
+	realRoot(t, "to enter the Debian 13 root and run Podman as the test user")
 	u, err := user.Lookup(testUserName())
 	need(t, "the unprivileged test user "+testUserName()+" (.ci/run creates it)", err)
 	need(t, "a world-usable /dev/net/tun (chmod 0666)", tunUsable())

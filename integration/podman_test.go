@@ -4,7 +4,6 @@ package integration
 
 import (
 	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -17,8 +16,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/nsgate/nsgate/lab/sealed"
 )
 
 // Rootless Podman 4 with nsgate as its slirp4netns,
@@ -74,11 +71,7 @@ func newPodmanEnv(t *testing.T) *podmanEnv {
 		_, err := exec.LookPath(tool)
 		need(t, tool+" for rootless Podman", err)
 	}
-	var rootErr error
-	if info, _ := sealed.Current(); os.Geteuid() != 0 || info.Userns {
-		rootErr = errors.New("not real root: cannot run Podman as the unprivileged test user")
-	}
-	need(t, "root (to run rootless Podman as the test user)", rootErr)
+	realRoot(t, "to run rootless Podman as the test user")
 	u, err := user.Lookup(testUserName())
 	need(t, "the unprivileged test user "+testUserName()+" (.ci/run creates it)", err)
 	need(t, "a world-usable /dev/net/tun (chmod 0666)", tunUsable())
