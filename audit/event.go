@@ -131,6 +131,9 @@ type Counters struct {
 	UDPDenied    uint64 `json:"udp_denied"`
 	LimitRefused uint64 `json:"limit_refused"`
 	DialFailed   uint64 `json:"dial_failed"`
+	// L7Refused counts flows the policy allowed (so in *_allowed) that the
+	// L7 check (SNI, Host, QUIC SNI, a later HTTP request) then refused.
+	L7Refused uint64 `json:"l7_refused"`
 	// BytesOut went from the worker upstream, BytesIn back.
 	BytesOut uint64 `json:"bytes_out"`
 	BytesIn  uint64 `json:"bytes_in"`

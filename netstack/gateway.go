@@ -201,6 +201,10 @@ type Stats struct {
 
 	// DHCPReplies counts DHCP answers sent (Config.DHCP).
 	DHCPReplies uint64
+	// L7Refused counts flows the policy allowed (so also in TCPAllowed or
+	// UDPAllowed) that the L7 check then refused: their first bytes (TLS
+	// SNI, HTTP Host, QUIC SNI) or a later HTTP request.
+	L7Refused uint64
 }
 
 // counters is the live form of Stats.
@@ -213,6 +217,7 @@ type counters struct {
 	icmpSent, icmpRateLimited, icmpErrors        atomic.Uint64
 	dnsQueries, dnsDropped                       atomic.Uint64
 	dhcpReplies                                  atomic.Uint64
+	l7Refused                                    atomic.Uint64
 }
 
 // Gateway is a running gVisor stack serving one worker. Its methods are
@@ -533,6 +538,7 @@ func (g *Gateway) Stats() Stats {
 		DNSQueries:      c.dnsQueries.Load(),
 		DNSDropped:      c.dnsDropped.Load(),
 		DHCPReplies:     c.dhcpReplies.Load(),
+		L7Refused:       c.l7Refused.Load(),
 	}
 	if g.pcap != nil {
 		st.PcapDropped = g.pcap.failed.Load()

@@ -88,6 +88,7 @@ func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
 			g.audit.Log(ev)
 		}
 		if !v.Allow {
+			g.stats.l7Refused.Add(1)
 			if !explainRefusal(worker, r.Kind, p.host, v.Reason, pol.RefusalAlert(), pol.RefusalPage()) {
 				ep.Abort()
 			}
@@ -133,6 +134,7 @@ func (f *httpFilter) End(kept []byte) error {
 
 func (f *httpFilter) refuse(v l7.Verdict) error {
 	f.g.audit.Log(audit.L7{Action: "deny", FlowSeq: f.flowSeq, Host: f.host, HTTPHost: v.HTTPHost, Reason: v.Reason})
+	f.g.stats.l7Refused.Add(1)
 	f.ep.Abort()
 	return errL7Denied
 }

@@ -105,6 +105,9 @@ func TestL7EveryRequest(t *testing.T) {
 				if rerr != nil || h.sink.hasL7Deny(seq) {
 					t.Fatalf("control: read error %v, l7 deny %v%s", rerr, h.sink.hasL7Deny(seq), h.sink.dump())
 				}
+				if n := h.g.Stats().L7Refused; n != 0 {
+					t.Fatalf("control: L7Refused %d, want 0", n)
+				}
 				return
 			}
 			if rerr == nil {
@@ -117,7 +120,24 @@ func TestL7EveryRequest(t *testing.T) {
 			if r := ev.(audit.L7); r.Reason != tt.reason {
 				t.Fatalf("l7 record %+v, want reason %q (%s)", r, tt.reason, tt.why)
 			}
+			waitL7Refused(t, h, 1)
 		})
+	}
+}
+
+// waitL7Refused waits a little for the gateway's L7Refused counter
+// (counted just after the l7 deny record is written) to reach want, and
+// fails if it does not, or goes past it.
+func waitL7Refused(t *testing.T, h *harness, want uint64) {
+	t.Helper()
+	var n uint64
+	for deadline := time.Now().Add(time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if n = h.g.Stats().L7Refused; n >= want {
+			break
+		}
+	}
+	if n != want {
+		t.Fatalf("L7Refused %d, want %d", n, want)
 	}
 }
 
@@ -266,6 +286,7 @@ func TestL7RefusalTellsTheWorker(t *testing.T) {
 			if r := ev.(audit.L7); r.Reason != tt.reason {
 				t.Fatalf("l7 record %+v, want reason %q", r, tt.reason)
 			}
+			waitL7Refused(t, h, 1)
 		})
 	}
 }

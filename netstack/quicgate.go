@@ -78,6 +78,7 @@ func (g *Gateway) gateQUIC(worker *gonet.UDPConn, a *admission, quote []byte) ([
 	}
 	g.audit.Log(ev)
 	if !v.Allow {
+		g.stats.l7Refused.Add(1)
 		g.sendProhibited(p.src.Addr().Is6(), p.src.Addr(), quote)
 		return nil, errL7Denied
 	}

@@ -272,7 +272,7 @@ func (s *Session) counters(gw *netstack.Gateway, names *dns.Server, link stack.L
 	c := &audit.Counters{
 		TCPAllowed: st.TCPAllowed, TCPDenied: st.TCPDenied,
 		UDPAllowed: st.UDPAllowed, UDPDenied: st.UDPDenied,
-		LimitRefused: st.LimitRefused, DialFailed: st.DialFailed,
+		LimitRefused: st.LimitRefused, DialFailed: st.DialFailed, L7Refused: st.L7Refused,
 		BytesOut: st.BytesOut, BytesIn: st.BytesIn,
 		DNSQueries: st.DNSQueries,
 		PacketsIn:  st.PacketsIn, PacketsRefused: st.PacketsRefused,
