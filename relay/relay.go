@@ -436,7 +436,7 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 			if buf == nil {
 				// Take a buffer only once there is something to read.
 				read := false
-				if rc := rawStream(src, r.packets); rc != nil {
+				if rc := hostRaw(src); rc != nil && !r.packets {
 					// A host socket: read into a buffer taken only
 					// for the system call and given back if it
 					// finds nothing (one call fewer than a peek
@@ -618,18 +618,14 @@ func waitReadable(c net.Conn, deadline time.Time, stream bool) error {
 	if w, ok := c.(interface{ WaitReadable(time.Time) error }); ok {
 		return w.WaitReadable(deadline)
 	}
-	sc, ok := c.(syscall.Conn)
-	if !ok {
-		return nil
-	}
-	rc, err := sc.SyscallConn()
-	if err != nil {
+	rc := hostRaw(c)
+	if rc == nil {
 		return nil
 	}
 	var peek [1]byte
 	var sockErr error
 	eof := false
-	err = rc.Read(func(fd uintptr) bool {
+	err := rc.Read(func(fd uintptr) bool {
 		n, _, err := syscall.Recvfrom(int(fd), peek[:], syscall.MSG_PEEK|syscall.MSG_DONTWAIT)
 		if err == syscall.EAGAIN || err == syscall.EINTR {
 			return false
@@ -644,7 +640,7 @@ func waitReadable(c net.Conn, deadline time.Time, stream bool) error {
 	case eof:
 		return io.EOF
 	case sockErr != nil:
-		return &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: os.NewSyscallError("recvfrom", sockErr)}
+		return readError(c, os.NewSyscallError("recvfrom", sockErr))
 	case err != nil && !isTimeout(err):
 		// Closed: the Read that follows reports it.
 		return nil
@@ -652,14 +648,10 @@ func waitReadable(c net.Conn, deadline time.Time, stream bool) error {
 	return err
 }
 
-// rawStream returns the raw connection of c when the relay reads a
-// stream from it with system calls of its own (recvFresh): a host socket
-// (syscall.Conn) that has no WaitReadable method of its own. nil
-// otherwise, and for datagrams.
-func rawStream(c net.Conn, packets bool) syscall.RawConn {
-	if packets {
-		return nil
-	}
+// hostRaw returns the raw connection of c when the relay waits on and
+// reads it with system calls of its own: a host socket (syscall.Conn)
+// that has no WaitReadable method of its own; nil otherwise.
+func hostRaw(c net.Conn) syscall.RawConn {
 	if _, ok := c.(interface{ WaitReadable(time.Time) error }); ok {
 		return nil
 	}
@@ -672,6 +664,11 @@ func rawStream(c net.Conn, packets bool) syscall.RawConn {
 		return nil
 	}
 	return rc
+}
+
+// readError wraps err as c's Read would have.
+func readError(c net.Conn, err error) error {
+	return &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: err}
 }
 
 // recvFresh reads the first bytes of a stream socket that the relay
@@ -706,7 +703,7 @@ func recvFresh(c net.Conn, rc syscall.RawConn, pool *sync.Pool, bp **[]byte) (in
 		rerr = err // closed, or a deadline someone else set
 	}
 	if rerr != nil && rerr != io.EOF {
-		rerr = &net.OpError{Op: "read", Net: c.LocalAddr().Network(), Source: c.LocalAddr(), Addr: c.RemoteAddr(), Err: rerr}
+		rerr = readError(c, rerr)
 	}
 	return n, rerr
 }
