@@ -418,17 +418,6 @@ func mountsBelow(dir string) []string {
 	return out
 }
 
-// procStatus returns a field of /proc/PID/status.
-func procStatus(pid int, key string) string {
-	b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, key+":"); ok {
-			return strings.TrimSpace(v)
-		}
-	}
-	return ""
-}
-
 // busyboxRoot assembles a root file system of static busybox (a shell) and
 // the static nsgate binary (its hidden __probe is the client and server).
 func busyboxRoot(t *testing.T, dir string) string {
@@ -898,23 +887,23 @@ func (d *dockerEnv) testRootlessHelper(t *testing.T) {
 	confined := 0
 	for _, pid := range helpers {
 		t.Logf("helper %d: CapEff %s, NoNewPrivs %s, Seccomp %s, uid %s, root [%s], userns %s (RootlessKit's child: %s)", pid,
-			procStatus(pid, "CapEff"), procStatus(pid, "NoNewPrivs"), procStatus(pid, "Seccomp"),
-			procStatus(pid, "Uid"), root(pid), ns(pid, "user"), targetNS)
-		if procStatus(pid, "NoNewPrivs") != "1" || procStatus(pid, "Seccomp") != "2" {
+			statusField(pid, "CapEff"), statusField(pid, "NoNewPrivs"), statusField(pid, "Seccomp"),
+			statusField(pid, "Uid"), root(pid), ns(pid, "user"), targetNS)
+		if statusField(pid, "NoNewPrivs") != "1" || statusField(pid, "Seccomp") != "2" {
 			t.Errorf("helper %d runs without no_new_privs or seccomp", pid)
 		}
 		if root(pid) != "etc" {
 			continue
 		}
 		confined = pid
-		if procStatus(pid, "CapEff") != "0000000000000400" {
-			t.Errorf("the confined helper %d holds capabilities %s, want CAP_NET_BIND_SERVICE only", pid, procStatus(pid, "CapEff"))
+		if statusField(pid, "CapEff") != "0000000000000400" {
+			t.Errorf("the confined helper %d holds capabilities %s, want CAP_NET_BIND_SERVICE only", pid, statusField(pid, "CapEff"))
 		}
 		if targetNS == "" || ns(pid, "user") != targetNS {
 			t.Errorf("the confined helper %d is in user namespace %s, want its target's %s (as slirp4netns)", pid, ns(pid, "user"), targetNS)
 		}
-		if strings.Fields(procStatus(pid, "Uid") + " ?")[0] != strconv.Itoa(d.uid) {
-			t.Errorf("the confined helper %d runs as %s, want the test user %d", pid, procStatus(pid, "Uid"), d.uid)
+		if strings.Fields(statusField(pid, "Uid") + " ?")[0] != strconv.Itoa(d.uid) {
+			t.Errorf("the confined helper %d runs as %s, want the test user %d", pid, statusField(pid, "Uid"), d.uid)
 		}
 	}
 	if confined == 0 {
