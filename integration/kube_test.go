@@ -452,8 +452,7 @@ func (k *kubeEnv) testAgent(t *testing.T) {
 	if err := os.WriteFile(manifest, agentManifest(t), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	app, meta, other := targetAt(appV4+":8080/tcp"), targetAt(metadataV4+":80/tcp"), targetAt(otherV4+":8080/tcp")
-	appBefore, metaBefore, otherBefore := app.count(), meta.count(), other.count()
+	hits := countContainerTargets()
 	k.play(t, manifest)
 	const ctr = "nsgate-agent-agent"
 	code := k.wait(t, ctr)
@@ -474,15 +473,7 @@ func (k *kubeEnv) testAgent(t *testing.T) {
 		}
 	}
 	checkProbes(t, probeLines, kubeProbes, false)
-	if got := app.count() - appBefore; got != 1 {
-		t.Errorf("app server saw %d connections, want 1", got)
-	}
-	if got := meta.count() - metaBefore; got != 0 {
-		t.Errorf("fake metadata server saw %d connections, want 0", got)
-	}
-	if got := other.count() - otherBefore; got != 0 {
-		t.Errorf("unapproved server saw %d connections, want 0", got)
-	}
+	hits.check(t)
 
 	// The volume holds the log; stdout holds the same lines.
 	file := filepath.Join(k.volume(t, "nsgate-audit"), "audit.jsonl")
