@@ -57,7 +57,8 @@ bench-density: build
 	@d=$$(mktemp -d /tmp/nsgate-density-build.XXXXXX) && \
 	  CGO_ENABLED=0 $(GO) build -o $$d/density ./bench/density && \
 	  CGO_ENABLED=0 $(GO) build -o $$d/connbench ./bench/connbench && \
-	  $$d/density -nsgate $(BIN) -connbench $$d/connbench $(DENSITY_FLAGS); st=$$?; rm -rf $$d; exit $$st
+	  CGO_ENABLED=0 $(GO) build -o $$d/gostub ./bench/gostub && \
+	  $$d/density -nsgate $(BIN) -connbench $$d/connbench -gostub $$d/gostub $(DENSITY_FLAGS); st=$$?; rm -rf $$d; exit $$st
 
 # Go benchmarks of the hot paths (policy decision, DNS, audit, L7
 # classification, relay, TUN endpoint); figures in docs/performance.md.

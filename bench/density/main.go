@@ -3,10 +3,12 @@
 // each took, what each costs in memory, threads and idle CPU, and the
 // connection rate of one more sandbox while the N idle. It does the same,
 // in the same run, for the floor (bare `unshare` with the same
-// namespaces) and for the peers pasta and slirp4netns.
+// namespaces), for the floor with one small Go program started in each
+// sandbox (unshare-go, with -gostub: what one Go runtime start per
+// sandbox adds in a burst) and for the peers pasta and slirp4netns.
 //
-//	density -nsgate bin/nsgate -connbench PATH [-n 100,500,1000]
-//	        [-cases unshare,nsgate,pasta,slirp4netns] [-reps 1] [-out DIR]
+//	density -nsgate bin/nsgate -connbench PATH [-gostub PATH] [-n 100,500,1000]
+//	        [-cases unshare,unshare-go,nsgate,pasta,slirp4netns] [-reps 1] [-out DIR]
 //
 // Safety: it re-executes itself in a sealed network namespace (package
 // lab/sealed: a new netns holding only lo, with a user namespace when not
@@ -74,6 +76,7 @@ type config struct {
 	envB       []string
 	nsgateArgs []string
 	connbench  string
+	gostub     string
 	policy     string
 	user       string
 	settle     time.Duration
@@ -111,13 +114,14 @@ func parseFlags(args []string) (config, error) {
 	fs := flag.NewFlagSet("density", flag.ContinueOnError)
 	var c config
 	sizes := fs.String("n", "100,500,1000", "comma-separated numbers of sandboxes started at once")
-	cases := fs.String("cases", "unshare,nsgate,pasta,slirp4netns", "comma-separated cases, run in this order for each size")
+	cases := fs.String("cases", "unshare,unshare-go,nsgate,pasta,slirp4netns", "comma-separated cases, run in this order for each size (unshare-go only with -gostub)")
 	fs.IntVar(&c.reps, "reps", 1, "repetitions of each size")
 	fs.StringVar(&c.nsgate, "nsgate", "bin/nsgate", "the nsgate binary")
 	fs.StringVar(&c.nsgateB, "nsgate-b", "", "another nsgate binary, case nsgate-b, for A/B comparisons in one run")
 	envB := fs.String("env-b", "", "space-separated K=V added to the environment of case nsgate-b")
 	nargs := fs.String("nsgate-args", "", "extra `nsgate run` flags, space-separated")
 	fs.StringVar(&c.connbench, "connbench", "", "the connbench binary (go build ./bench/connbench); empty: no connection rates")
+	fs.StringVar(&c.gostub, "gostub", "", "the gostub binary (go build ./bench/gostub), for case unshare-go; empty: no unshare-go")
 	fs.StringVar(&c.policy, "policy", "bench/policy.yaml", "nsgate's policy")
 	fs.StringVar(&c.user, "user", "nsgate-test", "as root: the ordinary user the sandboxes run as")
 	fs.DurationVar(&c.settle, "settle", 3*time.Second, "wait after the last sandbox is ready, before measuring memory")
@@ -139,7 +143,13 @@ func parseFlags(args []string) (config, error) {
 	for _, k := range strings.Split(*cases, ",") {
 		k = strings.TrimSpace(k)
 		if _, ok := caseKinds[k]; !ok {
-			return c, fmt.Errorf("unknown case %q (unshare, nsgate, nsgate-b, pasta, slirp4netns)", k)
+			return c, fmt.Errorf("unknown case %q (unshare, unshare-go, nsgate, nsgate-b, pasta, slirp4netns)", k)
+		}
+		if k == "unshare-go" && c.gostub == "" {
+			if *cases != fs.Lookup("cases").DefValue {
+				return c, errors.New("case unshare-go needs -gostub")
+			}
+			continue
 		}
 		c.cases = append(c.cases, k)
 	}
@@ -148,7 +158,7 @@ func parseFlags(args []string) (config, error) {
 	if c.reps < 1 {
 		return c, errors.New("-reps must be at least 1")
 	}
-	for _, p := range []*string{&c.nsgate, &c.nsgateB, &c.connbench, &c.policy, &c.out} {
+	for _, p := range []*string{&c.nsgate, &c.nsgateB, &c.connbench, &c.gostub, &c.policy, &c.out} {
 		if *p != "" {
 			if *p, err = filepath.Abs(*p); err != nil {
 				return c, err
@@ -179,10 +189,10 @@ type bench struct {
 	env  []string
 	// bin are the binaries the sandboxes run, copied into work so that
 	// the ordinary user can run them wherever the checkout lies.
-	nsgate, nsgateB, connbench, policy string
-	runas0                             bool // pasta as uid 0 must be told to stay so
-	res                                *os.File
-	lat                                *os.File
+	nsgate, nsgateB, connbench, gostub, policy string
+	runas0                                     bool // pasta as uid 0 must be told to stay so
+	res                                        *os.File
+	lat                                        *os.File
 	// perSandboxKiB: the last burst's MemAvailable drop per sandbox, by
 	// case, to skip a burst that would not fit.
 	perSandboxKiB map[string]uint64
@@ -255,6 +265,11 @@ func run(cfg config) error {
 	if cfg.connbench != "" {
 		if b.connbench, err = copyInto(b.work, cfg.connbench); err != nil {
 			return fmt.Errorf("connbench: %w", err)
+		}
+	}
+	if cfg.gostub != "" {
+		if b.gostub, err = copyInto(b.work, cfg.gostub); err != nil {
+			return fmt.Errorf("gostub: %w", err)
 		}
 	}
 	var cases []string
@@ -339,6 +354,7 @@ type caseKind struct {
 
 var caseKinds = map[string]caseKind{
 	"unshare":     {needs: []string{"unshare"}, guessKiB: 2 << 10},
+	"unshare-go":  {needs: []string{"unshare"}, guessKiB: 4 << 10},
 	"nsgate":      {conn: true, guessKiB: 8 << 10},
 	"nsgate-b":    {conn: true, guessKiB: 8 << 10},
 	"pasta":       {needs: []string{"pasta"}, conn: true, guessKiB: 32 << 10},
@@ -365,6 +381,8 @@ func (b *bench) argv(k string, worker []string, i int, tag string) []string {
 	switch k {
 	case "unshare":
 		return unshareArgv(worker)
+	case "unshare-go":
+		return unshareArgv(append([]string{b.gostub}, worker...))
 	case "slirp4netns":
 		// The worker waits until slirp4netns has configured tap0 in its
 		// namespaces (attachSlirp): it says "ns", then reads a line.
@@ -839,7 +857,7 @@ func (b *bench) connRate(k, tag string) float64 {
 // SIGTERM; unshare --fork ignores it while it waits for its child, and
 // its --kill-child takes the child with it on SIGKILL.
 var stopSignal = map[string]syscall.Signal{"nsgate": syscall.SIGTERM, "nsgate-b": syscall.SIGTERM, "pasta": syscall.SIGTERM,
-	"unshare": syscall.SIGKILL, "slirp4netns": syscall.SIGKILL}
+	"unshare": syscall.SIGKILL, "unshare-go": syscall.SIGKILL, "slirp4netns": syscall.SIGKILL}
 
 // stopAll ends every sandbox of case k: stopSignal to what was launched
 // (SIGTERM to slirp4netns), then, after 60 s, SIGKILL to every process
@@ -1041,19 +1059,18 @@ func printTable(w io.Writer, n, rep, reps int, rows []*result) {
 	line("conn/s, one sandbox alone", func(r *result) string { return rate(r.connAlone, r) })
 	line("conn/s, one more beside the N idle", func(r *result) string { return rate(r.connIdle, r) })
 	line("stop all, s", func(r *result) string { return fmt.Sprintf("%.2f", r.stop.Seconds()) })
-	var floor, ns *result
+	byKind := map[string]*result{}
 	for _, r := range rows {
-		switch r.kind {
-		case "unshare":
-			floor = r
-		case "nsgate":
-			ns = r
-		}
+		byKind[r.kind] = r
 	}
-	if floor != nil && ns != nil && len(floor.lat) > 0 && len(ns.lat) > 0 {
-		fmt.Fprintf(w, "nsgate / unshare: start p50 %.2fx, p99 %.2fx\n",
-			float64(percentile(ns.lat, 50))/float64(percentile(floor.lat, 50)),
-			float64(percentile(ns.lat, 99))/float64(percentile(floor.lat, 99)))
+	if floor := byKind["unshare"]; floor != nil && len(floor.lat) > 0 {
+		for _, k := range []string{"unshare-go", "nsgate"} {
+			if r := byKind[k]; r != nil && len(r.lat) > 0 {
+				fmt.Fprintf(w, "%s / unshare: start p50 %.2fx, p99 %.2fx\n", k,
+					float64(percentile(r.lat, 50))/float64(percentile(floor.lat, 50)),
+					float64(percentile(r.lat, 99))/float64(percentile(floor.lat, 99)))
+			}
+		}
 	}
 	for _, r := range rows {
 		if len(r.phases.order) == 0 {
