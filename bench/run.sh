@@ -28,7 +28,11 @@
 #
 # Metrics: iperf3 up (client sends) and down (-R), single stream; connection
 # rate (dial + HTTP/1.0 GET + read to EOF + close) with 1 and 4 clients;
-# the helper's peak RSS (VmHWM) and CPU time in each of those runs; peak
+# the helper's peak RSS (VmHWM) and CPU time in each of those runs, and in
+# the connection runs its CPU per connection split into user space and
+# kernel (connN_user_us, connN_sys_us: the kernel part is the work inside
+# the helper's system calls, which any helper pays, the user part is its
+# own code); peak
 # RSS after a connection churn; RSS while holding many idle TCP flows
 # (idle_held_rss_mib, sampled 1 s after all are open) and the peak over
 # that whole run, including the end when the worker exits with all of
@@ -143,17 +147,17 @@ audit=$work/audit.jsonl
 # it exits, into $work/watch.$PID; with LOG, also its VmRSS 1 s after LOG
 # shows "held=" (the idle flows are all open); prints nothing.
 watch_proc() {
-	local pid=$1 log=${2:-} f=$work/watch.$1 hwm=0 cpu=0 held=0 line
+	local pid=$1 log=${2:-} f=$work/watch.$1 hwm=0 cpu="0 0" held=0 line
 	while [ -e "/proc/$pid/status" ]; do
 		line=$(awk '/^VmHWM:/{print $2}' "/proc/$pid/status" 2>/dev/null || true)
 		[ -n "$line" ] && [ "$line" -gt "$hwm" ] && hwm=$line
-		line=$(awk '{print $14+$15}' "/proc/$pid/stat" 2>/dev/null || true)
+		line=$(awk '{print $14, $15}' "/proc/$pid/stat" 2>/dev/null || true)
 		[ -n "$line" ] && cpu=$line
 		if [ -n "$log" ] && [ "$held" = 0 ] && grep -q '^held=' "$log" 2>/dev/null; then
 			sleep 1
 			held=$(awk '/^VmRSS:/{print $2}' "/proc/$pid/status" 2>/dev/null || echo 0)
 		fi
-		echo "$hwm $cpu $held" >"$f"
+		echo "$hwm $held $cpu" >"$f"
 		sleep 0.2
 	done
 }
@@ -163,12 +167,21 @@ record() { printf '%s\t%s\t%s\n' "$1" "$2" "$3" >>"$res"; }
 
 clk=$(getconf CLK_TCK)
 
-# helper_stats CASE PREFIX PID: records PREFIX_rss_mib and PREFIX_cpu_pct
-# (helper CPU time over the run's wall time, in % of one core).
+# helper_stats CASE PREFIX PID WALL [COUNT]: records PREFIX_rss_mib and
+# PREFIX_cpu_pct (helper CPU time over the run's wall time, in % of one
+# core); with COUNT (connections made), also PREFIX_user_us and
+# PREFIX_sys_us, the helper's CPU per connection in user space and in the
+# kernel (its system calls, the packets it writes running the receiver's
+# stack).
 helper_stats() {
-	local c=$1 p=$2 pid=$3 wall=$4 hwm cpu held
+	local c=$1 p=$2 pid=$3 wall=$4 n=${5:-} hwm cpu held ut st
 	[ -f "$work/watch.$pid" ] || return 0
-	read -r hwm cpu held <"$work/watch.$pid"
+	read -r hwm held ut st <"$work/watch.$pid"
+	cpu=$((ut + st))
+	if [ -n "$n" ] && [ "$n" -gt 0 ]; then
+		record "$c" "${p}_user_us" "$(awk -v t="$ut" -v hz="$clk" -v n="$n" 'BEGIN{printf "%.0f", 1e6*t/hz/n}')"
+		record "$c" "${p}_sys_us" "$(awk -v t="$st" -v hz="$clk" -v n="$n" 'BEGIN{printf "%.0f", 1e6*t/hz/n}')"
+	fi
 	record "$c" "${p}_rss_mib" "$(awk -v k="$hwm" 'BEGIN{printf "%.1f", k/1024}')"
 	if [ "${held:-0}" != 0 ]; then
 		record "$c" "${p}_held_rss_mib" "$(awk -v k="$held" 'BEGIN{printf "%.1f", k/1024}')"
@@ -261,7 +274,7 @@ iperf_rate() { # LOG -> Gbit/s of the receiver line
 }
 
 measure() { # CASE REP
-	local c=$1 rep=$2 tgt log v
+	local c=$1 rep=$2 tgt log v n
 	tgt=$(target_of "$c")
 	for dir in up down; do
 		log=$out/$c.iperf-$dir.$rep.log
@@ -277,7 +290,8 @@ measure() { # CASE REP
 		run_client "$c" "$log" "$cb" rate -4 -addr "$tgt:8080" -c "$par" -t "${SECS}s"
 		v=$(sed -n 's/.* rate=\([0-9.]*\).*/\1/p' "$log" | tail -1)
 		if [ -n "$v" ]; then record "$c" "conn$par" "$v"; else say "$c conn$par: no result (see $log)"; fi
-		if [ -n "$helper_pid" ]; then helper_stats "$c" "conn$par" "$helper_pid" "$wall"; fi
+		n=$(sed -n 's/^conns=\([0-9]*\) .*/\1/p' "$log" | tail -1)
+		if [ -n "$helper_pid" ]; then helper_stats "$c" "conn$par" "$helper_pid" "$wall" "$n"; fi
 	done
 }
 
@@ -344,7 +358,7 @@ summarize() {
 	}
 	{ v[$1 SUBSEP $2] = v[$1 SUBSEP $2] " " $3 }
 	END {
-		nm = split("up down conn1 conn4 up_rss_mib down_rss_mib conn1_rss_mib conn4_rss_mib churn_rss_mib idle_held idle_held_rss_mib idle_rss_mib up_cpu_pct down_cpu_pct conn1_cpu_pct conn4_cpu_pct start_ms", ms, " ")
+		nm = split("up down conn1 conn4 up_rss_mib down_rss_mib conn1_rss_mib conn4_rss_mib churn_rss_mib idle_held idle_held_rss_mib idle_rss_mib up_cpu_pct down_cpu_pct conn1_cpu_pct conn4_cpu_pct conn1_user_us conn1_sys_us conn4_user_us conn4_sys_us start_ms", ms, " ")
 		unit["up"] = "Gbit/s"; unit["down"] = "Gbit/s"; unit["conn1"] = "conn/s"; unit["conn4"] = "conn/s"
 		nc = split(cases, cs, " ")
 		printf "%-18s", "metric"
