@@ -69,6 +69,10 @@ const (
 	quicKeyLen             = 16
 	quicIVLen              = 12
 	quicMaxPNLen           = 4
+	// quicMaxVerified is the most Initial packets of one connection
+	// Verify takes (a client sends a few: its ClientHello, perhaps in
+	// two or three packets, and their retransmissions).
+	quicMaxVerified = 64
 )
 
 // Errors of the QUIC path. Like the TLS ones they never quote the input.
@@ -94,6 +98,9 @@ const (
 	errQUICIncomplete  Error = "quic: incomplete client hello"
 	errQUICShort       Error = "quic: short header packet before the client hello"
 	errQUICDupPN       Error = "quic: initial packet number repeated"
+
+	errQUICTooManyInitials Error = "quic: too many initial packets in one connection"
+	errQUICTooManyConns    Error = "quic: too many connections being checked on one flow"
 )
 
 // Version-specific parts of the Initial key schedule and header.
@@ -205,6 +212,7 @@ type QUICAssembler struct {
 	largestPN int64 // largest Initial packet number seen; -1 before any
 	datagrams int
 	held      int
+	helloLen  int // once decided with a whole ClientHello: its length
 
 	crypto []byte   // the CRYPTO stream from offset 0, len = furthest byte written
 	have   []uint64 // bitmap over crypto: which bytes were received
@@ -254,10 +262,42 @@ func (q *QUICAssembler) Final() Result {
 	return q.decide(Result{Kind: TLS, Err: errQUICIncomplete})
 }
 
+// decide records the decision. A ClientHello read whole keeps what
+// Verify needs (the CRYPTO bytes, the keys, the packet numbers seen);
+// anything else drops it.
 func (q *QUICAssembler) decide(r Result) Result {
 	q.done, q.result = true, r
+	if r.Err == nil && !r.NeedMore {
+		q.helloLen = len(q.crypto)
+		return r
+	}
 	q.crypto, q.have, q.scratch, q.keys, q.pns = nil, nil, nil, nil, nil
 	return r
+}
+
+// Verify checks a later client datagram of a connection whose
+// ClientHello Add read whole (a Result with no Err): as a server would
+// take it as part of that connection, its packets must be of that
+// connection (version, both connection IDs), its Initials must decrypt
+// with the connection's keys and carry packet numbers not seen before,
+// and their CRYPTO data must be bytes of the ClientHello that was read,
+// unchanged; 0-RTT packets pass unread. A connection may send at most
+// quicMaxVerified Initials in all. After an error every later datagram
+// with CRYPTO data fails too.
+func (q *QUICAssembler) Verify(d []byte) error {
+	if !q.done || q.result.Err != nil || q.keys == nil {
+		return errQUICNoInitial
+	}
+	if len(q.pns) >= quicMaxVerified {
+		return errQUICTooManyInitials
+	}
+	if err := q.datagram(d); err != nil {
+		return err
+	}
+	if len(q.crypto) > q.helloLen {
+		return errQUICAfterHello
+	}
+	return nil
 }
 
 // datagram walks the packets coalesced in d.
@@ -301,117 +341,113 @@ func allZero(b []byte) bool {
 	return true
 }
 
-// packet reads one long-header packet at the start of d and returns its
-// length and whether it was an Initial.
-func (q *QUICAssembler) packet(d []byte) (int, bool, error) {
+// longHeader is what the header of one long-header packet holds.
+type longHeader struct {
+	version    uint32
+	params     *quicVersion
+	typ        byte   // type bits (byte 0 >> 4 & 3)
+	dcid, scid []byte // slices of the packet
+	pnOff      int    // where the (protected) packet number starts
+	end        int    // the packet's length
+}
+
+func (h *longHeader) initial() bool { return h.typ == h.params.initialType }
+
+// parseLongHeader reads the long header of a client's Initial, 0-RTT or
+// Handshake packet at the start of d (a Retry, which only servers send,
+// is an error).
+func parseLongHeader(d []byte) (longHeader, error) {
+	var h longHeader
 	if len(d) < 7 {
-		return 0, false, errQUICTruncated
+		return h, errQUICTruncated
 	}
-	ver := binary.BigEndian.Uint32(d[1:5])
-	params := quicParams(ver)
-	if params == nil {
-		return 0, false, errQUICVersion
+	h.version = binary.BigEndian.Uint32(d[1:5])
+	if h.params = quicParams(h.version); h.params == nil {
+		return h, errQUICVersion
 	}
-	if q.params != nil && ver != q.version {
-		return 0, false, errQUICMixed
-	}
-	typ := d[0] >> 4 & 3
+	h.typ = d[0] >> 4 & 3
 	p := 5
 	dcidLen := int(d[p])
 	p++
 	if dcidLen > quicMaxCID {
-		return 0, false, errQUICCID
+		return h, errQUICCID
 	}
 	if len(d) < p+dcidLen+1 {
-		return 0, false, errQUICTruncated
+		return h, errQUICTruncated
 	}
-	dcid := d[p : p+dcidLen]
+	h.dcid = d[p : p+dcidLen]
 	p += dcidLen
 	scidLen := int(d[p])
 	p++
 	if scidLen > quicMaxCID {
-		return 0, false, errQUICCID
+		return h, errQUICCID
 	}
 	if len(d) < p+scidLen {
-		return 0, false, errQUICTruncated
+		return h, errQUICTruncated
 	}
-	scid := d[p : p+scidLen]
+	h.scid = d[p : p+scidLen]
 	p += scidLen
-	switch typ {
-	case params.initialType:
+	switch h.typ {
+	case h.params.initialType:
 		tokLen, k := readVarint(d[p:])
 		if k == 0 || tokLen > uint64(len(d)-p-k) {
-			return 0, false, errQUICTruncated
+			return h, errQUICTruncated
 		}
 		p += k + int(tokLen)
-	case params.zeroRTT:
+	case h.params.zeroRTT, h.params.handshakeT:
 	default:
-		return 0, false, errQUICPacketType
+		return h, errQUICPacketType
 	}
 	length, k := readVarint(d[p:])
 	if k == 0 || length > uint64(len(d)-p-k) {
-		return 0, false, errQUICTruncated
+		return h, errQUICTruncated
 	}
-	pnOff := p + k
-	end := pnOff + int(length)
+	h.pnOff = p + k
+	h.end = h.pnOff + int(length)
+	return h, nil
+}
 
+// packet reads one long-header packet at the start of d and returns its
+// length and whether it was an Initial.
+func (q *QUICAssembler) packet(d []byte) (int, bool, error) {
+	h, err := parseLongHeader(d)
+	if err != nil {
+		return 0, false, err
+	}
+	if h.typ == h.params.handshakeT {
+		return 0, false, errQUICPacketType
+	}
+	if q.params != nil && h.version != q.version {
+		return 0, false, errQUICMixed
+	}
 	if q.params == nil {
-		if typ != params.initialType {
+		if !h.initial() {
 			return 0, false, errQUICNoInitial
 		}
-		if dcidLen < quicMinDCID {
+		if len(h.dcid) < quicMinDCID {
 			return 0, false, errQUICDCID
 		}
-		q.version, q.params = ver, params
-		q.dcidLen = copy(q.dcid[:], dcid)
-		q.scidLen = copy(q.scid[:], scid)
-		q.keys = newQUICKeys(params, dcid)
-	} else if string(dcid) != string(q.dcid[:q.dcidLen]) || string(scid) != string(q.scid[:q.scidLen]) {
+		q.version, q.params = h.version, h.params
+		q.dcidLen = copy(q.dcid[:], h.dcid)
+		q.scidLen = copy(q.scid[:], h.scid)
+		q.keys = newQUICKeys(h.params, h.dcid)
+	} else if string(h.dcid) != string(q.dcid[:q.dcidLen]) || string(h.scid) != string(q.scid[:q.scidLen]) {
 		// A server drops packets of the connection with another Source
 		// Connection ID: what they carry must not be what was checked.
 		return 0, false, errQUICMixed
 	}
-	if typ == params.zeroRTT {
-		return end, false, nil
+	if !h.initial() {
+		return h.end, false, nil
 	}
-	return end, true, q.initial(d[:end], pnOff)
+	return h.end, true, q.initial(d[:h.end], h.pnOff)
 }
 
 // initial removes the protection of the Initial packet pkt, whose packet
 // number starts at pnOff, and reads its frames.
 func (q *QUICAssembler) initial(pkt []byte, pnOff int) error {
-	if len(pkt) < pnOff+quicMaxPNLen+quicSampleLen {
-		return errQUICTruncated
-	}
-	var mask [aes.BlockSize]byte
-	q.keys.hp.Encrypt(mask[:], pkt[pnOff+quicMaxPNLen:pnOff+quicMaxPNLen+quicSampleLen])
-	first := pkt[0] ^ mask[0]&0x0f
-	pnLen := int(first&3) + 1
-	hdrLen := pnOff + pnLen
-	if len(pkt) < hdrLen+quicTagLen {
-		return errQUICTruncated
-	}
-	buf := append(q.scratch[:0], pkt...)
-	q.scratch = buf
-	buf[0] = first
-	var truncated uint64
-	for i := 0; i < pnLen; i++ {
-		buf[pnOff+i] ^= mask[1+i]
-		truncated = truncated<<8 | uint64(buf[pnOff+i])
-	}
-	pn := decodePN(q.largestPN, truncated, pnLen)
-	nonce := q.keys.iv
-	var pnb [8]byte
-	binary.BigEndian.PutUint64(pnb[:], uint64(pn))
-	for i := 0; i < 8; i++ {
-		nonce[quicIVLen-8+i] ^= pnb[i]
-	}
-	payload, err := q.keys.aead.Open(buf[hdrLen:hdrLen], nonce[:], buf[hdrLen:], buf[:hdrLen])
+	payload, pn, err := openInitial(q.keys, pkt, pnOff, q.largestPN, &q.scratch)
 	if err != nil {
-		return errQUICDecrypt
-	}
-	if first&0x0c != 0 {
-		return errQUICReserved
+		return err
 	}
 	// A server discards a packet whose number it has already processed
 	// (RFC 9000 §12.3): its CRYPTO data would be checked here but never
@@ -425,6 +461,47 @@ func (q *QUICAssembler) initial(pkt []byte, pnOff int) error {
 	}
 	q.sawAny = true
 	return q.frames(payload)
+}
+
+// openInitial removes header protection from the Initial packet pkt
+// (packet number at pnOff; largest is the largest packet number seen
+// before, -1 for none) and decrypts it with k into *scratch. It returns
+// the plaintext frames and the packet number.
+func openInitial(k *quicKeys, pkt []byte, pnOff int, largest int64, scratch *[]byte) ([]byte, int64, error) {
+	if len(pkt) < pnOff+quicMaxPNLen+quicSampleLen {
+		return nil, 0, errQUICTruncated
+	}
+	var mask [aes.BlockSize]byte
+	k.hp.Encrypt(mask[:], pkt[pnOff+quicMaxPNLen:pnOff+quicMaxPNLen+quicSampleLen])
+	first := pkt[0] ^ mask[0]&0x0f
+	pnLen := int(first&3) + 1
+	hdrLen := pnOff + pnLen
+	if len(pkt) < hdrLen+quicTagLen {
+		return nil, 0, errQUICTruncated
+	}
+	buf := append((*scratch)[:0], pkt...)
+	*scratch = buf
+	buf[0] = first
+	var truncated uint64
+	for i := 0; i < pnLen; i++ {
+		buf[pnOff+i] ^= mask[1+i]
+		truncated = truncated<<8 | uint64(buf[pnOff+i])
+	}
+	pn := decodePN(largest, truncated, pnLen)
+	nonce := k.iv
+	var pnb [8]byte
+	binary.BigEndian.PutUint64(pnb[:], uint64(pn))
+	for i := 0; i < 8; i++ {
+		nonce[quicIVLen-8+i] ^= pnb[i]
+	}
+	payload, err := k.aead.Open(buf[hdrLen:hdrLen], nonce[:], buf[hdrLen:], buf[:hdrLen])
+	if err != nil {
+		return nil, 0, errQUICDecrypt
+	}
+	if first&0x0c != 0 {
+		return nil, 0, errQUICReserved
+	}
+	return payload, pn, nil
 }
 
 // decodePN recovers a full packet number from its truncated form (RFC

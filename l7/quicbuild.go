@@ -11,6 +11,10 @@ import (
 type QUICInitial struct {
 	Version uint32 // QUICv1 or QUICv2
 	DCID    []byte // 8 to 20 bytes from a real client
+	// KeyDCID is the connection ID whose Initial keys protect the packet
+	// (nil: DCID). A client's later Initials carry the server's ID in
+	// the header and keep the keys of the client's first ID.
+	KeyDCID []byte
 	SCID    []byte
 	Token   []byte
 	PN      uint32 // packet number, sent in PNLen bytes
@@ -78,7 +82,11 @@ func BuildQUICInitial(p QUICInitial) ([]byte, error) {
 	for i := pnLen - 1; i >= 0; i-- {
 		hdr = append(hdr, byte(p.PN>>(8*i)))
 	}
-	k := newQUICKeys(v, p.DCID)
+	keyDCID := p.KeyDCID
+	if keyDCID == nil {
+		keyDCID = p.DCID
+	}
+	k := newQUICKeys(v, keyDCID)
 	nonce := k.iv
 	for i := 0; i < 4; i++ {
 		nonce[quicIVLen-4+i] ^= byte(p.PN >> (8 * (3 - i)))

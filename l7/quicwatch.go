@@ -1,0 +1,216 @@
+package l7
+
+// QUICWatch follows the client's datagrams on a UDP flow after the
+// flow's first QUIC connection passed (its ClientHello, read by a
+// QUICAssembler, named the flow's name), so that a second connection on
+// the same flow is checked like the first.
+//
+// Nothing in a datagram says which connection it belongs to in a way a
+// worker cannot forge, so the watch asks what a server would do with it.
+// A server takes a client Initial as the start of a new connection when
+// its Destination Connection ID is not one of its connections' and the
+// packet decrypts with the Initial keys of that ID (RFC 9001 §5.2); a
+// client's later Initials of a connection that is under way carry the
+// server's connection ID and the keys of the client's first one, so they
+// do not. The watch therefore decrypts, with the keys of its own
+// Destination Connection ID, each Initial whose ID is not a connection it
+// knows:
+//
+//   - one that does not decrypt cannot start a connection: it passes (it
+//     is a later Initial of a connection under way, or garbage the server
+//     drops);
+//   - one that does is a new connection: its datagrams are held, read by
+//     a QUICAssembler of their own, and decided like the first connection
+//     (WatchDecide); the caller checks the Result, then calls Allow (the
+//     held datagrams go on) or Refuse (they are dropped, and so is every
+//     later datagram of that connection).
+//
+// Initials whose ID is a connection that passed are verified
+// (QUICAssembler.Verify): they may only repeat that connection's
+// ClientHello, so a new connection that reuses a passed connection's ID
+// after the server forgot it cannot carry another name; the first one
+// that fails is dropped with an error, and the connection's later
+// Initials without one. Short-header
+// packets (1-RTT) and Handshake packets, which the watch cannot read,
+// pass: they belong to connections whose Initials were checked, or the
+// server drops them. A long-header packet of a version other than 1 or 2,
+// or one whose header does not parse, is dropped (a server that speaks
+// another version could start a connection from it).
+//
+// It is not safe for concurrent use; it copies what it holds.
+type QUICWatch struct {
+	conns   []*watchedConn // at most quicWatchConns, oldest first
+	scratch []byte
+}
+
+// quicWatchConns bounds the connections a watch remembers, and
+// quicWatchPending those held at once (each holds at most
+// QUICMaxHeldBytes).
+const (
+	quicWatchConns   = 16
+	quicWatchPending = 4
+)
+
+type watchState int
+
+const (
+	watchPending watchState = iota
+	watchAllowed
+	watchRefused
+)
+
+type watchedConn struct {
+	dcid  string
+	state watchState
+	asm   *QUICAssembler
+	held  [][]byte
+}
+
+// WatchAction is what to do with a datagram.
+type WatchAction int
+
+const (
+	// WatchPass: send the datagram on.
+	WatchPass WatchAction = iota
+	// WatchHold: the watch keeps a copy until its connection is decided.
+	WatchHold
+	// WatchDrop: send nothing. Step.Err says why when the datagram is a
+	// refusal to record; it is nil for a datagram of a connection
+	// already refused.
+	WatchDrop
+	// WatchDecide: the datagram completed (or spoiled) a new
+	// connection's ClientHello; check Step.Result, then call Allow or
+	// Refuse with the step.
+	WatchDecide
+)
+
+// WatchStep is the watch's answer for one datagram.
+type WatchStep struct {
+	Action WatchAction
+	Result Result // WatchDecide
+	Err    error  // WatchDrop
+	conn   *watchedConn
+}
+
+// NewQUICWatch starts a watch after first, the assembler that read the
+// flow's first ClientHello (a Result with no Err, which passed).
+func NewQUICWatch(first *QUICAssembler) *QUICWatch {
+	return &QUICWatch{conns: []*watchedConn{{
+		dcid: string(first.dcid[:first.dcidLen]), state: watchAllowed, asm: first,
+	}}}
+}
+
+// Datagram takes the client's next datagram on the flow. It never
+// retains d (it copies what it holds) and never panics.
+func (w *QUICWatch) Datagram(d []byte) WatchStep {
+	if len(d) == 0 || d[0]&0x80 == 0 {
+		return WatchStep{Action: WatchPass}
+	}
+	var target *watchedConn
+	var fresh []byte // the ID of a new connection's Initial
+	for rest := d; len(rest) > 0 && rest[0]&0x80 != 0; {
+		h, err := parseLongHeader(rest)
+		if err != nil {
+			return WatchStep{Action: WatchDrop, Err: err}
+		}
+		if h.initial() && target == nil && fresh == nil {
+			if c := w.find(h.dcid); c != nil {
+				target = c
+			} else if w.opens(&h, rest[:h.end]) {
+				fresh = h.dcid
+			}
+		}
+		rest = rest[h.end:]
+	}
+	if target == nil && fresh == nil {
+		return WatchStep{Action: WatchPass}
+	}
+	if target == nil {
+		c, err := w.add(fresh)
+		if err != nil {
+			return WatchStep{Action: WatchDrop, Err: err}
+		}
+		target = c
+	}
+	switch target.state {
+	case watchAllowed:
+		if err := target.asm.Verify(d); err != nil {
+			// From now on the connection's Initials are dropped
+			// without another record.
+			target.state, target.asm = watchRefused, nil
+			return WatchStep{Action: WatchDrop, Err: err}
+		}
+		return WatchStep{Action: WatchPass}
+	case watchRefused:
+		return WatchStep{Action: WatchDrop}
+	}
+	target.held = append(target.held, append([]byte(nil), d...))
+	r := target.asm.Add(d)
+	if r.NeedMore {
+		return WatchStep{Action: WatchHold}
+	}
+	return WatchStep{Action: WatchDecide, Result: r, conn: target}
+}
+
+// Allow marks a decided connection as passed and returns its held
+// datagrams, in order, to send on.
+func (w *QUICWatch) Allow(s WatchStep) [][]byte {
+	c := s.conn
+	if c == nil || c.state != watchPending {
+		return nil
+	}
+	held := c.held
+	c.state, c.held = watchAllowed, nil
+	return held
+}
+
+// Refuse marks a decided connection as refused: its held datagrams are
+// dropped, and so are its later ones.
+func (w *QUICWatch) Refuse(s WatchStep) {
+	if c := s.conn; c != nil {
+		c.state, c.held, c.asm = watchRefused, nil, nil
+	}
+}
+
+func (w *QUICWatch) find(dcid []byte) *watchedConn {
+	for _, c := range w.conns {
+		if c.dcid == string(dcid) {
+			return c
+		}
+	}
+	return nil
+}
+
+// add remembers a new connection, pending, forgetting the oldest decided
+// one when the watch is full.
+func (w *QUICWatch) add(dcid []byte) (*watchedConn, error) {
+	pending := 0
+	for _, c := range w.conns {
+		if c.state == watchPending {
+			pending++
+		}
+	}
+	if pending >= quicWatchPending {
+		return nil, errQUICTooManyConns
+	}
+	if len(w.conns) >= quicWatchConns {
+		for i, c := range w.conns {
+			if c.state != watchPending {
+				w.conns = append(w.conns[:i], w.conns[i+1:]...)
+				break
+			}
+		}
+	}
+	c := &watchedConn{dcid: string(dcid), asm: &QUICAssembler{}}
+	w.conns = append(w.conns, c)
+	return c, nil
+}
+
+// opens reports whether the Initial packet pkt (header h) decrypts with
+// the Initial keys of its own Destination Connection ID, as a new
+// connection's first packets do.
+func (w *QUICWatch) opens(h *longHeader, pkt []byte) bool {
+	k := newQUICKeys(h.params, h.dcid)
+	_, _, err := openInitial(k, pkt, h.pnOff, -1, &w.scratch)
+	return err == nil || err == errQUICReserved
+}
