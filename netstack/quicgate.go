@@ -34,12 +34,14 @@ func (a *admission) verifyQUIC() bool {
 // answers the worker with ICMP "administratively prohibited" (quote is the
 // first datagram's packet) and returns errL7Denied; either way an l7
 // record says why. When the worker's side closes first (the gateway is
-// closing) it returns that error and records nothing.
-func (g *Gateway) gateQUIC(worker *gonet.UDPConn, a *admission, quote []byte) ([][]byte, error) {
+// closing) it returns that error and records nothing. With the
+// datagrams it returns the watch that checks the flow's later QUIC
+// connections (quicFollow).
+func (g *Gateway) gateQUIC(worker *gonet.UDPConn, a *admission, quote []byte) ([][]byte, *l7.QUICWatch, error) {
 	bp := relay.GetPacketBuffer()
 	defer relay.PutPacketBuffer(bp)
 	buf := *bp
-	var q l7.QUICAssembler
+	q := &l7.QUICAssembler{}
 	var held [][]byte
 	r := l7.Result{NeedMore: true}
 	take := func(d []byte) {
@@ -60,7 +62,7 @@ func (g *Gateway) gateQUIC(worker *gonet.UDPConn, a *admission, quote []byte) ([
 		if err != nil {
 			var ne net.Error
 			if !errors.As(err, &ne) || !ne.Timeout() {
-				return nil, err
+				return nil, nil, err
 			}
 			r = q.Final()
 			break
@@ -70,6 +72,17 @@ func (g *Gateway) gateQUIC(worker *gonet.UDPConn, a *admission, quote []byte) ([
 	}
 	worker.SetReadDeadline(time.Time{})
 
+	if !g.judgeQUIC(a, r, quote) {
+		return nil, nil, errL7Denied
+	}
+	return held, l7.NewQUICWatch(q), nil
+}
+
+// judgeQUIC checks a ClientHello read from a flow's Initials against the
+// flow's name and records the decision; a refusal answers the worker
+// with ICMP "administratively prohibited" (quote is a datagram's packet
+// of the flow).
+func (g *Gateway) judgeQUIC(a *admission, r l7.Result, quote []byte) bool {
 	p := &a.p
 	v := l7.Check(p.host, p.dst.Port(), r, true, false)
 	ev := audit.L7{Action: "allow", FlowSeq: a.seq, Host: p.host, SNI: v.SNI, Reason: v.Reason}
@@ -80,9 +93,55 @@ func (g *Gateway) gateQUIC(worker *gonet.UDPConn, a *admission, quote []byte) ([
 	if !v.Allow {
 		g.stats.l7Refused.Add(1)
 		g.sendProhibited(p.src.Addr().Is6(), p.src.Addr(), quote)
-		return nil, errL7Denied
 	}
-	return held, nil
+	return v.Allow
+}
+
+// quicFollow is the worker's side of a relayed QUIC flow after its first
+// connection passed: every datagram read goes through the flow's
+// l7.QUICWatch, so that a later connection on the same 5-tuple is held
+// until its ClientHello is whole and checked like the first (judgeQUIC),
+// and a datagram that must not reach the server is dropped, with a
+// record when it is a refusal. Only the relay's one reading goroutine
+// calls Read.
+type quicFollow struct {
+	net.Conn
+	g     *Gateway
+	a     *admission
+	w     *l7.QUICWatch
+	quote []byte
+	out   [][]byte // datagrams of a connection that passed, to return first
+}
+
+func (f *quicFollow) Read(b []byte) (int, error) {
+	for {
+		if len(f.out) > 0 {
+			d := f.out[0]
+			f.out = f.out[1:]
+			return copy(b, d), nil
+		}
+		n, err := f.Conn.Read(b)
+		if err != nil {
+			return n, err
+		}
+		s := f.w.Datagram(b[:n])
+		switch s.Action {
+		case l7.WatchPass:
+			return n, nil
+		case l7.WatchDrop:
+			if s.Err != nil {
+				f.g.audit.Log(audit.L7{Action: "deny", FlowSeq: f.a.seq, Host: f.a.p.host, Reason: s.Err.Error()})
+				f.g.stats.l7Refused.Add(1)
+				f.g.sendProhibited(f.a.p.src.Addr().Is6(), f.a.p.src.Addr(), f.quote)
+			}
+		case l7.WatchDecide:
+			if f.g.judgeQUIC(f.a, s.Result, f.quote) {
+				f.out = f.w.Allow(s)
+			} else {
+				f.w.Refuse(s)
+			}
+		}
+	}
 }
 
 // sendHeld writes the datagrams a gate held to upstream, in order, and

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/l7"
 )
 
@@ -32,6 +33,20 @@ func initial(t testing.TB, pn uint32, off int, data []byte) []byte {
 	t.Helper()
 	b, err := l7.BuildQUICInitial(l7.QUICInitial{
 		Version: l7.QUICv1, DCID: []byte("quicgate-test"), PN: pn,
+		Payload: l7.QUICCryptoFrame(off, data), PadTo: 1200,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// initialFor is a QUIC v1 client Initial of the connection dcid carrying
+// CRYPTO data at off, padded to 1200 bytes.
+func initialFor(t testing.TB, dcid string, pn uint32, off int, data []byte) []byte {
+	t.Helper()
+	b, err := l7.BuildQUICInitial(l7.QUICInitial{
+		Version: l7.QUICv1, DCID: []byte(dcid), PN: pn,
 		Payload: l7.QUICCryptoFrame(off, data), PadTo: 1200,
 	})
 	if err != nil {
@@ -184,6 +199,79 @@ func TestQUICGate(t *testing.T) {
 			}
 		})
 	}
+	// A later QUIC connection on the same flow (same socket, same
+	// 5-tuple) is checked like the first: the bypass the attack review
+	// found was a second connection naming another host.
+	t.Run("second connection", func(t *testing.T) {
+		for _, tc := range []struct {
+			name, why string
+			second    [][]byte
+			pass      bool   // the second connection's datagrams are echoed
+			reason    string // else: the deny record's reason
+		}{
+			{"other sni", "a new connection ID naming another host", []([]byte){initialFor(t, "second-conn", 0, 0, clientHello("evil.test"))},
+				false, l7.ReasonSNIMismatch},
+			{"other sni in two datagrams", "held until the ClientHello is whole", [][]byte{
+				initialFor(t, "second-conn", 0, 0, clientHello("evil.test")[:30]),
+				initialFor(t, "second-conn", 1, 30, clientHello("evil.test")[30:]),
+			}, false, l7.ReasonSNIMismatch},
+			{"first connection's ID reused", "a new ClientHello under the checked ID", [][]byte{initial(t, 9, 0, clientHello("evil.test"))},
+				false, "quic: crypto data contradicts earlier data"},
+			{"same sni", "a client reusing its socket for the same server", [][]byte{initialFor(t, "second-conn", 0, 0, ch)},
+				true, ""},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				h, e := quicHarness(t)
+				c := h.dialUDP(t, "198.18.0.10:443")
+				first := initial(t, 0, 0, ch)
+				c.Write(first)
+				buf := make([]byte, 2000)
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if n, err := c.Read(buf); err != nil || string(buf[:n]) != string(first) {
+					t.Fatalf("first connection: echo %d bytes, %v", n, err)
+				}
+				_, seq := h.sink.flow(t, "198.18.0.10:443")
+				if l := h.sink.l7Of(t, seq); l.Action != "allow" {
+					t.Fatalf("first connection: %+v", l)
+				}
+				for _, d := range tc.second {
+					c.Write(d)
+				}
+				if tc.pass {
+					for i, want := range tc.second {
+						c.SetReadDeadline(time.Now().Add(5 * time.Second))
+						if n, err := c.Read(buf); err != nil || string(buf[:n]) != string(want) {
+							t.Fatalf("%s: echo %d: %d bytes, %v", tc.why, i, n, err)
+						}
+					}
+					if n := countL7(h.sink, seq, "allow"); n != 2 {
+						t.Fatalf("%s: %d allow records, want 2: %s", tc.why, n, h.sink.dump())
+					}
+					return
+				}
+				h.waitProhibited(t)
+				ev, _ := h.sink.waitEvent(t, "l7 deny of flow", func(ev audit.Event) bool {
+					l, ok := ev.(audit.L7)
+					return ok && l.FlowSeq == seq && l.Action == "deny"
+				})
+				if l := ev.(audit.L7); l.Reason != tc.reason || l.Host != "app.test" {
+					t.Fatalf("%s: deny record %+v, want reason %q", tc.why, l, tc.reason)
+				}
+				// A short-header datagram still passes: the first
+				// connection goes on. Only it reached the server.
+				c.Write([]byte("\x40short header"))
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if n, err := c.Read(buf); err != nil || string(buf[:n]) != "\x40short header" {
+					t.Fatalf("after the refusal: %q, %v", buf[:n], err)
+				}
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				if len(e.got) != 2 || string(e.got[0]) != string(first) {
+					t.Fatalf("%s: upstream got %d datagrams, want the first connection's and the short one", tc.why, len(e.got))
+				}
+			})
+		}
+	})
 	t.Run("l7 none", func(t *testing.T) {
 		h, e := quicHarness(t)
 		c := h.dialUDP(t, "198.18.0.11:443")
@@ -198,4 +286,17 @@ func TestQUICGate(t *testing.T) {
 			t.Fatalf("an l7: none flow was checked: %s", h.sink.dump())
 		}
 	})
+}
+
+// countL7 counts the l7 records of flow seq with action.
+func countL7(s *fakeSink, seq uint64, action string) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, ev := range s.events {
+		if l, ok := ev.(audit.L7); ok && l.FlowSeq == seq && l.Action == action {
+			n++
+		}
+	}
+	return n
 }

@@ -1,6 +1,8 @@
 package netstack
 
 import (
+	"net"
+
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
@@ -73,11 +75,12 @@ func (g *Gateway) runUDP(a *admission, id stack.TransportEndpointID, pkt *stack.
 		a.abort("worker endpoint: " + tcpipError(terr).Error())
 		return
 	}
-	worker := gonet.NewUDPConn(&wq, ep)
+	wc := gonet.NewUDPConn(&wq, ep)
+	var worker net.Conn = wc
 	var heldBytes int64
 	if a.checkQUIC {
 		res := relay.Result{}
-		held, err := g.gateQUIC(worker, a, quote)
+		held, watch, err := g.gateQUIC(wc, a, quote)
 		if err != nil {
 			res.Err = err
 		} else if heldBytes, err = sendHeld(up, held); err != nil {
@@ -89,6 +92,7 @@ func (g *Gateway) runUDP(a *admission, id stack.TransportEndpointID, pkt *stack.
 			a.end(res)
 			return
 		}
+		worker = &quicFollow{Conn: worker, g: g, a: a, w: watch, quote: quote}
 	}
 	res := relay.Packets(g.ctx, worker, up, g.lim.UDPIdle)
 	res.ToUpstream += heldBytes
