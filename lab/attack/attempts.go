@@ -756,6 +756,58 @@ func l7QUICRepeatedPN() Attempt {
 	}
 }
 
+// l7QUICSecondConnection opens a QUIC connection naming quic.test to
+// quic.test:443/udp, which passes, then sends on the same socket (the
+// same 5-tuple, a flow already relayed) the Initial of a second
+// connection, with a connection ID of its own, naming evil.test. The
+// attack review found that only a flow's first connection was checked;
+// the gateway must hold and refuse the second, so the echo server never
+// answers it.
+func l7QUICSecondConnection() Attempt {
+	return Attempt{
+		ID: "l7-quic-second-connection", Category: "l7", Layer: LayerL7,
+		Description: "a QUIC connection naming quic.test, then on the same socket a second connection (another connection ID) naming evil.test",
+		Expect:      Blocked, Audit: AuditDeny, Aims: []string{"app-udp"}, SetupHits: 1,
+		run: func(ctx context.Context, a *attacker) result {
+			first, err := quicInitial(internet.QUICName)
+			if err != nil {
+				return erroredf("precondition: build the Initial: %v", err)
+			}
+			second, err := quicInitial("evil.test")
+			if err != nil {
+				return erroredf("precondition: build the Initial: %v", err)
+			}
+			c, err := a.dialer().DialContext(ctx, "udp", hostPort(internet.QUICName, 443))
+			if err != nil {
+				return erroredf("precondition: %v", err)
+			}
+			defer c.Close()
+			buf := make([]byte, 2048)
+			c.Write(first)
+			c.SetReadDeadline(time.Now().Add(a.cfg.Timeout / 3))
+			if n, err := c.Read(buf); err != nil || !bytes.Equal(buf[:n], first) {
+				return erroredf("precondition: the first connection (quic.test) did not reach the server: %v", err)
+			}
+			if _, err := c.Write(second); err != nil {
+				return blockedf("%v", err)
+			}
+			c.SetReadDeadline(time.Now().Add(a.cfg.Timeout / 3))
+			for {
+				n, err := c.Read(buf)
+				if err != nil {
+					if ne, ok := err.(net.Error); !isRefusal(err) && !(ok && ne.Timeout()) {
+						return erroredf("%v", err)
+					}
+					return blockedf("the second connection got no answer: %v", err)
+				}
+				if bytes.Equal(buf[:n], second) {
+					return allowedf("the second connection's Initial (evil.test) reached the server and came back")
+				}
+			}
+		},
+	}
+}
+
 // quicControl sends a QUIC Initial that names quic.test to quic.test:443:
 // it must pass the check and reach the echo server behind the name.
 func quicControl() Attempt {

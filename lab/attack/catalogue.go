@@ -103,6 +103,11 @@ type Attempt struct {
 	// must hit the first; an attack must leave every unapproved target
 	// untouched.
 	Aims []string
+	// SetupHits is how many hits of Aims[0] an attack makes on purpose
+	// before it attacks: an approved exchange it then abuses (a QUIC
+	// connection that passed, on whose flow a second one is tried).
+	// Only hits beyond them count against it.
+	SetupHits int
 	// Keys name the deny records the attempt causes: "ip:port" or
 	// "name:port" of a refused TCP flow (with "/udp" for UDP), "dns:NAME"
 	// of a refused query ("dns:*.zone" for any name below zone), and
@@ -306,6 +311,7 @@ func Catalogue() []Attempt {
 		l7HTTP("l7-host-metadata", "HTTP to app.test:80 with Host: 169.254.169.254", "GET /latest/meta-data/ HTTP/1.1\r\nHost: "+internet.MetadataV4+"\r\nConnection: close\r\n\r\n"),
 		l7QUIC("l7-quic-other-sni", "a QUIC Initial to quic.test:443/udp whose ClientHello names unapproved.test", internet.UnapprovedName, false),
 		l7QUICRepeatedPN(),
+		l7QUICSecondConnection(),
 		l7QUIC("l7-quic-garbage", "bytes shaped like a QUIC v1 Initial header (no valid packet) to quic.test:443/udp", "", true),
 		l7HTTP("l7-absolute-uri", "HTTP to app.test:80 with GET http://unapproved.test/ and Host: app.test", "GET http://"+internet.UnapprovedName+"/ HTTP/1.1\r\nHost: "+internet.AppName+"\r\nConnection: close\r\n\r\n"),
 		l7Stream("l7-keepalive-other-host", "HTTP to app.test:80: a first request for app.test, then on the kept-alive connection one for unapproved.test", 80, nil, "", 2,

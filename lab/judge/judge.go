@@ -314,8 +314,13 @@ func judgeOne(at attack.Attempt, res *Result, recs []audit.Record, approved func
 	}
 	hit := map[string]int{}
 	var order []string
+	setup := at.SetupHits
 	for _, h := range res.Hits {
 		if approved(h.Target) {
+			continue
+		}
+		if setup > 0 && h.Target == at.Aims[0] {
+			setup--
 			continue
 		}
 		if hit[h.Target] == 0 {

@@ -235,3 +235,26 @@ func TestKeysMatch(t *testing.T) {
 		t.Errorf("allowed flows have no keys: %v", got)
 	}
 }
+
+// TestJudgeSetupHits: an attack's own approved set-up (SetupHits hits of
+// its first aim) does not count against it; one hit more does.
+func TestJudgeSetupHits(t *testing.T) {
+	cat := []attack.Attempt{{ID: "second", Category: "l7", Layer: attack.LayerL7, Expect: attack.Blocked,
+		Audit: attack.AuditDeny, Aims: []string{"app-udp"}, SetupHits: 1}}
+	recs := []audit.Record{rec(1, 5, `,"event":"l7","action":"deny","flow":1,"host":"quic.test","reason":"sni does not match"`)}
+	hit := func(ms int) internet.Hit {
+		return internet.Hit{Time: at(ms), Target: "app-udp", Addr: "203.0.113.20:443/udp"}
+	}
+	for _, tc := range []struct {
+		hits []internet.Hit
+		pass bool
+	}{
+		{[]internet.Hit{hit(2)}, true},
+		{[]internet.Hit{hit(2), hit(6)}, false},
+	} {
+		rep := Decide(cat, []attack.Observation{obs("second", attack.Blocked, 0, 10)}, recs, tc.hits, approvedCanned)
+		if rep.Pass != tc.pass {
+			t.Errorf("%d hits: pass %v, want %v (%v)", len(tc.hits), rep.Pass, tc.pass, rep.Reasons)
+		}
+	}
+}
