@@ -284,7 +284,10 @@ type record map[string]any
 
 func (r record) str(k string) string { s, _ := r[k].(string); return s }
 
-func (r record) seq() uint64 { f, _ := r["seq"].(float64); return uint64(f) }
+func (r record) seq() uint64 { return r.num("seq") }
+
+// num is a numeric field (0 when missing).
+func (r record) num(k string) uint64 { f, _ := r[k].(float64); return uint64(f) }
 
 // readAudit parses a JSON-lines audit log.
 func readAudit(t *testing.T, path string) []record {

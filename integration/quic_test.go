@@ -12,7 +12,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -38,10 +40,20 @@ dns:
 
 const h3Body = "hello from app over http/3"
 
-// countingPC counts the datagrams a server receives.
+// countingPC counts the datagrams a server receives; snis are the TLS
+// server names of the connections the server began.
 type countingPC struct {
 	net.PacketConn
-	n atomic.Int64
+	n    atomic.Int64
+	mu   sync.Mutex
+	snis []string
+}
+
+// sawSNI reports whether the server began a connection naming name.
+func (c *countingPC) sawSNI(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Contains(c.snis, name)
 }
 
 func (c *countingPC) ReadFrom(p []byte) (int, net.Addr, error) {
@@ -72,6 +84,16 @@ func h3Server(t *testing.T) (*countingPC, *x509.Certificate) {
 			w.Write([]byte("<html><body>" + h3Body + " (" + r.Proto + ")</body></html>"))
 		}),
 		TLSConfig: http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}),
+	}
+	inner := srv.TLSConfig.GetConfigForClient
+	srv.TLSConfig.GetConfigForClient = func(ch *tls.ClientHelloInfo) (*tls.Config, error) {
+		c.mu.Lock()
+		c.snis = append(c.snis, ch.ServerName)
+		c.mu.Unlock()
+		if inner != nil {
+			return inner(ch)
+		}
+		return nil, nil
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); srv.Serve(c) }()
@@ -148,6 +170,35 @@ func TestQUICHTTP3(t *testing.T) {
 			deny := l7Records(readAudit(t, filepath.Join(dir, "evil.jsonl")), "deny")
 			if len(deny) == 0 || deny[0].str("sni") != "evil.test" || deny[0].str("host") != "app.test" || deny[0].str("reason") != "sni does not match" {
 				t.Fatalf("l7 deny records: %v", deny)
+			}
+		})
+
+		// A second QUIC connection on the first one's socket (the same
+		// 5-tuple, a flow already relayed) is checked like the first.
+		t.Run("second connection", func(t *testing.T) {
+			r := run("second.jsonl", bin, "-ca", ca, "-then-sni", "evil.test", "-timeout", "6s", "https://app.test/")
+			if r.code != 0 || !strings.Contains(r.stdout, "HTTP/3.0 200") || !strings.Contains(r.stdout, "second: error") {
+				t.Fatalf("first fetch, then a second connection naming evil.test: exit %d %q", r.code, r.stdout)
+			}
+			if srv.sawSNI("evil.test") {
+				t.Fatal("the server began a connection naming evil.test")
+			}
+			recs := readAudit(t, filepath.Join(dir, "second.jsonl"))
+			allow, deny := l7Records(recs, "allow"), l7Records(recs, "deny")
+			if len(allow) != 1 || len(deny) == 0 || deny[0].str("sni") != "evil.test" || deny[0].str("reason") != "sni does not match" ||
+				deny[0].num("flow") != allow[0].num("flow") {
+				t.Fatalf("l7 records: allow %v, deny %v", allow, deny)
+			}
+		})
+
+		t.Run("second connection same name", func(t *testing.T) {
+			r := run("again.jsonl", bin, "-ca", ca, "-then-sni", "app.test", "https://app.test/")
+			if r.code != 0 || !strings.Contains(r.stdout, "second: HTTP/3.0 200") {
+				t.Fatalf("two connections naming app.test on one socket: exit %d %q", r.code, r.stdout)
+			}
+			recs := readAudit(t, filepath.Join(dir, "again.jsonl"))
+			if allow, deny := l7Records(recs, "allow"), l7Records(recs, "deny"); len(allow) != 2 || len(deny) != 0 {
+				t.Fatalf("l7 records: allow %v, deny %v", allow, deny)
 			}
 		})
 
