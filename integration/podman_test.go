@@ -61,6 +61,7 @@ func TestPodman(t *testing.T) {
 	t.Run("policy", pm.testPolicy)
 	t.Run("publish-and-rm", pm.testPublish)
 	t.Run("dockerfile", pm.testDockerfile)
+	t.Run("pid-host", pm.testPIDHost)
 }
 
 func newPodmanEnv(t *testing.T) *podmanEnv {
@@ -568,5 +569,46 @@ func (c containerTargets) check(t *testing.T) {
 	}
 	if got := c.other.count() - c.otherBefore; got != 0 {
 		t.Errorf("unapproved server saw %d connections, want 0", got)
+	}
+}
+
+// testPIDHost: a container run with --pid=host (and no added capability)
+// sees its network helper's process. The helper shares the container's
+// uid and, once --enable-sandbox dropped its capabilities, holds none the
+// container lacks, so the kernel's ptrace check would let the container
+// write the helper's memory (a gateway outside every policy) and reopen
+// its audit log through /proc/PID/fd. The helper must refuse it all: it is
+// not dumpable.
+func (pm *podmanEnv) testPIDHost(t *testing.T) {
+	adir := pm.auditDir(t, "pidhost")
+	script := `for d in /proc/[0-9]*; do
+  [ "$(cat $d/comm 2>/dev/null)" = slirp4netns ] || continue
+  echo "found $d"
+  if ( exec 5<>$d/mem ) 2>/dev/null; then echo "mem-open $d"; fi
+  if cat $d/environ 2>/dev/null | grep -q NSGATE_; then echo "environ-read $d"; fi
+  for f in $d/fd/*; do
+    l=$(busybox readlink $f 2>/dev/null)
+    [ -n "$l" ] && echo "fd-named $f $l"
+    if ( exec 6>>$f ) 2>/dev/null; then echo "fd-open $f"; fi
+  done
+done; true`
+	r := pm.run(t, adir, "run", "--rm", "--network", "slirp4netns", "--pid=host", podmanImage, "sh", "-c", script)
+	if r.code != 0 {
+		t.Fatalf("podman run: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "found ") {
+		t.Fatalf("the container did not find its network helper in the host's PID namespace: %q", r.stdout)
+	}
+	for _, bad := range []string{"mem-open", "environ-read", "fd-named", "fd-open"} {
+		if strings.Contains(r.stdout, bad) {
+			t.Errorf("a --pid=host container got at its network helper (%s):\n%s", bad, r.stdout)
+		}
+	}
+	file, recs := onlyAudit(t, adir)
+	if len(recs) == 0 || recs[0].str("event") != "start" || recs[len(recs)-1].str("event") != "exit" {
+		t.Errorf("audit log %s should run from start to exit", file)
+	}
+	if v := runNsgate(t, mode{uid: -1, gid: -1}, "audit", "verify", file); v.code != 0 {
+		t.Errorf("audit verify %s: exit %d %s", file, v.code, v.stderr)
 	}
 }

@@ -483,3 +483,121 @@ chmod 755 `+rw+`/suid && echo plain-chmod-ok`)
 		}
 	})
 }
+
+// TestViewHidesStartGate: the start gate's slot files
+// ($XDG_RUNTIME_DIR/nsgate/start-slot-N, worker/startgate.go) are
+// nsgate's own. With XDG_RUNTIME_DIR outside /run/user/UID (which the view
+// makes private) the worker would see them read-only, and a flock needs
+// no write access: a worker that locked every slot would make each later
+// start of the user wait for one, up to five minutes. The worker must not
+// even see the gate's folder, and while it runs the host can take every
+// slot.
+func TestViewHidesStartGate(t *testing.T) {
+	flock, err := exec.LookPath("flock")
+	need(t, "flock (util-linux)", err)
+	forEachMode(t, func(t *testing.T, m mode) {
+		xdg := filepath.Join(hostDir(t, m), "xdg")
+		gate := filepath.Join(xdg, "nsgate")
+		var slots []string
+		for _, d := range []string{xdg, gate} {
+			mkdirFor(t, m, filepath.Dir(d), filepath.Base(d))
+			os.Chmod(d, 0o700)
+		}
+		for i := range 2 {
+			// Slot files that earlier starts left, as a burst does.
+			p := filepath.Join(gate, fmt.Sprintf("start-slot-%d", i))
+			if err := os.WriteFile(p, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if m.uid >= 0 {
+				os.Chown(p, m.uid, m.gid)
+			}
+			slots = append(slots, p)
+		}
+		held := `if [ -e ` + slots[0] + ` ]; then echo "sees ` + slots[0] + `"; fi
+( exec 3<` + slots[0] + ` 4<` + slots[1] + `
+  flock -n 3 && echo held-0
+  flock -n 4 && echo held-1
+  echo ready
+  read -r line ) 2>/dev/null || { echo ready; read -r line; }
+`
+		// The worker keeps its descriptors (and any lock) until the host
+		// has looked: it waits for a line on its standard input.
+		cmd := nsgateCmd(m, "run", "--exec-allow", flock, "--", "/bin/sh", "-c", held)
+		cmd.Env = append(cmd.Env, "XDG_RUNTIME_DIR="+xdg, "NSGATE_START_SLOTS=2")
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		lines := make(chan string, 16)
+		go func() {
+			defer close(lines)
+			b := make([]byte, 4096)
+			var acc []byte
+			for {
+				n, err := out.Read(b)
+				acc = append(acc, b[:n]...)
+				for {
+					i := bytes.IndexByte(acc, '\n')
+					if i < 0 {
+						break
+					}
+					lines <- string(acc[:i])
+					acc = acc[i+1:]
+				}
+				if err != nil {
+					return
+				}
+			}
+		}()
+		var said []string
+	wait:
+		for {
+			select {
+			case l, ok := <-lines:
+				if !ok {
+					t.Fatalf("the worker ended before it was ready: %q; stderr: %s", said, errb.String())
+				}
+				said = append(said, l)
+				if l == "ready" {
+					break wait
+				}
+			case <-time.After(60 * time.Second):
+				t.Fatalf("the worker did not get ready: %q; stderr: %s", said, errb.String())
+			}
+		}
+		// The worker is still running, holding whatever it could open.
+		for _, p := range slots {
+			f, err := os.Open(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+				t.Errorf("the host cannot take the start slot %s while the worker runs: %v", p, err)
+			}
+			f.Close()
+		}
+		in.Write([]byte("done\n"))
+		in.Close()
+		for l := range lines {
+			said = append(said, l)
+		}
+		cmd.Wait()
+		t.Logf("worker said %q; stderr: %s", said, errb.String())
+		for _, l := range said {
+			if strings.HasPrefix(l, "held-") || strings.HasPrefix(l, "sees ") {
+				t.Errorf("the worker got at the start gate: %q", l)
+			}
+		}
+	})
+}

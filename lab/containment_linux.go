@@ -35,6 +35,19 @@ func withHome(env []string, home string) []string {
 	return append(out, "HOME="+home)
 }
 
+// withRuntime returns env with XDG_RUNTIME_DIR set to dir and the start
+// gate on (no NSGATE_START_SLOTS), so that nsgate run keeps its start gate
+// in dir, a private directory outside /run/user/UID (fs-hold-start-slots).
+func withRuntime(env []string, dir string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "XDG_RUNTIME_DIR=") && !strings.HasPrefix(kv, "NSGATE_START_SLOTS=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, "XDG_RUNTIME_DIR="+dir)
+}
+
 // fillRun is the outcome of the fill phase: what the judge weighs, and
 // how the lab ran it.
 type fillRun struct {

@@ -175,6 +175,7 @@ func Run(ctx context.Context, cfg Config) int {
 	host := &attack.HostEnv{
 		Token: attack.NewToken(), Policy: polFile, AuditLog: auditPath, AuditKey: labKeyFile(work),
 		Home: filepath.Join(work, "home"), RW: filepath.Join(work, "rw"), Work: work,
+		Runtime: filepath.Join(work, "run"),
 	}
 	if err := host.Setup(); err != nil {
 		return errorf("containment set-up: %v", err)
@@ -189,7 +190,7 @@ func Run(ctx context.Context, cfg Config) int {
 	// private tmpfs at host.Home; host.RW is the one directory it may
 	// write on the host.
 	args := []string{"run", "--policy", polFile, "--audit", auditPath, "--audit-key", host.AuditKey, "--ro", work, "--rw", host.RW}
-	env := withHome(withoutSealMarkers(os.Environ()), host.Home)
+	env := withRuntime(withHome(withoutSealMarkers(os.Environ()), host.Home), host.Runtime)
 	var breakArgs []string
 	switch cfg.Break {
 	case BreakMetadata:
@@ -198,7 +199,7 @@ func Run(ctx context.Context, cfg Config) int {
 		breakArgs = append(breakArgs, "--exec-guard=best-effort", "--unsafe-break", guard.LayerLandlock+","+guard.LayerSeccomp)
 	}
 	args = append(args, breakArgs...)
-	ev.Environment.Notes = append(ev.Environment.Notes, "nsgate run was started with HOME="+host.Home+" (the caller's home for the containment attempts: a directory the lab made, holding its canary "+attack.HomeCanary+" and a fake SSH key), --rw "+host.RW+" and --audit-key "+host.AuditKey)
+	ev.Environment.Notes = append(ev.Environment.Notes, "nsgate run was started with HOME="+host.Home+" (the caller's home for the containment attempts: a directory the lab made, holding its canary "+attack.HomeCanary+" and a fake SSH key), --rw "+host.RW+", --audit-key "+host.AuditKey+" and XDG_RUNTIME_DIR="+host.Runtime+" (a private runtime directory outside /run/user, where nsgate keeps its start gate)")
 	// Let the worker also execute one dynamically linked program, so
 	// that its ELF interpreter is allowed as it is for any dynamic worker
 	// (a browser): running the interpreter directly must still be refused.

@@ -159,6 +159,12 @@ func Start(cfg Config) (h *Helper, err error) {
 			h.Close(cfg.ExitFailure)
 		}
 	}()
+	// Before anything worth taking exists (the audit log, the TAP, host
+	// sockets): a container that sees this process must not be able to
+	// read or write its memory or reopen its descriptors.
+	if err := sandbox.NotDumpable(); err != nil {
+		return h, err
+	}
 	scfg := cfg.Session
 	// The TAP gets a DHCP server, as under slirp4netns and pasta.
 	scfg.DHCP = true

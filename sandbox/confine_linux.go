@@ -22,6 +22,9 @@ var rootCandidates = []string{"/tmp", "/mnt", "/var/tmp", "/run", "/dev"}
 // capabilities, then seccomp. On error the process may be partly
 // confined and should exit.
 func Confine(c Confinement) error {
+	if err := NotDumpable(); err != nil {
+		return fmt.Errorf("sandbox: %w", err)
+	}
 	if c.Root {
 		if err := pivotToTmpfs(c.Files); err != nil {
 			return fmt.Errorf("sandbox: %w", err)
@@ -40,6 +43,23 @@ func Confine(c Confinement) error {
 		if err := installFilterAllThreads(prog); err != nil {
 			return fmt.Errorf("seccomp: %w", err)
 		}
+	}
+	return nil
+}
+
+// NotDumpable makes the calling process not dumpable, so that only a
+// holder of CAP_SYS_PTRACE in the user namespace nsgate was started in may
+// read or write its memory, list or reopen its descriptors (/proc/PID/fd)
+// or read its environment. A network helper shares its uid, and often its
+// user namespace, with the container it serves; once --enable-sandbox has
+// dropped its capabilities it holds none the container lacks, and the
+// kernel's ptrace check would then let a container that sees its PID
+// (--pid=host) take the gateway over and rewrite its audit log.
+// Dumpability is per process and comes back at an exec: each nsgate
+// process that serves a container sets it for itself.
+func NotDumpable() error {
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		return fmt.Errorf("make the process not dumpable: %w", err)
 	}
 	return nil
 }
@@ -127,6 +147,9 @@ func SharesMountNSWithParent() bool {
 // child runs (its Root is ignored): the process the caller holds, which
 // only waits and forwards signals, is confined too.
 func RunInOwnMountNS(fds []int, marker string, parent *Confinement) (int, error) {
+	if err := NotDumpable(); err != nil {
+		return 1, err
+	}
 	var extra []*os.File
 	for _, fd := range fds {
 		if fd < 3 {
@@ -198,6 +221,9 @@ func RunInOwnMountNS(fds []int, marker string, parent *Confinement) (int, error)
 // the user who created it). When there is none, or it is our own, this is
 // RunInOwnMountNS.
 func RunInOwnMountNSOf(fds []int, marker, userns, netns string, parent *Confinement) (int, error) {
+	if err := NotDumpable(); err != nil {
+		return 1, err
+	}
 	ufd := -1
 	if userns != "" || netns != "" {
 		netfd := -1

@@ -13,6 +13,9 @@ func JoinMain() int { return 1 }
 // Confine reports that the self-sandbox needs Linux.
 func Confine(Confinement) error { return errors.ErrUnsupported }
 
+// NotDumpable reports that dumpability is a Linux setting.
+func NotDumpable() error { return errors.ErrUnsupported }
+
 // SharesMountNSWithParent is always true off Linux.
 func SharesMountNSWithParent() bool { return true }
 

@@ -286,6 +286,11 @@ func JoinMain() int {
 		ctl.Write([]byte("err:" + err.Error()))
 		return 1
 	}
+	// It runs in the container's namespaces with CAP_NET_ADMIN: a
+	// container process that sees it must not take it over.
+	if err := NotDumpable(); err != nil {
+		return fail(err)
+	}
 	var spec TAPSpec
 	if err := json.Unmarshal([]byte(os.Getenv(joinEnv)), &spec); err != nil {
 		return fail(fmt.Errorf("join spec: %w", err))

@@ -31,6 +31,8 @@ import (
 // slot).
 // Without a private XDG_RUNTIME_DIR (the user's own, 0700, as a login
 // session has) there is no gate: nsgate leaves no file anywhere else.
+// The worker never sees the gate's folder (Run's view hides it), else it
+// could lock every slot, which needs no write access.
 //
 // NSGATE_START_SLOTS=N sets the number of slots (default: twice the CPUs
 // nsgate may run on); 0 turns the gate off.

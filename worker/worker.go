@@ -399,10 +399,20 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 		return sandbox.View{}, fmt.Errorf("policy %s: %w", scfg.PolicyPath, err)
 	}
 	r.fs = fs
+	hide := fs.Hide
+	// The start gate's folder is nsgate's too: a worker that saw it could
+	// flock the slots (no write access needed) and hold up every later
+	// start of the user. /run/user/UID is private anyway, but
+	// XDG_RUNTIME_DIR may lie elsewhere. It is made now, even with the
+	// gate off for this run, so that a later start cannot make it where
+	// this worker already looks.
+	if d, err := gateDir(); err == nil {
+		hide = append(slices.Clone(hide), d)
+	}
 	cwd, _ := os.Getwd()
 	v, err := sandbox.PlanView(sandbox.ViewConfig{
 		Writable:   append(slices.Clone(cfg.Writable), fs.Write...),
-		Hide:       fs.Hide,
+		Hide:       hide,
 		ReadOnly:   cfg.ReadOnly,
 		Home:       os.Getenv("HOME"),
 		HomeDir:    cfg.HomeDir,

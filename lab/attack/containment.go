@@ -208,6 +208,15 @@ func containmentAttempts() []Attempt {
 			run:       fsOtherTerminals,
 		},
 		{
+			ID: "fs-hold-start-slots", Category: "containment", Layer: LayerView,
+			Description: "open and flock (no write access needed) the start gate's slot files, $XDG_RUNTIME_DIR/nsgate/start-slot-N, with XDG_RUNTIME_DIR outside /run/user/UID: a worker holding every slot makes each later start of the user wait up to five minutes",
+			Expect:      Blocked, Audit: AuditNone,
+			HostCheck: "the start gate's folder on the host holds the slot file nsgate run took (so there was a gate to find)",
+			NoRecord:  noRecordFS,
+			run:       fsHoldStartSlots,
+			CheckHost: func(h *HostEnv, at Attempt) HostResult { return h.gateMade() },
+		},
+		{
 			ID: "fs-writable-exec-mount", Category: "containment", Layer: LayerView,
 			Description: "look through every mount of the view (/proc/self/mountinfo) for one that is writable without noexec, create a program there and exec it",
 			Expect:      Blocked, Audit: AuditNone,
@@ -302,6 +311,11 @@ type HostEnv struct {
 	Home string
 	// RW is the --rw directory, Work the lab's work directory (--ro).
 	RW, Work string
+	// Runtime is the XDG_RUNTIME_DIR nsgate run was started with: a
+	// private directory of the caller's in the work directory (not
+	// /run/user/UID, which the view always makes private), where nsgate
+	// keeps its start gate (fs-hold-start-slots).
+	Runtime string
 
 	before map[string]fileSnap // by Snapshot
 
@@ -399,6 +413,24 @@ func (h *HostEnv) absent(paths ...string) HostResult {
 	return HostResult{OK: true, Detail: "absent on the host: " + strings.Join(paths, ", ")}
 }
 
+// StartGateDir is the start gate's folder in an XDG_RUNTIME_DIR
+// (worker/startgate.go).
+func StartGateDir(runtime string) string { return filepath.Join(runtime, "nsgate") }
+
+// gateMade checks that nsgate run made its start gate in h.Runtime and
+// took a slot there.
+func (h *HostEnv) gateMade() HostResult {
+	if h.Runtime == "" {
+		return HostResult{Detail: "the lab started nsgate run without an XDG_RUNTIME_DIR of its own"}
+	}
+	dir := StartGateDir(h.Runtime)
+	slots, _ := filepath.Glob(filepath.Join(dir, "start-slot-*"))
+	if len(slots) == 0 {
+		return HostResult{Detail: "no start slot file in " + dir + ": nsgate run made no start gate there"}
+	}
+	return HostResult{OK: true, Detail: "the start gate holds " + strings.Join(slots, ", ")}
+}
+
 // present checks that path exists on the host and holds content.
 func (h *HostEnv) present(path, content string) HostResult {
 	b, err := os.ReadFile(path)
@@ -467,7 +499,10 @@ func short(sum string) string {
 // empty (so that its inode is known before nsgate opens it), and takes
 // the snapshots the host checks compare with.
 func (h *HostEnv) Setup() error {
-	for _, d := range []string{h.Home, h.RW} {
+	for _, d := range []string{h.Home, h.RW, h.Runtime} {
+		if d == "" {
+			continue
+		}
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return err
 		}

@@ -900,3 +900,39 @@ func fsOtherTerminals(ctx context.Context, a *attacker) result {
 	}
 	return blockedf("/dev/pts holds only ptmx: the worker's own devpts, none of the host's terminals")
 }
+
+// fsHoldStartSlots opens the start gate's slot files read-only and tries
+// to lock each (flock needs no write access); a lock it gets would hold
+// the user's later starts. Nothing is kept: the first lock is the proof.
+func fsHoldStartSlots(ctx context.Context, a *attacker) result {
+	rt := os.Getenv("XDG_RUNTIME_DIR")
+	if rt == "" {
+		return erroredf("no XDG_RUNTIME_DIR in the worker's environment")
+	}
+	dir := StartGateDir(rt)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return blockedf("%s: %v", dir, err)
+	}
+	var seen []string
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), "start-slot-") {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		seen = append(seen, e.Name())
+		fd, err := unix.Open(p, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		err = unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB)
+		unix.Close(fd)
+		if err == nil {
+			return allowedf("locked %s: a worker that holds every slot stalls the user's later starts", p)
+		}
+	}
+	if len(seen) > 0 {
+		return blockedf("%s lists %s, none could be locked", dir, strings.Join(seen, ", "))
+	}
+	return blockedf("%s is empty: the worker does not see the start gate", dir)
+}

@@ -28,6 +28,7 @@ var (
 	fsWriteSysctl        = notLinux
 	fsSetID              = notLinux
 	fsOtherTerminals     = notLinux
+	fsHoldStartSlots     = notLinux
 )
 
 func fsExec(id string, dir func(*attacker) (string, error)) func(context.Context, *attacker) result {
