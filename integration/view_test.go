@@ -3,12 +3,14 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -334,22 +336,77 @@ func TestInitHoldsNoCapabilities(t *testing.T) {
 // nsgate's environment as it was, GOMAXPROCS included.
 func TestInitEnvironment(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
-		tr, err := exec.LookPath("tr")
+		cat, err := exec.LookPath("cat")
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := nsgateCmd(m, "run", "--exec-allow", tr, "--", "/bin/sh", "-c",
-			`echo "worker GOMAXPROCS=${GOMAXPROCS-unset}"; tr '\0' '\n' < /proc/1/environ | while read -r l; do case $l in GOMAXPROCS=*) echo "init $l";; esac; done`)
+		// The worker reports what it sees, then waits for a line on its
+		// standard input while the host reads init's environment.
+		cmd := nsgateCmd(m, "run", "--exec-allow", cat, "--", "/bin/sh", "-c",
+			`echo "worker GOMAXPROCS=${GOMAXPROCS-unset}"; if cat /proc/1/environ >/dev/null 2>&1; then echo "init environ readable"; else echo "init environ refused"; fi; echo ready; read -r line`)
 		cmd.Env = append(cmd.Env, "GOMAXPROCS=3")
-		r := runBounded(t, cmd, 60*time.Second, "nsgate run", nil)
-		t.Logf("exit %d\nstdout: %s\nstderr: %s", r.code, r.stdout, r.stderr)
-		if r.code != 0 || !strings.Contains(r.stdout, "worker GOMAXPROCS=3\n") {
-			t.Errorf("exit %d, stdout %q; want the worker to see GOMAXPROCS=3 as nsgate had it", r.code, r.stdout)
+		in, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
 		}
-		if !strings.Contains(r.stdout, "init GOMAXPROCS=1\n") || strings.Contains(r.stdout, "init GOMAXPROCS=3") {
-			t.Errorf("stdout %q; want init started with GOMAXPROCS=1 alone in its environment", r.stdout)
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Process.Kill()
+		var said []string
+		sc := bufio.NewScanner(out)
+		timer := time.AfterFunc(30*time.Second, func() { cmd.Process.Kill() })
+		defer timer.Stop()
+		for sc.Scan() && sc.Text() != "ready" {
+			said = append(said, sc.Text())
+		}
+		// nsgate's one child is init.
+		initEnv, err := childEnviron(cmd.Process.Pid)
+		in.Write([]byte("go\n"))
+		cmd.Wait()
+		t.Logf("worker said %q; stderr: %s", said, errb.String())
+		if err != nil {
+			t.Fatalf("init's environment from the host: %v", err)
+		}
+		if !slices.Contains(said, "worker GOMAXPROCS=3") {
+			t.Errorf("worker said %q; want it to see GOMAXPROCS=3 as nsgate had it", said)
+		}
+		if !slices.Contains(said, "init environ refused") {
+			t.Errorf("worker said %q; want init's environment (the sandbox spec: paths of nsgate's files) unreadable from the worker", said)
+		}
+		if !slices.Contains(initEnv, "GOMAXPROCS=1") || slices.Contains(initEnv, "GOMAXPROCS=3") {
+			t.Errorf("init's environment %q; want GOMAXPROCS=1 alone", initEnv)
 		}
 	})
+}
+
+// childEnviron is the environment of the one child process of pid.
+func childEnviron(pid int) ([]string, error) {
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	if err != nil {
+		return nil, err
+	}
+	var kids []string
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err == nil {
+			kids = append(kids, strings.Fields(string(b))...)
+		}
+	}
+	if len(kids) != 1 {
+		return nil, fmt.Errorf("nsgate (pid %d) has children %v, want one", pid, kids)
+	}
+	b, err := os.ReadFile("/proc/" + kids[0] + "/environ")
+	if err != nil {
+		return nil, err
+	}
+	return strings.Split(strings.TrimRight(string(b), "\x00"), "\x00"), nil
 }
 
 // TestRunWarnsOfAShellInterpreter: a command that is a #! script run by a

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -31,11 +32,17 @@ func InitMain(apply ApplyGuard) int {
 		ctl.Write([]byte("err:" + err.Error()))
 		return 125
 	}
+
 	var spec Spec
-	if err := json.Unmarshal([]byte(os.Getenv(configEnv)), &spec); err != nil {
+	sf := os.NewFile(specFD, "nsgate-sandbox-spec")
+	js, err := io.ReadAll(io.NewSectionReader(sf, 0, 1<<30))
+	sf.Close()
+	if err != nil {
 		return fail(fmt.Errorf("sandbox spec: %w", err))
 	}
-	os.Unsetenv(configEnv)
+	if err := json.Unmarshal(js, &spec); err != nil {
+		return fail(fmt.Errorf("sandbox spec: %w", err))
+	}
 
 	fd, err := tun.Open(spec.Iface)
 	if err != nil {
@@ -111,6 +118,16 @@ func InitMain(apply ApplyGuard) int {
 	})
 	if err != nil {
 		return fail(fmt.Errorf("start worker %s: %w", argv[0], err))
+	}
+	// The worker runs as init's uid in init's user namespace: it could
+	// read init's memory (/proc/1/mem, where the spec was) and list its
+	// descriptors. Not dumpable, only a holder of CAP_SYS_PTRACE there
+	// may, and the worker holds none. Not before: the worker is forked
+	// sharing init's memory until its exec, and the exec audit reads the
+	// path it asks for there.
+	if err := NotDumpable(); err != nil {
+		proc.Kill()
+		return fail(err)
 	}
 	profile.Mark("worker-forked")
 	ctl.Write([]byte("started " + strings.Join(degraded, ",")))

@@ -87,12 +87,18 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 	if cmd.Stderr == nil {
 		cmd.Stderr = os.Stderr
 	}
-	cmd.ExtraFiles = []*os.File{childEnd} // fd 3 in init
-	traceFile, traceEnv := profile.TraceFile(4)
-	if traceFile != nil {
-		cmd.ExtraFiles = append(cmd.ExtraFiles, traceFile) // fd 4
+	specFile, err := specMemfd(js)
+	if err != nil {
+		parentEnd.Close()
+		return nil, err
 	}
-	cmd.Env = slices.Concat(os.Environ(), initEnv, traceEnv, []string{configEnv + "=" + string(js)})
+	defer specFile.Close()
+	cmd.ExtraFiles = []*os.File{childEnd, specFile} // fds 3 and 4 in init
+	traceFile, traceEnv := profile.TraceFile(5)
+	if traceFile != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, traceFile) // fd 5
+	}
+	cmd.Env = slices.Concat(os.Environ(), initEnv, traceEnv)
 	cmd.SysProcAttr = sysProcAttr(spec.Root)
 	if err := cmd.Start(); err != nil {
 		parentEnd.Close()
@@ -108,6 +114,28 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 	c.TunFD = fd
 	profile.Mark("tun-received")
 	return c, nil
+}
+
+// specMemfd returns a sealed memory file holding the JSON spec, for init
+// to read at fd 4. Not an environment variable: the worker could read
+// that in /proc/1/environ for as long as init runs (the paths of nsgate's
+// files, the hide list), where the descriptor is read and closed before
+// the worker exists.
+func specMemfd(js []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate("nsgate-sandbox-spec", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox spec: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), "nsgate-sandbox-spec")
+	if _, err := f.Write(js); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox spec: %w", err)
+	}
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("sandbox spec: %w", err)
+	}
+	return f, nil
 }
 
 // sysProcAttr builds the clone flags and id maps for init. Rootless, the

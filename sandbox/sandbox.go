@@ -22,9 +22,9 @@ import (
 // sandbox's init. cmd/nsgate dispatches it to InitMain before flag parsing.
 const InitArg = "__nsgate-sandbox-init"
 
-// configEnv carries the JSON Spec from parent to init. Init removes it from
-// its environment before starting the worker.
-const configEnv = "NSGATE_SANDBOX_SPEC"
+// specFD is init's descriptor of the sealed memory file that carries the
+// JSON Spec from the parent (specMemfd); init reads and closes it first.
+const specFD = 4
 
 // ApplyGuard is called by init with Spec.GuardSpec after capabilities are
 // dropped and just before the worker starts. It must restrict every thread

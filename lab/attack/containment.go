@@ -217,6 +217,14 @@ func containmentAttempts() []Attempt {
 			CheckHost: func(h *HostEnv, at Attempt) HostResult { return h.gateMade() },
 		},
 		{
+			ID: "fs-read-init", Category: "containment", Layer: LayerView,
+			Description: "read what the sandbox's init holds through /proc/1: its environment (which used to carry the sandbox spec: the paths of the policy, audit log and key, and the hide list), its memory map and where its descriptors point",
+			Expect:      Blocked, Audit: AuditNone,
+			HostCheck: "nothing to check on the host: the kernel's refusal of each read (init is not dumpable) is the evidence",
+			NoRecord:  noRecordFS,
+			run:       fsReadInit,
+		},
+		{
 			ID: "fs-writable-exec-mount", Category: "containment", Layer: LayerView,
 			Description: "look through every mount of the view (/proc/self/mountinfo) for one that is writable without noexec, create a program there and exec it",
 			Expect:      Blocked, Audit: AuditNone,

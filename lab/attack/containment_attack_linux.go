@@ -901,6 +901,32 @@ func fsOtherTerminals(ctx context.Context, a *attacker) result {
 	return blockedf("/dev/pts holds only ptmx: the worker's own devpts, none of the host's terminals")
 }
 
+// fsReadInit reads init's environment and memory map and follows its
+// descriptors through /proc/1 (the worker runs as init's uid in init's
+// user namespace). Any of them read is a leak.
+func fsReadInit(ctx context.Context, a *attacker) result {
+	var refused []string
+	for _, f := range []string{"/proc/1/environ", "/proc/1/maps"} {
+		b, err := os.ReadFile(f)
+		if err == nil && len(b) > 0 {
+			return allowedf("read %d bytes of %s", len(b), f)
+		}
+		refused = append(refused, fmt.Sprintf("%s: %v", f, err))
+	}
+	ents, err := os.ReadDir("/proc/1/fd")
+	if err != nil {
+		refused = append(refused, fmt.Sprintf("/proc/1/fd: %v", err))
+	} else {
+		for _, e := range ents {
+			if t, err := os.Readlink("/proc/1/fd/" + e.Name()); err == nil {
+				return allowedf("/proc/1/fd/%s points to %s", e.Name(), t)
+			}
+		}
+		refused = append(refused, fmt.Sprintf("/proc/1/fd lists %d, none can be followed", len(ents)))
+	}
+	return blockedf("%s", strings.Join(refused, "; "))
+}
+
 // fsHoldStartSlots opens the start gate's slot files read-only and tries
 // to lock each (flock needs no write access); a lock it gets would hold
 // the user's later starts. Nothing is kept: the first lock is the proof.

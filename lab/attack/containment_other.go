@@ -29,6 +29,7 @@ var (
 	fsSetID              = notLinux
 	fsOtherTerminals     = notLinux
 	fsHoldStartSlots     = notLinux
+	fsReadInit           = notLinux
 )
 
 func fsExec(id string, dir func(*attacker) (string, error)) func(context.Context, *attacker) result {
