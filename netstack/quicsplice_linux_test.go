@@ -159,6 +159,9 @@ func TestQUICWatchSplice(t *testing.T) {
 		// the ID's own keys and passes it, the server's connection takes
 		// it.
 		{"fixed bit", "an approved Initial the server drops, the gap filled under the server's ID"},
+		// The same on the flow's first connection, which the gate
+		// reads: no watch is needed.
+		{"fixed bit, first connection", "the gate's own ClientHello spliced the same way"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newSNIServer(t)
@@ -166,6 +169,10 @@ func TestQUICWatchSplice(t *testing.T) {
 			h.dialer.route("udp", "203.0.113.10:443", srv.addr)
 			c := h.dialUDP(t, "198.18.0.10:443")
 
+			if tc.name == "fixed bit, first connection" {
+				spliceFirst(t, srv, h, c)
+				return
+			}
 			// The first connection: app.test, checked by the gate.
 			d1, s1 := []byte("first-connection"), []byte("scid-one")
 			c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: d1, SCID: s1,
@@ -238,9 +245,45 @@ func TestQUICWatchSplice(t *testing.T) {
 			if srv.saw("bad.test") {
 				t.Fatalf("%s: the server read a ClientHello naming bad.test on a flow opened to app.test", tc.why)
 			}
-			if len(recs) < 2 || recs[len(recs)-1].Action != "deny" {
+			if !slices.ContainsFunc(recs, func(l audit.L7) bool { return l.Action == "deny" }) {
 				t.Fatalf("%s: no l7 deny record for the second connection", tc.why)
 			}
 		})
+	}
+}
+
+// spliceFirst is TestQUICWatchSplice's "fixed bit" case on the flow's
+// first connection, read by the gate.
+func spliceFirst(t *testing.T, srv *sniServer, h *harness, c net.Conn) {
+	dcid, scid := []byte("first-connection"), []byte("scid-one")
+	bad := quicClientHello(t, "bad.test", scid)
+	k := bytes.Index(bad, []byte("bad.test"))
+	good := bytes.Clone(bad)
+	copy(good[k:], "app.test")
+	c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: scid,
+		PN: 0, Payload: l7.QUICCryptoFrame(0, good[:k]), PadTo: 1200}))
+	c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: scid,
+		PN: 1, Payload: l7.QUICCryptoFrame(k, good[k:]), PadTo: 1200, ClearFixedBit: true}))
+	buf := make([]byte, 2000)
+	c.SetReadDeadline(time.Now().Add(3 * time.Second))
+	if n, err := c.Read(buf); err == nil {
+		if sid := serverSCID(buf[:n]); len(sid) > 0 {
+			c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: sid, KeyDCID: dcid, SCID: scid,
+				PN: 2, Payload: l7.QUICCryptoFrame(k, bad[k:]), PadTo: 1200}))
+		}
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && !srv.saw("bad.test") {
+		time.Sleep(20 * time.Millisecond)
+	}
+	srv.mu.Lock()
+	t.Logf("server read SNIs %q", srv.snis)
+	srv.mu.Unlock()
+	if srv.saw("bad.test") {
+		t.Fatal("the server read a ClientHello naming bad.test on a flow opened to app.test")
+	}
+	_, seq := h.sink.flow(t, "198.18.0.10:443")
+	if l := h.sink.l7Of(t, seq); l.Action != "deny" {
+		t.Fatalf("the first connection was not refused: %+v", l)
 	}
 }
