@@ -24,7 +24,8 @@ import (
 //
 // What counts as garbage (a Result with Err): a datagram that does not
 // start with a long-header packet of version 1 or 2 (short headers,
-// version negotiation, any other version); a Handshake or Retry packet
+// version negotiation, any other version); a long-header packet without
+// the fixed bit (servers drop it); a Handshake or Retry packet
 // from the client; an Initial whose Destination Connection ID is shorter
 // than 8 bytes, whose Destination or Source Connection ID differs from
 // the first one's, that does not decrypt, or that repeats a packet number
@@ -98,6 +99,8 @@ const (
 	errQUICIncomplete  Error = "quic: incomplete client hello"
 	errQUICShort       Error = "quic: short header packet before the client hello"
 	errQUICDupPN       Error = "quic: initial packet number repeated"
+	errQUICFixedBit    Error = "quic: long header packet without the fixed bit"
+	errQUICLateInitial Error = "quic: initial packet after a packet of another type in one datagram"
 
 	errQUICTooManyInitials Error = "quic: too many initial packets in one connection"
 	errQUICTooManyConns    Error = "quic: too many connections being checked on one flow"
@@ -364,6 +367,12 @@ func parseLongHeader(d []byte) (longHeader, error) {
 	h.version = binary.BigEndian.Uint32(d[1:5])
 	if h.params = quicParams(h.version); h.params == nil {
 		return h, errQUICVersion
+	}
+	// A server drops a packet without the fixed bit (RFC 9000 §17.2):
+	// what it carries must not be what is checked, or the bytes it
+	// covered could come later in a packet that is not read.
+	if d[0]&0x40 == 0 {
+		return h, errQUICFixedBit
 	}
 	h.typ = d[0] >> 4 & 3
 	p := 5

@@ -219,6 +219,11 @@ func TestQUICAssembler(t *testing.T) {
 			datagrams: [][]byte{in(QUICInitial{PNLen: 4})}, err: errQUICNoFrames},
 		{name: "small datagram", why: "servers drop Initials in datagrams under 1200 bytes",
 			datagrams: [][]byte{in(QUICInitial{Payload: crypto(0, ch)})}, err: errQUICSmall},
+		{name: "fixed bit clear", why: "a server drops the packet: the part of the ClientHello it carries would come later, unread, in an Initial under the server's connection ID",
+			datagrams: [][]byte{
+				in(QUICInitial{PN: 0, Payload: crypto(0, ch[:40]), PadTo: pad}),
+				in(QUICInitial{PN: 1, Payload: crypto(40, ch[40:]), PadTo: pad, ClearFixedBit: true}),
+			}, err: errQUICFixedBit},
 		{name: "reserved bits", why: "must be zero once unprotected",
 			datagrams: [][]byte{in(QUICInitial{Payload: crypto(0, ch), PadTo: pad, Reserved: 2})}, err: errQUICReserved},
 		{name: "short dcid", why: "a client's first DCID has 8 bytes or more",

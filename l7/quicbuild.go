@@ -27,6 +27,9 @@ type QUICInitial struct {
 	// Reserved sets the header's two reserved bits to this value (a
 	// malformed packet; 0 for a real one).
 	Reserved byte
+	// ClearFixedBit clears the header's fixed bit (0x40), which a real
+	// packet sets; servers drop a packet without it (RFC 9000 §17.2).
+	ClearFixedBit bool
 }
 
 // QUICCryptoFrame returns a CRYPTO frame carrying data at offset off.
@@ -62,6 +65,9 @@ func BuildQUICInitial(p QUICInitial) ([]byte, error) {
 		payload = append(payload[:len(payload):len(payload)], make([]byte, short)...)
 	}
 	hdr := []byte{0xc0 | v.initialType<<4 | (p.Reserved&3)<<2 | byte(pnLen-1)}
+	if p.ClearFixedBit {
+		hdr[0] &^= 0x40
+	}
 	hdr = binary.BigEndian.AppendUint32(hdr, p.Version)
 	hdr = append(hdr, byte(len(p.DCID)))
 	hdr = append(hdr, p.DCID...)

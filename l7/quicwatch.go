@@ -34,8 +34,11 @@ package l7
 // packets (1-RTT) and Handshake packets, which the watch cannot read,
 // pass: they belong to connections whose Initials were checked, or the
 // server drops them. A long-header packet of a version other than 1 or 2,
-// or one whose header does not parse, is dropped (a server that speaks
-// another version could start a connection from it).
+// one without the fixed bit, or one whose header does not parse, is
+// dropped (a server that speaks another version could start a connection
+// from it), and so is a datagram with an Initial after a packet of
+// another type (a server that queues a datagram led by a 0-RTT packet
+// reads its Initials later, in the state of the connection they join).
 //
 // It is not safe for concurrent use; it copies what it holds.
 type QUICWatch struct {
@@ -108,10 +111,21 @@ func (w *QUICWatch) Datagram(d []byte) WatchStep {
 	}
 	var target *watchedConn
 	var fresh []byte // the ID of a new connection's Initial
+	other := false   // a packet other than an Initial came before
 	for rest := d; len(rest) > 0 && rest[0]&0x80 != 0; {
 		h, err := parseLongHeader(rest)
 		if err != nil {
 			return WatchStep{Action: WatchDrop, Err: err}
+		}
+		if !h.initial() {
+			other = true
+		} else if other {
+			// Clients put Initials first. A server may keep a datagram
+			// led by a 0-RTT packet of a connection it does not know
+			// yet and read it once an Initial starts that connection,
+			// with that connection's packet numbers: an Initial in it
+			// that this watch cannot decrypt now could decrypt then.
+			return WatchStep{Action: WatchDrop, Err: errQUICLateInitial}
 		}
 		if h.initial() && target == nil && fresh == nil {
 			if c := w.find(h.dcid); c != nil {

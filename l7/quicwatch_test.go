@@ -94,8 +94,12 @@ func TestQUICWatch(t *testing.T) {
 				b[1], b[2], b[3], b[4] = 0xff, 0, 0, 0x1d
 				return b
 			}(), want: WatchDrop, err: errQUICVersion}}},
-		{name: "new connection behind a handshake packet", why: "coalesced packets of two connections: the new one's Initial is still found and read",
-			steps: []step{{d: cat(handshakePacket(QUICv1, serverCID, 40), in(QUICInitial{DCID: dcid2, Payload: crypto(0, chEvil)})), want: WatchDecide, fail: true}}},
+		{name: "new connection behind a handshake packet", why: "clients put Initials first: an Initial after another packet type is dropped",
+			steps: []step{{d: cat(handshakePacket(QUICv1, serverCID, 40), in(QUICInitial{DCID: dcid2, Payload: crypto(0, chEvil)})), want: WatchDrop, err: errQUICLateInitial}}},
+		{name: "initial behind a 0-RTT packet", why: "a server queues the datagram until an Initial starts the connection, then reads this Initial with that connection's packet numbers (1002 in one byte reads 234 here, 1002 after 1000 there)",
+			steps: []step{{d: cat(zeroRTT(QUICv1, dcid2, 40), in(QUICInitial{DCID: dcid2, PN: 1002, PNLen: 1, Payload: crypto(40, chEvil[40:])})), want: WatchDrop, err: errQUICLateInitial}}},
+		{name: "initial without the fixed bit", why: "a server drops it, so its bytes could come later under the server's connection ID, unread",
+			steps: []step{{d: in(QUICInitial{DCID: dcid2, Payload: crypto(0, ch), ClearFixedBit: true}), want: WatchDrop, err: errQUICFixedBit}}},
 		{name: "big second hello naming the flow", why: "held, then passed on",
 			steps: []step{
 				{d: in(QUICInitial{DCID: dcid2, PN: 0, Payload: crypto(0, big[:1000])}), want: WatchHold},
