@@ -29,6 +29,10 @@ const (
 	InitRaceWon = 42
 )
 
+// InitRaceRuns is how many sandboxes the lab starts with InitRaceProgram
+// as their command (on an unfixed nsgate about every second one won).
+const InitRaceRuns = 20
+
 // InitRaceTries is how many times InitRaceProgram tries the open (a few
 // tens of milliseconds, longer than any window seen).
 const InitRaceTries = 50000
