@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nsgate/nsgate/lab/attack"
 )
 
 // The worker's file system view: the host read-only but for --rw, private
@@ -382,6 +384,44 @@ func TestInitEnvironment(t *testing.T) {
 		}
 		if !slices.Contains(initEnv, "GOMAXPROCS=1") || slices.Contains(initEnv, "GOMAXPROCS=3") {
 			t.Errorf("init's environment %q; want GOMAXPROCS=1 alone", initEnv)
+		}
+	})
+}
+
+// TestInitMemoryRace: the worker's very first instructions try to open
+// init's memory read-write (/proc/1/mem), tens of thousands of times. Init
+// shares the worker's uid; while it is dumpable the kernel lets the worker
+// in, and with init's memory a worker rewrites PID 1 of the sandbox (the
+// attack review cleared init's parent-death signal that way and kept a
+// worker running after nsgate was killed with SIGKILL). Init used to
+// become not dumpable only after the worker's exec: about every second run
+// won. Each of 20 runs must be refused.
+func TestInitMemoryRace(t *testing.T) {
+	prog, ok := attack.InitRaceProgram()
+	var archErr error
+	if !ok {
+		archErr = errors.New("the racer is x86-64 code")
+	}
+	need(t, "an amd64 machine", archErr)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := hostDir(t, m)
+		racer := filepath.Join(dir, "racer")
+		if err := os.WriteFile(racer, prog, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		won := 0
+		for i := 0; i < 20; i++ {
+			r := runBounded(t, nsgateCmd(m, "run", "--quiet", "--", racer), 60*time.Second, "nsgate run racer", nil)
+			switch r.code {
+			case attack.InitRaceRefused:
+			case attack.InitRaceWon:
+				won++
+			default:
+				t.Fatalf("run %d: nsgate run exited %d, want %d (every open refused) or %d (won); stderr: %s", i, r.code, attack.InitRaceRefused, attack.InitRaceWon, r.stderr)
+			}
+		}
+		if won > 0 {
+			t.Errorf("the worker opened init's memory read-write in %d of 20 runs; want none (init must not be dumpable before the worker runs)", won)
 		}
 	})
 }

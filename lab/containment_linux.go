@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/nsgate/nsgate/lab/attack"
+	"github.com/nsgate/nsgate/lab/internet"
 	"github.com/nsgate/nsgate/lab/judge"
 )
 
@@ -111,4 +113,70 @@ func runAuditFill(ctx context.Context, cfg Config, h *attack.HostEnv, breakArgs,
 	fr.Stderr = stderr.String()
 	fr.ExitCode = attack.ExitCode(werr)
 	return fr
+}
+
+// runInitRace runs attempt at (attack.PhaseInitRace): attack.InitRaceRuns
+// sandboxes of their own, each with the racer (attack.InitRaceProgram) as
+// its command, since only a sandbox's first program can race its init.
+// Each run's exit status is what the racer saw: every open refused, or
+// init's memory opened read-write. The runs write to an audit log of
+// their own in the work directory (only the racer's exec is in it).
+func runInitRace(ctx context.Context, cfg Config, at attack.Attempt, h *attack.HostEnv, env []string) judge.Result {
+	res := judge.Result{
+		ID: at.ID, Category: at.Category, Layer: at.Layer, Description: at.Description,
+		Expected: at.Expect, AuditSeqs: []uint64{}, Audit: []json.RawMessage{}, Hits: []internet.Hit{},
+		Start: time.Now(), Evidence: at.NoRecord,
+	}
+	defer func() { res.End = time.Now() }()
+	errored := func(why string) judge.Result {
+		res.Observed, res.Detail, res.Why = attack.Errored, why, "could not be carried out: "+why
+		return res
+	}
+	prog, ok := attack.InitRaceProgram()
+	if !ok {
+		return errored("the racer has no code for " + runtime.GOARCH)
+	}
+	dir := filepath.Join(h.Work, "init-race")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return errored(err.Error())
+	}
+	racer := filepath.Join(dir, "racer")
+	if err := os.WriteFile(racer, prog, 0o755); err != nil {
+		return errored(err.Error())
+	}
+	args := []string{"run", "--policy", h.Policy, "--audit", filepath.Join(dir, "audit.jsonl"), "--quiet", "--", racer}
+	won, refused := 0, 0
+	var other []string
+	for i := 0; i < attack.InitRaceRuns; i++ {
+		rctx, cancel := context.WithTimeout(ctx, time.Minute)
+		cmd := exec.CommandContext(rctx, cfg.Self, args...)
+		cmd.Env = env
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		stderr := &tail{max: 4 << 10}
+		cmd.Stderr = stderr
+		code := attack.ExitCode(cmd.Run())
+		cancel()
+		switch code {
+		case attack.InitRaceRefused:
+			refused++
+		case attack.InitRaceWon:
+			won++
+		default:
+			other = append(other, fmt.Sprintf("run %d exited %d: %s", i+1, code, judge.LastLines(stderr.String(), 2)))
+		}
+	}
+	res.HostCheck = fmt.Sprintf("%s: of %d runs (%s %s), %d refused every open, %d opened init's memory read-write, %d ended otherwise",
+		at.HostCheck, attack.InitRaceRuns, cfg.Self, strings.Join(args, " "), refused, won, len(other))
+	switch {
+	case won > 0:
+		res.Observed = attack.Allowed
+		res.Detail = fmt.Sprintf("opened /proc/1/mem read-write in %d of %d runs", won, attack.InitRaceRuns)
+		res.Why = "got through: " + res.Detail
+	case len(other) > 0:
+		return errored(strings.Join(other, "; "))
+	default:
+		res.Observed, res.Pass = attack.Blocked, true
+		res.Detail = fmt.Sprintf("every open refused in each of %d runs (%d tries each)", attack.InitRaceRuns, attack.InitRaceTries)
+	}
+	return res
 }

@@ -97,11 +97,15 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	// The attempts that need a run of their own (Attempt.Phase) leave the
 	// main run's list.
-	var fill *attack.Attempt
+	var fill, race *attack.Attempt
 	for i := 0; i < len(cat); i++ {
 		if cat[i].Phase == attack.PhaseAuditFill {
 			at := cat[i]
 			fill = &at
+		}
+		if cat[i].Phase == attack.PhaseInitRace {
+			at := cat[i]
+			race = &at
 		}
 		if cat[i].Phase != "" {
 			cat = append(cat[:i:i], cat[i+1:]...)
@@ -287,6 +291,14 @@ func Run(ctx context.Context, cfg Config) int {
 		ev.Environment.Notes = append(ev.Environment.Notes, fill.ID+" ran under: "+strings.Join(frun.command, " "))
 	}
 
+	// The init race: runs of their own whose command is the racer.
+	var rres *judge.Result
+	if race != nil {
+		fmt.Fprintf(cfg.Stderr, "nsgate lab: %s: %d runs of their own, each with the racer as its command\n", race.ID, attack.InitRaceRuns)
+		r := runInitRace(ctx, cfg, *race, host, env)
+		rres = &r
+	}
+
 	// The audit log, checked the way `nsgate audit verify --key` checks
 	// it: the chain, every MAC, and the end against its head file.
 	ev.Audit.File = auditPath
@@ -374,6 +386,15 @@ func Run(ctx context.Context, cfg Config) int {
 		if frun.Err != nil || !fres.Pass {
 			ev.Environment.Notes = append(ev.Environment.Notes, fill.ID+" run output (tail): "+judge.LastLines(frun.Stderr, 10))
 		}
+	}
+	if rres != nil {
+		mark := "ok"
+		if !rres.Pass {
+			mark = "FAIL"
+			rep.Reasons = append(rep.Reasons, rres.ID+": "+rres.Why)
+		}
+		fmt.Fprintf(cfg.Stderr, "[race]    %-26s %-8s %-10s %s\n", rres.ID, rres.Observed, mark, shorten(rres.Detail, 90))
+		rep.Results = append(rep.Results, *rres)
 	}
 	ev.Attempts = rep.Results
 	ev.StrayHits = rep.StrayHits

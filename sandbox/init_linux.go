@@ -107,6 +107,21 @@ func InitMain(apply ApplyGuard) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT,
 		unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH, unix.SIGCONT)
+	// The worker runs as init's uid in init's user namespace: it could
+	// read and write init's memory (/proc/1/mem: the spec was there, and
+	// init's code) and reach its descriptors. Not dumpable, only a holder
+	// of CAP_SYS_PTRACE there may, and the worker holds none. Before the
+	// worker exists: made after its exec, there was a window of up to
+	// milliseconds in which a worker's first instructions opened
+	// /proc/1/mem read-write, rewrote init's code and outlived nsgate
+	// (lab attempt fs-race-init-mem). The exec audit still reads the
+	// path the forked worker asks for (in init's memory until the exec):
+	// nsgate created this user namespace, so it holds CAP_SYS_PTRACE in
+	// it, and it reads with process_vm_readv, which does not need the
+	// /proc/PID/mem file that now belongs to nobody nsgate can be.
+	if err := NotDumpable(); err != nil {
+		return fail(err)
+	}
 	env := spec.Env
 	if env == nil {
 		env = os.Environ()
@@ -118,16 +133,6 @@ func InitMain(apply ApplyGuard) int {
 	})
 	if err != nil {
 		return fail(fmt.Errorf("start worker %s: %w", argv[0], err))
-	}
-	// The worker runs as init's uid in init's user namespace: it could
-	// read init's memory (/proc/1/mem, where the spec was) and list its
-	// descriptors. Not dumpable, only a holder of CAP_SYS_PTRACE there
-	// may, and the worker holds none. Not before: the worker is forked
-	// sharing init's memory until its exec, and the exec audit reads the
-	// path it asks for there.
-	if err := NotDumpable(); err != nil {
-		proc.Kill()
-		return fail(err)
 	}
 	profile.Mark("worker-forked")
 	ctl.Write([]byte("started " + strings.Join(degraded, ",")))

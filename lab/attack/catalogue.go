@@ -129,7 +129,8 @@ type Attempt struct {
 	// host check.
 	NoRecord string
 	// Phase, when set, names the `nsgate run` of its own the attempt
-	// needs (PhaseAuditFill); the main attacker run leaves it out.
+	// needs (PhaseAuditFill, PhaseInitRace); the main attacker run leaves it
+	// out.
 	Phase string
 
 	run func(ctx context.Context, a *attacker) result

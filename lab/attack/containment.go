@@ -254,6 +254,16 @@ func containmentAttempts() []Attempt {
 			run:       fsLdPreload,
 		},
 		{
+			ID: "fs-race-init-mem", Category: "containment", Layer: LayerView, Phase: PhaseInitRace,
+			Description: fmt.Sprintf("as the very first program of a sandbox (%d runs of their own), from its first instruction, open the sandbox init's memory (/proc/1/mem) read-write, %d times: init shares the worker's uid, and with its memory the worker rewrites PID 1 (clears its parent-death signal and outlives nsgate, reports any exit status)", InitRaceRuns, InitRaceTries),
+			Expect:      Blocked, Audit: AuditNone,
+			HostCheck: "every run's worker exited with the status that says each open was refused",
+			NoRecord:  "the kernel refuses the open inside the worker (init is not dumpable); nothing reaches nsgate, so no audit record exists by design: the worker's exit status in each run is the evidence",
+			run: func(context.Context, *attacker) result {
+				return erroredf("the lab runs this attempt's program as the command of runs of its own (PhaseInitRace)")
+			},
+		},
+		{
 			ID: "audit-fill-volume", Category: "containment", Layer: LayerAudit, Phase: PhaseAuditFill,
 			Description: "in a run of its own whose audit log lies on a 64 KiB tmpfs: flood the gateway's resolver with new refused names until the volume is full, while connecting to the unapproved server, then open a new flow to app.test and to the unapproved server",
 			Expect:      Blocked, Audit: AuditNone,
