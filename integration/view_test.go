@@ -426,6 +426,20 @@ func TestInitMemoryRace(t *testing.T) {
 	})
 }
 
+// TestInitIgnoresFaultSignals: the worker may signal init (same uid), and
+// a fault signal sent with kill(2) used to make init's Go runtime crash
+// with a traceback of init's stacks on the shared standard error (the
+// attack review), ending the sandbox. Init ignores them now.
+func TestInitIgnoresFaultSignals(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		r := runNsgate(t, m, "run", "--quiet", "--", "/bin/sh", "-c",
+			`for s in SEGV BUS FPE ILL ABRT TRAP SYS; do kill -$s 1 || echo "kill $s failed"; done; sleep 0.3; echo alive`)
+		if r.code != 0 || strings.TrimSpace(r.stdout) != "alive" || strings.Contains(r.stderr, "goroutine") {
+			t.Errorf("exit %d, stdout %q, stderr %q; want init to ignore the signals and the worker to go on", r.code, r.stdout, r.stderr)
+		}
+	})
+}
+
 // childEnviron is the environment of the one child process of pid.
 func childEnviron(pid int) ([]string, error) {
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))

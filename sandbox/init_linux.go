@@ -107,6 +107,11 @@ func InitMain(apply ApplyGuard) int {
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT,
 		unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH, unix.SIGCONT)
+	// The fault signals, sent with kill(2) (the worker may signal init),
+	// would make the Go runtime crash init with a traceback of its stacks
+	// on the shared standard error. Nobody has a reason to send them to
+	// init: ignored. A fault of init's own still crashes it.
+	signal.Ignore(unix.SIGSEGV, unix.SIGBUS, unix.SIGFPE, unix.SIGILL, unix.SIGABRT, unix.SIGTRAP, unix.SIGSYS)
 	// The worker runs as init's uid in init's user namespace: it could
 	// read and write init's memory (/proc/1/mem: the spec was there, and
 	// init's code) and reach its descriptors. Not dumpable, only a holder
