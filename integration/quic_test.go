@@ -18,6 +18,7 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/quic-go/quic-go"
 	"github.com/quic-go/quic-go/http3"
 
 	"github.com/nsgate/nsgate/lab/internet"
@@ -31,7 +32,7 @@ import (
 const quicPolicy = `version: 1
 allow:
   - host: app.test
-    ports: [443]
+    ports: [443, 8443]
     proto: udp
 dns:
   hosts:
@@ -105,6 +106,36 @@ func h3Server(t *testing.T) (*countingPC, *x509.Certificate) {
 	return c, leaf
 }
 
+// h3RetryServer serves h3Body over HTTP/3 at [AppV6]:8443 and answers
+// every new connection with a Retry (address validation), as a server
+// under load does: the client then starts over with the server's
+// connection ID (4 bytes from quic-go) and a token. It returns the
+// datagram counter.
+func h3RetryServer(t *testing.T) *countingPC {
+	t.Helper()
+	cert, err := inet.CA().Issue([]string{internet.AppName}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp", net.JoinHostPort(internet.AppV6, "8443"))
+	if err != nil {
+		t.Fatalf("h3 retry server: %v", err)
+	}
+	c := &countingPC{PacketConn: pc}
+	tr := &quic.Transport{Conn: c, VerifySourceAddress: func(net.Addr) bool { return true }}
+	ln, err := tr.ListenEarly(http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}), &quic.Config{})
+	if err != nil {
+		t.Fatalf("h3 retry server: %v", err)
+	}
+	srv := &http3.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Write([]byte("<html><body>" + h3Body + " (" + r.Proto + ", after a retry)</body></html>"))
+	})}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.ServeListener(ln) }()
+	t.Cleanup(func() { srv.Close(); ln.Close(); tr.Close(); pc.Close(); <-done })
+	return c
+}
+
 // buildH3Get builds the test's HTTP/3 client (integration/h3get) into dir.
 func buildH3Get(t *testing.T, dir string) string {
 	t.Helper()
@@ -133,6 +164,7 @@ func l7Records(recs []record, action string) []record {
 func TestQUICHTTP3(t *testing.T) {
 	needSealed(t)
 	srv, _ := h3Server(t)
+	retrySrv := h3RetryServer(t)
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
 		bin := buildH3Get(t, dir)
@@ -188,6 +220,24 @@ func TestQUICHTTP3(t *testing.T) {
 			if len(allow) != 1 || len(deny) == 0 || deny[0].str("sni") != "evil.test" || deny[0].str("reason") != "sni does not match" ||
 				deny[0].num("flow") != allow[0].num("flow") {
 				t.Fatalf("l7 records: allow %v, deny %v", allow, deny)
+			}
+		})
+
+		// A Retry makes the client start over under the server's
+		// (short) connection ID: that Initial is read and checked as a
+		// later connection of the flow, and passes.
+		t.Run("retry", func(t *testing.T) {
+			before := retrySrv.n.Load()
+			r := run("retry.jsonl", bin, "-ca", ca, "https://app.test:8443/")
+			if r.code != 0 || !strings.Contains(r.stdout, "after a retry") {
+				t.Fatalf("HTTP/3 fetch through a Retry: exit %d %q", r.code, r.stdout)
+			}
+			if retrySrv.n.Load() == before {
+				t.Fatal("the retry server saw no datagram")
+			}
+			recs := readAudit(t, filepath.Join(dir, "retry.jsonl"))
+			if allow, deny := l7Records(recs, "allow"), l7Records(recs, "deny"); len(allow) != 2 || len(deny) != 0 {
+				t.Fatalf("l7 records: allow %v, deny %v; want the first Initial and the one after the Retry", allow, deny)
 			}
 		})
 

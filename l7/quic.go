@@ -208,6 +208,10 @@ type QUICAssembler struct {
 	params    *quicVersion
 	dcid      [quicMaxCID]byte
 	dcidLen   int
+	// shortDCID accepts a Destination Connection ID under 8 bytes: a
+	// client's first Initial must not have one, but after a Retry the
+	// client sends the server's ID, of any length (QUICWatch).
+	shortDCID bool
 	scid      [quicMaxCID]byte
 	scidLen   int
 	pns       []int64 // Initial packet numbers seen: a server drops repeats
@@ -433,7 +437,7 @@ func (q *QUICAssembler) packet(d []byte) (int, bool, error) {
 		if !h.initial() {
 			return 0, false, errQUICNoInitial
 		}
-		if len(h.dcid) < quicMinDCID {
+		if len(h.dcid) < quicMinDCID && !q.shortDCID {
 			return 0, false, errQUICDCID
 		}
 		q.version, q.params = h.version, h.params

@@ -215,7 +215,9 @@ func (w *QUICWatch) add(dcid []byte) (*watchedConn, error) {
 			}
 		}
 	}
-	c := &watchedConn{dcid: string(dcid), asm: &QUICAssembler{}}
+	// A later connection may be the same one after a Retry: the client
+	// then sends the server's connection ID, which may be short.
+	c := &watchedConn{dcid: string(dcid), asm: &QUICAssembler{shortDCID: true}}
 	w.conns = append(w.conns, c)
 	return c, nil
 }
