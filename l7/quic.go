@@ -204,10 +204,10 @@ type QUICAssembler struct {
 	done   bool
 	result Result
 
-	version   uint32
-	params    *quicVersion
-	dcid      [quicMaxCID]byte
-	dcidLen   int
+	version uint32
+	params  *quicVersion
+	dcid    [quicMaxCID]byte
+	dcidLen int
 	// shortDCID accepts a Destination Connection ID under 8 bytes: a
 	// client's first Initial must not have one, but after a Retry the
 	// client sends the server's ID, of any length (QUICWatch).
