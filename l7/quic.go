@@ -282,6 +282,57 @@ func (q *QUICAssembler) decide(r Result) Result {
 	return r
 }
 
+// VerifyUnder checks a client datagram sent to one of the server's
+// connection IDs for the connection whose ClientHello Add read whole: the
+// client's Initials after the server's first answer, which it protects
+// with the keys of its own first ID. As in Verify, the Initials must be
+// of the connection (version, the client's Source Connection ID, all
+// packets under one Destination Connection ID), decrypt, carry new packet
+// numbers and hold only CRYPTO bytes of the ClientHello that was read;
+// Handshake and 0-RTT packets pass unread. Without it, bytes of the
+// ClientHello that a server dropped but the gateway read could be sent
+// again under the server's ID, changed.
+func (q *QUICAssembler) VerifyUnder(d []byte) error {
+	if !q.done || q.result.Err != nil || q.keys == nil {
+		return errQUICNoInitial
+	}
+	size := len(d)
+	var dcid []byte
+	initial := false
+	for len(d) > 0 && d[0]&0x80 != 0 {
+		h, err := parseLongHeader(d)
+		if err != nil {
+			return err
+		}
+		if dcid == nil {
+			dcid = h.dcid
+		}
+		if h.version != q.version || string(h.dcid) != string(dcid) || string(h.scid) != string(q.scid[:q.scidLen]) {
+			return errQUICMixed
+		}
+		if h.initial() {
+			if d[0]&0x40 == 0 {
+				return errQUICFixedBit
+			}
+			if len(q.pns) >= quicMaxVerified {
+				return errQUICTooManyInitials
+			}
+			if err := q.initial(d[:h.end], h.pnOff); err != nil {
+				return err
+			}
+			initial = true
+		}
+		d = d[h.end:]
+	}
+	if initial && size < quicMinInitialDatagram {
+		return errQUICSmall
+	}
+	if len(q.crypto) > q.helloLen {
+		return errQUICAfterHello
+	}
+	return nil
+}
+
 // Verify checks a later client datagram of a connection whose
 // ClientHello Add read whole (a Result with no Err): as a server would
 // take it as part of that connection, its packets must be of that
@@ -372,12 +423,6 @@ func parseLongHeader(d []byte) (longHeader, error) {
 	if h.params = quicParams(h.version); h.params == nil {
 		return h, errQUICVersion
 	}
-	// A server drops a packet without the fixed bit (RFC 9000 §17.2):
-	// what it carries must not be what is checked, or the bytes it
-	// covered could come later in a packet that is not read.
-	if d[0]&0x40 == 0 {
-		return h, errQUICFixedBit
-	}
 	h.typ = d[0] >> 4 & 3
 	p := 5
 	dcidLen := int(d[p])
@@ -426,6 +471,14 @@ func (q *QUICAssembler) packet(d []byte) (int, bool, error) {
 	h, err := parseLongHeader(d)
 	if err != nil {
 		return 0, false, err
+	}
+	// A server drops a packet without the fixed bit (RFC 9000 §17.2):
+	// what it carries must not be what is checked, or the bytes it
+	// covered could come later in a packet that is not read. (Checked
+	// where a packet is read, not where it is only classified: a client
+	// that greases the bit, RFC 9287, may clear it in later packets.)
+	if d[0]&0x40 == 0 {
+		return 0, false, errQUICFixedBit
 	}
 	if h.typ == h.params.handshakeT {
 		return 0, false, errQUICPacketType

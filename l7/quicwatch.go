@@ -1,5 +1,10 @@
 package l7
 
+import (
+	"slices"
+	"sync"
+)
+
 // QUICWatch follows the client's datagrams on a UDP flow after the
 // flow's first QUIC connection passed (its ClientHello, read by a
 // QUICAssembler, named the flow's name), so that a second connection on
@@ -40,8 +45,19 @@ package l7
 // another type (a server that queues a datagram led by a 0-RTT packet
 // reads its Initials later, in the state of the connection they join).
 //
-// It is not safe for concurrent use; it copies what it holds.
+// The server's connection IDs are learned from its long-header packets
+// (Server): a client's later Initials are sent to them, protected with
+// the keys of the client's first ID, so they do not decrypt with the keys
+// of their own ID; the watch verifies them against the connection whose
+// ClientHello was read (QUICAssembler.VerifyUnder), so that bytes of a
+// ClientHello a server dropped but the watch read cannot come again,
+// changed, under the server's ID.
+//
+// Datagram, Allow and Refuse are called by the reader of the client's
+// side, Server by the writer to it; the watch locks. It copies what it
+// holds.
 type QUICWatch struct {
+	mu      sync.Mutex
 	conns   []*watchedConn // at most quicWatchConns, oldest first
 	scratch []byte
 }
@@ -67,7 +83,17 @@ type watchedConn struct {
 	state watchState
 	asm   *QUICAssembler
 	held  [][]byte
+	// scid is the client's Source Connection ID (the server's packets
+	// are sent to it); server are the server's IDs seen in them, at most
+	// quicWatchServerIDs.
+	scid   string
+	server []string
 }
+
+// quicWatchServerIDs bounds the server's connection IDs remembered per
+// connection (a server uses one in its long-header packets, two after a
+// Retry).
+const quicWatchServerIDs = 4
 
 // WatchAction is what to do with a datagram.
 type WatchAction int
@@ -100,7 +126,32 @@ type WatchStep struct {
 func NewQUICWatch(first *QUICAssembler) *QUICWatch {
 	return &QUICWatch{conns: []*watchedConn{{
 		dcid: string(first.dcid[:first.dcidLen]), state: watchAllowed, asm: first,
+		scid: string(first.scid[:first.scidLen]),
 	}}}
+}
+
+// Server takes a datagram the server sent to the client: the Source
+// Connection IDs of its long-header packets addressed to a connection the
+// watch passed are that connection's server IDs. It never retains d.
+func (w *QUICWatch) Server(d []byte) {
+	if len(d) == 0 || d[0]&0x80 == 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for rest := d; len(rest) > 0 && rest[0]&0x80 != 0; {
+		h, err := parseLongHeader(rest)
+		if err != nil {
+			return // a Retry (a new ID the client starts over under, read as a new connection) or garbage
+		}
+		for _, c := range w.conns {
+			if c.state == watchAllowed && c.scid == string(h.dcid) && !slices.Contains(c.server, string(h.scid)) &&
+				len(c.server) < quicWatchServerIDs && string(h.scid) != c.dcid {
+				c.server = append(c.server, string(h.scid))
+			}
+		}
+		rest = rest[h.end:]
+	}
 }
 
 // Datagram takes the client's next datagram on the flow. It never
@@ -109,7 +160,10 @@ func (w *QUICWatch) Datagram(d []byte) WatchStep {
 	if len(d) == 0 || d[0]&0x80 == 0 {
 		return WatchStep{Action: WatchPass}
 	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	var target *watchedConn
+	under := false   // target was found by a server ID
 	var fresh []byte // the ID of a new connection's Initial
 	other := false   // a packet other than an Initial came before
 	for rest := d; len(rest) > 0 && rest[0]&0x80 != 0; {
@@ -130,6 +184,8 @@ func (w *QUICWatch) Datagram(d []byte) WatchStep {
 		if h.initial() && target == nil && fresh == nil {
 			if c := w.find(h.dcid); c != nil {
 				target = c
+			} else if c := w.findServer(h.dcid); c != nil {
+				target, under = c, true
 			} else if w.opens(&h, rest[:h.end]) {
 				fresh = h.dcid
 			}
@@ -148,7 +204,11 @@ func (w *QUICWatch) Datagram(d []byte) WatchStep {
 	}
 	switch target.state {
 	case watchAllowed:
-		if err := target.asm.Verify(d); err != nil {
+		verify := target.asm.Verify
+		if under {
+			verify = target.asm.VerifyUnder
+		}
+		if err := verify(d); err != nil {
 			// From now on the connection's Initials are dropped
 			// without another record.
 			target.state, target.asm = watchRefused, nil
@@ -169,21 +229,36 @@ func (w *QUICWatch) Datagram(d []byte) WatchStep {
 // Allow marks a decided connection as passed and returns its held
 // datagrams, in order, to send on.
 func (w *QUICWatch) Allow(s WatchStep) [][]byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	c := s.conn
 	if c == nil || c.state != watchPending {
 		return nil
 	}
 	held := c.held
 	c.state, c.held = watchAllowed, nil
+	c.scid = string(c.asm.scid[:c.asm.scidLen])
 	return held
 }
 
 // Refuse marks a decided connection as refused: its held datagrams are
 // dropped, and so are its later ones.
 func (w *QUICWatch) Refuse(s WatchStep) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if c := s.conn; c != nil {
 		c.state, c.held, c.asm = watchRefused, nil, nil
 	}
+}
+
+// findServer is the passed connection one of whose server IDs is dcid.
+func (w *QUICWatch) findServer(dcid []byte) *watchedConn {
+	for _, c := range w.conns {
+		if slices.Contains(c.server, string(dcid)) {
+			return c
+		}
+	}
+	return nil
 }
 
 func (w *QUICWatch) find(dcid []byte) *watchedConn {

@@ -104,7 +104,7 @@ func TestQUICWatch(t *testing.T) {
 		{name: "initial behind a 0-RTT packet", why: "a server queues the datagram until an Initial starts the connection, then reads this Initial with that connection's packet numbers (1002 in one byte reads 234 here, 1002 after 1000 there)",
 			steps: []step{{d: cat(zeroRTT(QUICv1, dcid2, 40), in(QUICInitial{DCID: dcid2, PN: 1002, PNLen: 1, Payload: crypto(40, chEvil[40:])})), want: WatchDrop, err: errQUICLateInitial}}},
 		{name: "initial without the fixed bit", why: "a server drops it, so its bytes could come later under the server's connection ID, unread",
-			steps: []step{{d: in(QUICInitial{DCID: dcid2, Payload: crypto(0, ch), ClearFixedBit: true}), want: WatchDrop, err: errQUICFixedBit}}},
+			steps: []step{{d: in(QUICInitial{DCID: dcid2, Payload: crypto(0, ch), ClearFixedBit: true}), want: WatchDecide, fail: true}}},
 		{name: "big second hello naming the flow", why: "held, then passed on",
 			steps: []step{
 				{d: in(QUICInitial{DCID: dcid2, PN: 0, Payload: crypto(0, big[:1000])}), want: WatchHold},
@@ -233,6 +233,10 @@ func FuzzQUICWatch(f *testing.F) {
 					continue
 				}
 			}
+			if flags&0x40 != 0 && i == 0 {
+				// The raw bytes as the server's: IDs to learn.
+				w.Server(p)
+			}
 			s := w.Datagram(d)
 			switch s.Action {
 			case WatchDecide:
@@ -270,4 +274,43 @@ func firstAssembler(t *testing.T, ch []byte) *QUICAssembler {
 		t.Fatalf("first connection: %+v", r)
 	}
 	return q
+}
+
+// TestQUICWatchServerIDs: the client's Initials sent to the server's
+// connection ID (learned from the server's packets) are verified against
+// the connection's ClientHello, with the keys of the client's first ID.
+func TestQUICWatchServerIDs(t *testing.T) {
+	ch := helloMsg([]ext{sniExt("app.test")})
+	chEvil := helloMsg([]ext{sniExt("evil.test")})
+	serverID := []byte{0x5e, 0x5e, 0x5e, 0x5e}
+	// What the server sends back: an Initial to the client's ID ("c1").
+	fromServer := initialOf(t, QUICInitial{DCID: []byte("c1"), SCID: serverID, Payload: []byte{frAck, 0, 0, 0, 0}, PadTo: 1200})
+	toServer := func(pn uint32, payload []byte) []byte {
+		return initialOf(t, QUICInitial{DCID: serverID, KeyDCID: testDCID, SCID: []byte("c1"), PN: pn, Payload: payload, PadTo: 1200})
+	}
+	for _, tc := range []struct {
+		name    string
+		learned bool
+		d       []byte
+		want    WatchAction
+		err     Error
+	}{
+		{"an ACK under the server's ID", true, toServer(3, []byte{frAck, 0, 0, 0, 0}), WatchPass, ""},
+		{"the ClientHello again under the server's ID", true, toServer(3, QUICCryptoFrame(0, ch)), WatchPass, ""},
+		{"another ClientHello under the server's ID", true, toServer(3, QUICCryptoFrame(0, chEvil)), WatchDrop, errQUICCryptoConfl},
+		{"CRYPTO past the ClientHello under the server's ID", true, toServer(3, QUICCryptoFrame(len(ch), []byte{1, 2})), WatchDrop, errQUICAfterHello},
+		{"a repeated packet number under the server's ID", true, toServer(0, []byte{frAck, 0, 0, 0, 0}), WatchDrop, errQUICDupPN},
+		{"unread before the server answered", false, toServer(3, QUICCryptoFrame(0, chEvil)), WatchPass, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := NewQUICWatch(firstAssembler(t, ch))
+			if tc.learned {
+				w.Server(fromServer)
+			}
+			s := w.Datagram(tc.d)
+			if s.Action != tc.want || (tc.err != "" && s.Err != tc.err) {
+				t.Fatalf("action %d err %v, want %d %v", s.Action, s.Err, tc.want, tc.err)
+			}
+		})
+	}
 }

@@ -102,8 +102,9 @@ func (g *Gateway) judgeQUIC(a *admission, r l7.Result, quote []byte) bool {
 // l7.QUICWatch, so that a later connection on the same 5-tuple is held
 // until its ClientHello is whole and checked like the first (judgeQUIC),
 // and a datagram that must not reach the server is dropped, with a
-// record when it is a refusal. Only the relay's one reading goroutine
-// calls Read.
+// record when it is a refusal; the server's datagrams written to the
+// worker teach the watch the server's connection IDs. Only the relay's
+// one reading goroutine calls Read, and its one writing goroutine Write.
 type quicFollow struct {
 	net.Conn
 	g     *Gateway
@@ -111,6 +112,13 @@ type quicFollow struct {
 	w     *l7.QUICWatch
 	quote []byte
 	out   [][]byte // datagrams of a connection that passed, to return first
+}
+
+// Write sends the server's datagram to the worker; the watch learns the
+// server's connection IDs from it first.
+func (f *quicFollow) Write(b []byte) (int, error) {
+	f.w.Server(b)
+	return f.Conn.Write(b)
 }
 
 func (f *quicFollow) Read(b []byte) (int, error) {
