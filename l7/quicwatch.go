@@ -184,8 +184,17 @@ func (w *QUICWatch) Datagram(d []byte) WatchStep {
 		if h.initial() && target == nil && fresh == nil {
 			if c := w.find(h.dcid); c != nil {
 				target = c
-			} else if c := w.findServer(h.dcid); c != nil {
-				target, under = c, true
+			} else if cs := w.findServer(h.dcid); len(cs) > 0 {
+				// After a Retry the old and the new connection share
+				// the client's ID, and so the server's answers: the
+				// packet is the one's whose keys open it. None: no
+				// server reads it either.
+				for _, c := range cs {
+					if _, _, err := openInitial(c.asm.keys, rest[:h.end], h.pnOff, c.asm.largestPN, &w.scratch); err == nil || err == errQUICReserved {
+						target, under = c, true
+						break
+					}
+				}
 			} else if w.opens(&h, rest[:h.end]) {
 				fresh = h.dcid
 			}
@@ -251,14 +260,16 @@ func (w *QUICWatch) Refuse(s WatchStep) {
 	}
 }
 
-// findServer is the passed connection one of whose server IDs is dcid.
-func (w *QUICWatch) findServer(dcid []byte) *watchedConn {
-	for _, c := range w.conns {
-		if slices.Contains(c.server, string(dcid)) {
-			return c
+// findServer lists the passed connections one of whose server IDs is
+// dcid, newest first.
+func (w *QUICWatch) findServer(dcid []byte) []*watchedConn {
+	var cs []*watchedConn
+	for i := len(w.conns) - 1; i >= 0; i-- {
+		if c := w.conns[i]; c.state == watchAllowed && c.asm != nil && slices.Contains(c.server, string(dcid)) {
+			cs = append(cs, c)
 		}
 	}
-	return nil
+	return cs
 }
 
 func (w *QUICWatch) find(dcid []byte) *watchedConn {

@@ -157,12 +157,7 @@ func TestQUICWatch(t *testing.T) {
 
 // handshakePacket is an (unreadable) client Handshake packet.
 func handshakePacket(v uint32, dcid []byte, n int) []byte {
-	typ := quicParams(v).handshakeT
-	b := []byte{0xc0 | typ<<4 | 3, byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v), byte(len(dcid))}
-	b = append(b, dcid...)
-	b = append(b, 0)
-	b = appendVarint(b, uint64(n))
-	return append(b, bytes.Repeat([]byte{0x5a}, n)...)
+	return opaquePacket(v, quicParams(v).handshakeT, dcid, n)
 }
 
 // TestQUICWatchBounds checks that a worker cannot make the watch hold
@@ -312,5 +307,32 @@ func TestQUICWatchServerIDs(t *testing.T) {
 				t.Fatalf("action %d err %v, want %d %v", s.Action, s.Err, tc.want, tc.err)
 			}
 		})
+	}
+}
+
+// TestQUICWatchRetryServerIDs: after a Retry the first connection and the
+// one the client starts over with share the client's ID, so the server's
+// answers teach both the same server ID; the client's Initials under it
+// belong to the connection whose keys open them (the new one), not to the
+// first (the attack review's Retry test refused a real client's ACK).
+func TestQUICWatchRetryServerIDs(t *testing.T) {
+	ch := helloMsg([]ext{sniExt("app.test")})
+	retryID := []byte{0x7e, 0x7e, 0x7e, 0x7e}
+	serverID := []byte{0x5e, 0x5e, 0x5e, 0x5e}
+	w := NewQUICWatch(firstAssembler(t, ch))
+	again := initialOf(t, QUICInitial{DCID: retryID, SCID: []byte("c1"), Token: []byte("t"), Payload: QUICCryptoFrame(0, ch), PadTo: 1200})
+	s := w.Datagram(again)
+	if s.Action != WatchDecide || s.Result.SNI != "app.test" {
+		t.Fatalf("the Initial after the Retry: %+v", s)
+	}
+	w.Allow(s)
+	w.Server(initialOf(t, QUICInitial{DCID: []byte("c1"), SCID: serverID, Payload: []byte{frAck, 0, 0, 0, 0}, PadTo: 1200}))
+	ack := initialOf(t, QUICInitial{DCID: serverID, KeyDCID: retryID, SCID: []byte("c1"), PN: 1, Payload: []byte{frAck, 0, 0, 0, 0}, PadTo: 1200})
+	if s := w.Datagram(ack); s.Action != WatchPass {
+		t.Fatalf("the client's ACK under the server's ID, with the new connection's keys: action %d err %v", s.Action, s.Err)
+	}
+	evil := initialOf(t, QUICInitial{DCID: serverID, KeyDCID: retryID, SCID: []byte("c1"), PN: 2, Payload: QUICCryptoFrame(0, helloMsg([]ext{sniExt("evil.test")})), PadTo: 1200})
+	if s := w.Datagram(evil); s.Action != WatchDrop || s.Err != errQUICCryptoConfl {
+		t.Fatalf("another ClientHello under the server's ID: action %d err %v", s.Action, s.Err)
 	}
 }
