@@ -3,6 +3,8 @@ package guard
 import (
 	"bytes"
 	"encoding/binary"
+
+	"github.com/nsgate/nsgate/internal/elfgen"
 )
 
 // Hand-made ELF files for the tests. They are written byte by byte so that
@@ -12,41 +14,7 @@ import (
 // PT_INTERP naming it (the file is then only good for Resolve, not for
 // running).
 func elf64(interp string) []byte {
-	const ehsize, phsize = 64, 56
-	phnum := 1
-	if interp != "" {
-		phnum = 2
-	}
-	codeOff := ehsize + phsize*phnum
-	code := []byte{0xb8, 60, 0, 0, 0, 0x31, 0xff, 0x0f, 0x05} // exit(0)
-	interpBytes := append([]byte(interp), 0)
-	total := codeOff + len(code) + len(interpBytes)
-	const base = 0x400000
-
-	var b bytes.Buffer
-	le := binary.LittleEndian
-	b.Write([]byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0})
-	b.Write(make([]byte, 8))
-	binary.Write(&b, le, uint16(2))                // ET_EXEC
-	binary.Write(&b, le, uint16(62))               // EM_X86_64
-	binary.Write(&b, le, uint32(1))                // EV_CURRENT
-	binary.Write(&b, le, uint64(base+codeOff))     // e_entry
-	binary.Write(&b, le, uint64(ehsize))           // e_phoff
-	binary.Write(&b, le, uint64(0))                // e_shoff
-	binary.Write(&b, le, uint32(0))                // e_flags
-	binary.Write(&b, le, []uint16{ehsize, phsize}) // e_ehsize, e_phentsize
-	binary.Write(&b, le, []uint16{uint16(phnum), 0, 0, 0})
-	if interp != "" {
-		off := uint64(codeOff + len(code))
-		binary.Write(&b, le, []uint32{3, 4}) // PT_INTERP, PF_R
-		binary.Write(&b, le, []uint64{off, base + off, base + off,
-			uint64(len(interpBytes)), uint64(len(interpBytes)), 1})
-	}
-	binary.Write(&b, le, []uint32{1, 5}) // PT_LOAD, PF_R|PF_X
-	binary.Write(&b, le, []uint64{0, base, base, uint64(total), uint64(total), 0x1000})
-	b.Write(code)
-	b.Write(interpBytes)
-	return b.Bytes()
+	return elfgen.X8664([]byte{0xb8, 60, 0, 0, 0, 0x31, 0xff, 0x0f, 0x05}, interp) // exit(0)
 }
 
 // ia32Probe returns a static i386 executable that makes one ia32 system

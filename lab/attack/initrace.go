@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/binary"
 	"runtime"
+
+	"github.com/nsgate/nsgate/internal/elfgen"
 )
 
 // The init memory race (fs-race-init-mem): the sandbox's init shares the
@@ -70,30 +72,5 @@ func InitRaceProgram() (prog []byte, ok bool) {
 	c.Write([]byte{0x0f, 0x05})
 	// path (offset 61):
 	c.WriteString("/proc/1/mem\x00")
-	return staticELF64(c.Bytes()), true
-}
-
-// staticELF64 wraps code in a minimal x86-64 ELF executable: one
-// read-execute PT_LOAD holding the headers and the code, entry at the
-// code.
-func staticELF64(code []byte) []byte {
-	const ehsize, phsize, base = 64, 56, 0x400000
-	codeOff := ehsize + phsize
-	total := codeOff + len(code)
-	le := binary.LittleEndian
-	var b bytes.Buffer
-	b.Write([]byte{0x7f, 'E', 'L', 'F', 2, 1, 1, 0})
-	b.Write(make([]byte, 8))
-	binary.Write(&b, le, uint16(2))            // ET_EXEC
-	binary.Write(&b, le, uint16(62))           // EM_X86_64
-	binary.Write(&b, le, uint32(1))            // EV_CURRENT
-	binary.Write(&b, le, uint64(base+codeOff)) // e_entry
-	binary.Write(&b, le, uint64(ehsize))       // e_phoff
-	binary.Write(&b, le, uint64(0))            // e_shoff
-	binary.Write(&b, le, uint32(0))            // e_flags
-	binary.Write(&b, le, []uint16{ehsize, phsize, 1, 0, 0, 0})
-	binary.Write(&b, le, []uint32{1, 5}) // PT_LOAD, PF_R|PF_X
-	binary.Write(&b, le, []uint64{0, base, base, uint64(total), uint64(total), 0x1000})
-	b.Write(code)
-	return b.Bytes()
+	return elfgen.X8664(c.Bytes(), ""), true
 }
