@@ -70,15 +70,8 @@ func (c *countingPC) ReadFrom(p []byte) (int, net.Addr, error) {
 // the datagram counter and the certificate.
 func h3Server(t *testing.T) (*countingPC, *x509.Certificate) {
 	t.Helper()
-	cert, err := inet.CA().Issue([]string{internet.AppName}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc, err := net.ListenPacket("udp", net.JoinHostPort(internet.AppV6, "443"))
-	if err != nil {
-		t.Fatalf("h3 server: %v", err)
-	}
-	c := &countingPC{PacketConn: pc}
+	c, cert := h3Listen(t, "443")
+	pc := c.PacketConn
 	srv := &http3.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Content-Type", "text/html")
@@ -113,15 +106,8 @@ func h3Server(t *testing.T) (*countingPC, *x509.Certificate) {
 // datagram counter.
 func h3RetryServer(t *testing.T) *countingPC {
 	t.Helper()
-	cert, err := inet.CA().Issue([]string{internet.AppName}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pc, err := net.ListenPacket("udp", net.JoinHostPort(internet.AppV6, "8443"))
-	if err != nil {
-		t.Fatalf("h3 retry server: %v", err)
-	}
-	c := &countingPC{PacketConn: pc}
+	c, cert := h3Listen(t, "8443")
+	pc := c.PacketConn
 	tr := &quic.Transport{Conn: c, VerifySourceAddress: func(net.Addr) bool { return true }}
 	ln, err := tr.ListenEarly(http3.ConfigureTLSConfig(&tls.Config{Certificates: []tls.Certificate{cert}}), &quic.Config{})
 	if err != nil {
@@ -134,6 +120,22 @@ func h3RetryServer(t *testing.T) *countingPC {
 	go func() { defer close(done); srv.ServeListener(ln) }()
 	t.Cleanup(func() { srv.Close(); ln.Close(); tr.Close(); pc.Close(); <-done })
 	return c
+}
+
+// h3Listen opens an HTTP/3 server's UDP socket on app.test's IPv6 address
+// and port, counted, and issues its certificate for app.test from the
+// fake internet's CA.
+func h3Listen(t *testing.T, port string) (*countingPC, tls.Certificate) {
+	t.Helper()
+	cert, err := inet.CA().Issue([]string{internet.AppName}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pc, err := net.ListenPacket("udp", net.JoinHostPort(internet.AppV6, port))
+	if err != nil {
+		t.Fatalf("h3 server on port %s: %v", port, err)
+	}
+	return &countingPC{PacketConn: pc}, cert
 }
 
 // buildH3Get builds the test's HTTP/3 client (integration/h3get) into dir.

@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -347,32 +348,12 @@ func TestInitEnvironment(t *testing.T) {
 		cmd := nsgateCmd(m, "run", "--exec-allow", cat, "--", "/bin/sh", "-c",
 			`echo "worker GOMAXPROCS=${GOMAXPROCS-unset}"; if cat /proc/1/environ >/dev/null 2>&1; then echo "init environ readable"; else echo "init environ refused"; fi; echo ready; read -r line`)
 		cmd.Env = append(cmd.Env, "GOMAXPROCS=3")
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer cmd.Process.Kill()
-		var said []string
-		sc := bufio.NewScanner(out)
-		timer := time.AfterFunc(30*time.Second, func() { cmd.Process.Kill() })
-		defer timer.Stop()
-		for sc.Scan() && sc.Text() != "ready" {
-			said = append(said, sc.Text())
-		}
+		h := startHeld(t, cmd)
 		// nsgate's one child is init.
 		initEnv, err := childEnviron(cmd.Process.Pid)
-		in.Write([]byte("go\n"))
-		cmd.Wait()
-		t.Logf("worker said %q; stderr: %s", said, errb.String())
+		h.release()
+		said := h.said
+		t.Logf("worker said %q; stderr: %s", said, h.stderr.String())
 		if err != nil {
 			t.Fatalf("init's environment from the host: %v", err)
 		}
@@ -438,6 +419,65 @@ func TestInitIgnoresFaultSignals(t *testing.T) {
 			t.Errorf("exit %d, stdout %q, stderr %q; want init to ignore the signals and the worker to go on", r.code, r.stdout, r.stderr)
 		}
 	})
+}
+
+// heldWorker is an `nsgate run` whose worker has said "ready" and now
+// waits for a line on its standard input (its last command is
+// `read -r line`), so the host can look while the worker runs.
+type heldWorker struct {
+	cmd    *exec.Cmd
+	in     io.WriteCloser
+	said   []string // the worker's lines up to "ready"
+	stderr *bytes.Buffer
+}
+
+// startHeld starts cmd and waits (60 s at most) for the worker's "ready"
+// line; the test fails if it ends or hangs first.
+func startHeld(t *testing.T, cmd *exec.Cmd) *heldWorker {
+	t.Helper()
+	h := &heldWorker{cmd: cmd, stderr: &bytes.Buffer{}}
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.in = in
+	cmd.Stderr = h.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	lines := make(chan string, 16)
+	go func() {
+		defer close(lines)
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+	}()
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("the worker ended before it was ready: %q; stderr: %s", h.said, h.stderr.String())
+			}
+			if l == "ready" {
+				return h
+			}
+			h.said = append(h.said, l)
+		case <-time.After(60 * time.Second):
+			t.Fatalf("the worker did not get ready: %q; stderr: %s", h.said, h.stderr.String())
+		}
+	}
+}
+
+// release lets the worker go on and waits for nsgate to exit.
+func (h *heldWorker) release() error {
+	h.in.Write([]byte("go\n"))
+	return h.cmd.Wait()
 }
 
 // childEnviron is the environment of the one child process of pid.
@@ -636,57 +676,8 @@ func TestViewHidesStartGate(t *testing.T) {
 		// has looked: it waits for a line on its standard input.
 		cmd := nsgateCmd(m, "run", "--exec-allow", flock, "--", "/bin/sh", "-c", held)
 		cmd.Env = append(cmd.Env, "XDG_RUNTIME_DIR="+xdg, "NSGATE_START_SLOTS=2")
-		in, err := cmd.StdinPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		var errb bytes.Buffer
-		cmd.Stderr = &errb
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		defer cmd.Process.Kill()
-		lines := make(chan string, 16)
-		go func() {
-			defer close(lines)
-			b := make([]byte, 4096)
-			var acc []byte
-			for {
-				n, err := out.Read(b)
-				acc = append(acc, b[:n]...)
-				for {
-					i := bytes.IndexByte(acc, '\n')
-					if i < 0 {
-						break
-					}
-					lines <- string(acc[:i])
-					acc = acc[i+1:]
-				}
-				if err != nil {
-					return
-				}
-			}
-		}()
-		var said []string
-	wait:
-		for {
-			select {
-			case l, ok := <-lines:
-				if !ok {
-					t.Fatalf("the worker ended before it was ready: %q; stderr: %s", said, errb.String())
-				}
-				said = append(said, l)
-				if l == "ready" {
-					break wait
-				}
-			case <-time.After(60 * time.Second):
-				t.Fatalf("the worker did not get ready: %q; stderr: %s", said, errb.String())
-			}
-		}
+		h := startHeld(t, cmd)
+		said := h.said
 		// The worker is still running, holding whatever it could open.
 		for _, p := range slots {
 			f, err := os.Open(p)
@@ -698,13 +689,8 @@ func TestViewHidesStartGate(t *testing.T) {
 			}
 			f.Close()
 		}
-		in.Write([]byte("done\n"))
-		in.Close()
-		for l := range lines {
-			said = append(said, l)
-		}
-		cmd.Wait()
-		t.Logf("worker said %q; stderr: %s", said, errb.String())
+		h.release()
+		t.Logf("worker said %q; stderr: %s", said, h.stderr.String())
 		for _, l := range said {
 			if strings.HasPrefix(l, "held-") || strings.HasPrefix(l, "sees ") {
 				t.Errorf("the worker got at the start gate: %q", l)

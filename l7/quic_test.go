@@ -135,7 +135,12 @@ func cat(bs ...[]byte) []byte { return bytes.Join(bs, nil) }
 
 // zeroRTT is an (undecryptable) 0-RTT packet with the given DCID.
 func zeroRTT(v uint32, dcid []byte, n int) []byte {
-	typ := quicParams(v).zeroRTT
+	return opaquePacket(v, quicParams(v).zeroRTT, dcid, n)
+}
+
+// opaquePacket is a long-header packet of type typ (0-RTT or Handshake)
+// with the given DCID and n bytes nobody can decrypt.
+func opaquePacket(v uint32, typ byte, dcid []byte, n int) []byte {
 	b := []byte{0xc0 | typ<<4 | 3, byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v), byte(len(dcid))}
 	b = append(b, dcid...)
 	b = append(b, 0)

@@ -782,28 +782,17 @@ func l7QUICSecondConnection() Attempt {
 				return erroredf("precondition: %v", err)
 			}
 			defer c.Close()
-			buf := make([]byte, 2048)
-			c.Write(first)
-			c.SetReadDeadline(time.Now().Add(a.cfg.Timeout / 3))
-			if n, err := c.Read(buf); err != nil || !bytes.Equal(buf[:n], first) {
+			if ok, err := echoed(c, a.cfg.Timeout/3, first); !ok {
 				return erroredf("precondition: the first connection (quic.test) did not reach the server: %v", err)
 			}
-			if _, err := c.Write(second); err != nil {
-				return blockedf("%v", err)
+			ok, err := echoed(c, a.cfg.Timeout/3, second)
+			switch {
+			case err != nil:
+				return erroredf("%v", err)
+			case ok:
+				return allowedf("the second connection's Initial (evil.test) reached the server and came back")
 			}
-			c.SetReadDeadline(time.Now().Add(a.cfg.Timeout / 3))
-			for {
-				n, err := c.Read(buf)
-				if err != nil {
-					if ne, ok := err.(net.Error); !isRefusal(err) && !(ok && ne.Timeout()) {
-						return erroredf("%v", err)
-					}
-					return blockedf("the second connection got no answer: %v", err)
-				}
-				if bytes.Equal(buf[:n], second) {
-					return allowedf("the second connection's Initial (evil.test) reached the server and came back")
-				}
-			}
+			return blockedf("the second connection got no answer")
 		},
 	}
 }
