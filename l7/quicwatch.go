@@ -22,8 +22,9 @@ import (
 // knows:
 //
 //   - one that does not decrypt cannot start a connection: it passes (it
-//     is a later Initial of a connection under way, or garbage the server
-//     drops);
+//     is a later Initial of a connection under way, sent to a connection
+//     ID the server gave in a NEW_CONNECTION_ID frame, which the watch
+//     cannot read, or garbage the server drops);
 //   - one that does is a new connection: its datagrams are held, read by
 //     a QUICAssembler of their own, and decided like the first connection
 //     (WatchDecide); the caller checks the Result, then calls Allow (the
@@ -51,7 +52,11 @@ import (
 // of their own ID; the watch verifies them against the connection whose
 // ClientHello was read (QUICAssembler.VerifyUnder), so that bytes of a
 // ClientHello a server dropped but the watch read cannot come again,
-// changed, under the server's ID.
+// changed, under the server's ID. An Initial under a server's ID that
+// none of the connections' keys open is dropped too: a server that never
+// got an Initial the watch read (lost, or longer than it reads) has a
+// smaller largest packet number and decodes a truncated one otherwise,
+// so it may open what the watch cannot.
 //
 // Datagram, Allow and Refuse are called by the reader of the client's
 // side, Server by the writer to it; the watch locks. It copies what it
@@ -194,6 +199,13 @@ func (w *QUICWatch) Datagram(d []byte) WatchStep {
 						target, under = c, true
 						break
 					}
+				}
+				if target == nil {
+					// No key opens it here, but a server that
+					// missed an Initial the watch read has a
+					// smaller largest packet number, decodes this
+					// one's otherwise and may open it.
+					return WatchStep{Action: WatchDrop, Err: errQUICDecrypt}
 				}
 			} else if w.opens(&h, rest[:h.end]) {
 				fresh = h.dcid

@@ -296,6 +296,7 @@ func TestQUICWatchServerIDs(t *testing.T) {
 		{"CRYPTO past the ClientHello under the server's ID", true, toServer(3, QUICCryptoFrame(len(ch), []byte{1, 2})), WatchDrop, errQUICAfterHello},
 		{"a repeated packet number under the server's ID", true, toServer(0, []byte{frAck, 0, 0, 0, 0}), WatchDrop, errQUICDupPN},
 		{"unread before the server answered", false, toServer(3, QUICCryptoFrame(0, chEvil)), WatchPass, ""},
+		{"a packet number the watch decodes otherwise", true, initialOf(t, QUICInitial{DCID: serverID, KeyDCID: testDCID, SCID: []byte("c1"), PN: 300, PNLen: 1, Payload: []byte{frAck, 0, 0, 0, 0}, PadTo: 1200}), WatchDrop, errQUICDecrypt},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := NewQUICWatch(firstAssembler(t, ch))
