@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"slices"
 	"sync"
@@ -297,13 +298,11 @@ func spliceFirst(t *testing.T, srv *sniServer, h *harness, c net.Conn) {
 // which cannot decrypt it, and to 1 for the server, which can and reads
 // the tail of a ClientHello naming bad.test from it. The server (quic-go)
 // is the judge; both the flow's first connection (read by the gate) and
-// a second one (read by the watch) are tried.
+// a second one (read by the watch) are tried, and a second one the watch
+// forgot (16 later connections) before the filler came.
 func TestQUICWatchSpliceLostInitial(t *testing.T) {
-	for _, second := range []bool{false, true} {
-		name := "first connection"
-		if second {
-			name = "second connection"
-		}
+	for _, name := range []string{"first connection", "second connection", "forgotten"} {
+		second := name != "first connection"
 		t.Run(name, func(t *testing.T) {
 			srv := newSNIServer(t)
 			h, _ := quicHarness(t)
@@ -346,8 +345,23 @@ func TestQUICWatchSpliceLostInitial(t *testing.T) {
 					continue
 				}
 				if sid := serverSCID(buf[:n]); len(sid) > 0 {
+					pn := uint32(1) // decoded as 257 by the gateway
+					if name == "forgotten" {
+						// 16 more connections naming app.test make
+						// the watch forget this one, and with it the
+						// server's ID: it no longer reads the filler,
+						// even with a packet number it would decode
+						// as the server does.
+						for i := range 16 {
+							id := []byte(fmt.Sprintf("filler-conn-%02d", i))
+							c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: id, SCID: id[:8],
+								Payload: l7.QUICCryptoFrame(0, quicClientHello(t, "app.test", id[:8])), PadTo: 1200}))
+						}
+						time.Sleep(200 * time.Millisecond)
+						pn = 201
+					}
 					c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: sid, KeyDCID: dcid, SCID: scid,
-						PN: 1, PNLen: 1, Payload: l7.QUICCryptoFrame(k, bad[k:]), PadTo: 1200}))
+						PN: pn, PNLen: 1, Payload: l7.QUICCryptoFrame(k, bad[k:]), PadTo: 1200}))
 					break
 				}
 			}
