@@ -58,21 +58,32 @@ import (
 // smaller largest packet number and decodes a truncated one otherwise,
 // so it may open what the watch cannot.
 //
+// A connection the watch forgot (it remembers quicWatchConns) keeps its
+// server IDs in the watch, and Initials under them are dropped: else the
+// gap above could be filled under a forgotten ID, unread.
+//
 // Datagram, Allow and Refuse are called by the reader of the client's
 // side, Server by the writer to it; the watch locks. It copies what it
 // holds.
 type QUICWatch struct {
-	mu      sync.Mutex
-	conns   []*watchedConn // at most quicWatchConns, oldest first
+	mu    sync.Mutex
+	conns []*watchedConn // at most quicWatchConns, oldest first
+	// gone are the server IDs of connections the watch forgot (at most
+	// quicWatchGone): the server may still route an Initial under one
+	// to its connection and open it, so the watch drops those.
+	gone    []string
 	scratch []byte
 }
 
 // quicWatchConns bounds the connections a watch remembers, and
 // quicWatchPending those held at once (each holds at most
 // QUICMaxHeldBytes).
+// quicWatchGone bounds the server IDs of forgotten connections it keeps;
+// once they would not fit, new connections on the flow are refused.
 const (
 	quicWatchConns   = 16
 	quicWatchPending = 4
+	quicWatchGone    = 64
 )
 
 type watchState int
@@ -189,6 +200,8 @@ func (w *QUICWatch) Datagram(d []byte) WatchStep {
 		if h.initial() && target == nil && fresh == nil {
 			if c := w.find(h.dcid); c != nil {
 				target = c
+			} else if slices.Contains(w.gone, string(h.dcid)) {
+				return WatchStep{Action: WatchDrop, Err: errQUICForgotten}
 			} else if cs := w.findServer(h.dcid); len(cs) > 0 {
 				// After a Retry the old and the new connection share
 				// the client's ID, and so the server's answers: the
@@ -294,7 +307,7 @@ func (w *QUICWatch) find(dcid []byte) *watchedConn {
 }
 
 // add remembers a new connection, pending, forgetting the oldest decided
-// one when the watch is full.
+// one when the watch is full (but not its server IDs: see gone).
 func (w *QUICWatch) add(dcid []byte) (*watchedConn, error) {
 	pending := 0
 	for _, c := range w.conns {
@@ -308,6 +321,12 @@ func (w *QUICWatch) add(dcid []byte) (*watchedConn, error) {
 	if len(w.conns) >= quicWatchConns {
 		for i, c := range w.conns {
 			if c.state != watchPending {
+				// Its server IDs stay known: the server may
+				// still have the connection.
+				if len(w.gone)+len(c.server) > quicWatchGone {
+					return nil, errQUICTooManyConns
+				}
+				w.gone = append(w.gone, c.server...)
 				w.conns = append(w.conns[:i], w.conns[i+1:]...)
 				break
 			}
