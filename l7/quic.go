@@ -104,6 +104,7 @@ const (
 
 	errQUICTooManyInitials Error = "quic: too many initial packets in one connection"
 	errQUICTooManyConns    Error = "quic: too many connections being checked on one flow"
+	errQUICForgotten       Error = "quic: initial packet under the server id of a connection the gateway forgot"
 )
 
 // Version-specific parts of the Initial key schedule and header.

@@ -22,8 +22,9 @@ import (
 // knows:
 //
 //   - one that does not decrypt cannot start a connection: it passes (it
-//     is a later Initial of a connection under way, or garbage the server
-//     drops);
+//     is a later Initial of a connection under way, sent to a connection
+//     ID the server gave in a NEW_CONNECTION_ID frame, which the watch
+//     cannot read, or garbage the server drops);
 //   - one that does is a new connection: its datagrams are held, read by
 //     a QUICAssembler of their own, and decided like the first connection
 //     (WatchDecide); the caller checks the Result, then calls Allow (the
@@ -51,23 +52,38 @@ import (
 // of their own ID; the watch verifies them against the connection whose
 // ClientHello was read (QUICAssembler.VerifyUnder), so that bytes of a
 // ClientHello a server dropped but the watch read cannot come again,
-// changed, under the server's ID.
+// changed, under the server's ID. An Initial under a server's ID that
+// none of the connections' keys open is dropped too: a server that never
+// got an Initial the watch read (lost, or longer than it reads) has a
+// smaller largest packet number and decodes a truncated one otherwise,
+// so it may open what the watch cannot.
+//
+// A connection the watch forgot (it remembers quicWatchConns) keeps its
+// server IDs in the watch, and Initials under them are dropped: else the
+// gap above could be filled under a forgotten ID, unread.
 //
 // Datagram, Allow and Refuse are called by the reader of the client's
 // side, Server by the writer to it; the watch locks. It copies what it
 // holds.
 type QUICWatch struct {
-	mu      sync.Mutex
-	conns   []*watchedConn // at most quicWatchConns, oldest first
+	mu    sync.Mutex
+	conns []*watchedConn // at most quicWatchConns, oldest first
+	// gone are the server IDs of connections the watch forgot (at most
+	// quicWatchGone): the server may still route an Initial under one
+	// to its connection and open it, so the watch drops those.
+	gone    []string
 	scratch []byte
 }
 
 // quicWatchConns bounds the connections a watch remembers, and
 // quicWatchPending those held at once (each holds at most
 // QUICMaxHeldBytes).
+// quicWatchGone bounds the server IDs of forgotten connections it keeps;
+// once they would not fit, new connections on the flow are refused.
 const (
 	quicWatchConns   = 16
 	quicWatchPending = 4
+	quicWatchGone    = 64
 )
 
 type watchState int
@@ -184,6 +200,8 @@ func (w *QUICWatch) Datagram(d []byte) WatchStep {
 		if h.initial() && target == nil && fresh == nil {
 			if c := w.find(h.dcid); c != nil {
 				target = c
+			} else if slices.Contains(w.gone, string(h.dcid)) {
+				return WatchStep{Action: WatchDrop, Err: errQUICForgotten}
 			} else if cs := w.findServer(h.dcid); len(cs) > 0 {
 				// After a Retry the old and the new connection share
 				// the client's ID, and so the server's answers: the
@@ -194,6 +212,13 @@ func (w *QUICWatch) Datagram(d []byte) WatchStep {
 						target, under = c, true
 						break
 					}
+				}
+				if target == nil {
+					// No key opens it here, but a server that
+					// missed an Initial the watch read has a
+					// smaller largest packet number, decodes this
+					// one's otherwise and may open it.
+					return WatchStep{Action: WatchDrop, Err: errQUICDecrypt}
 				}
 			} else if w.opens(&h, rest[:h.end]) {
 				fresh = h.dcid
@@ -282,7 +307,7 @@ func (w *QUICWatch) find(dcid []byte) *watchedConn {
 }
 
 // add remembers a new connection, pending, forgetting the oldest decided
-// one when the watch is full.
+// one when the watch is full (but not its server IDs: see gone).
 func (w *QUICWatch) add(dcid []byte) (*watchedConn, error) {
 	pending := 0
 	for _, c := range w.conns {
@@ -296,6 +321,12 @@ func (w *QUICWatch) add(dcid []byte) (*watchedConn, error) {
 	if len(w.conns) >= quicWatchConns {
 		for i, c := range w.conns {
 			if c.state != watchPending {
+				// Its server IDs stay known: the server may
+				// still have the connection.
+				if len(w.gone)+len(c.server) > quicWatchGone {
+					return nil, errQUICTooManyConns
+				}
+				w.gone = append(w.gone, c.server...)
 				w.conns = append(w.conns[:i], w.conns[i+1:]...)
 				break
 			}

@@ -196,6 +196,54 @@ func TestQUICWatchBounds(t *testing.T) {
 	}
 }
 
+// TestQUICWatchForgotten: a connection the watch forgot keeps its server
+// IDs, and a client Initial under one is dropped (the server may still
+// route it to the connection and open it); once forgotten IDs would pass
+// their bound, new connections are refused instead of forgetting more.
+func TestQUICWatchForgotten(t *testing.T) {
+	ch := helloMsg([]ext{sniExt("app.test")})
+	serverID := []byte{0x5e, 0x5e, 0x5e, 0x5e}
+	w := NewQUICWatch(firstAssembler(t, ch))
+	w.Server(initialOf(t, QUICInitial{DCID: []byte("c1"), SCID: serverID, Payload: []byte{frAck, 0, 0, 0, 0}, PadTo: 1200}))
+	newConn := func(i int) WatchStep {
+		id := []byte{8, 8, 8, 8, 8, 8, byte(i >> 8), byte(i)}
+		return w.Datagram(initialOf(t, QUICInitial{DCID: id, SCID: id[4:], Payload: QUICCryptoFrame(0, ch), PadTo: 1200}))
+	}
+	for i := range quicWatchConns {
+		s := newConn(i)
+		if s.Action != WatchDecide {
+			t.Fatalf("connection %d: action %d err %v", i, s.Action, s.Err)
+		}
+		w.Allow(s)
+		// Each answered by the server under an ID of its own.
+		w.Server(initialOf(t, QUICInitial{DCID: []byte{8, 8, byte(i >> 8), byte(i)}, SCID: []byte{7, 7, byte(i >> 8), byte(i)}, Payload: []byte{frAck, 0, 0, 0, 0}, PadTo: 1200}))
+	}
+	if w.find(testDCID) != nil {
+		t.Fatal("the first connection is still remembered")
+	}
+	chEvil := helloMsg([]ext{sniExt("evil.test")})
+	d := initialOf(t, QUICInitial{DCID: serverID, KeyDCID: testDCID, SCID: []byte("c1"), PN: 7, Payload: QUICCryptoFrame(0, chEvil), PadTo: 1200})
+	if s := w.Datagram(d); s.Action != WatchDrop || s.Err != errQUICForgotten {
+		t.Fatalf("an Initial under a forgotten connection's server ID: action %d err %v", s.Action, s.Err)
+	}
+	refused := false
+	for i := quicWatchConns; i < quicWatchConns+2*quicWatchGone && !refused; i++ {
+		s := newConn(i)
+		switch {
+		case s.Action == WatchDrop && s.Err == errQUICTooManyConns:
+			refused = true
+		case s.Action == WatchDecide:
+			w.Allow(s)
+			w.Server(initialOf(t, QUICInitial{DCID: []byte{8, 8, byte(i >> 8), byte(i)}, SCID: []byte{7, 7, byte(i >> 8), byte(i)}, Payload: []byte{frAck, 0, 0, 0, 0}, PadTo: 1200}))
+		default:
+			t.Fatalf("connection %d: action %d err %v", i, s.Action, s.Err)
+		}
+	}
+	if !refused || len(w.gone) > quicWatchGone {
+		t.Fatalf("refused %v, %d forgotten server IDs (bound %d)", refused, len(w.gone), quicWatchGone)
+	}
+}
+
 // FuzzQUICWatch feeds a watch arbitrary datagrams after a first
 // connection: Initials sealed for one of three connection IDs (so that
 // mutations reach behind the AEAD) or, with flags bit 7, the raw bytes.
@@ -296,6 +344,7 @@ func TestQUICWatchServerIDs(t *testing.T) {
 		{"CRYPTO past the ClientHello under the server's ID", true, toServer(3, QUICCryptoFrame(len(ch), []byte{1, 2})), WatchDrop, errQUICAfterHello},
 		{"a repeated packet number under the server's ID", true, toServer(0, []byte{frAck, 0, 0, 0, 0}), WatchDrop, errQUICDupPN},
 		{"unread before the server answered", false, toServer(3, QUICCryptoFrame(0, chEvil)), WatchPass, ""},
+		{"a packet number the watch decodes otherwise", true, initialOf(t, QUICInitial{DCID: serverID, KeyDCID: testDCID, SCID: []byte("c1"), PN: 300, PNLen: 1, Payload: []byte{frAck, 0, 0, 0, 0}, PadTo: 1200}), WatchDrop, errQUICDecrypt},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := NewQUICWatch(firstAssembler(t, ch))

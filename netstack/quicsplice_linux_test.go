@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/tls"
+	"fmt"
 	"net"
 	"slices"
 	"sync"
@@ -285,5 +286,107 @@ func spliceFirst(t *testing.T, srv *sniServer, h *harness, c net.Conn) {
 	_, seq := h.sink.flow(t, "198.18.0.10:443")
 	if l := h.sink.l7Of(t, seq); l.Action != "deny" {
 		t.Fatalf("the first connection was not refused: %+v", l)
+	}
+}
+
+// TestQUICWatchSpliceLostInitial: the gateway reads an approved Initial
+// that the server never gets (here a datagram longer than the 1452 bytes
+// quic-go reads, which it drops truncated; on a real path, any lost
+// datagram). Its packet number (200) is then the largest the gateway has
+// seen, while the server's is 0: an Initial under the server's connection
+// ID with packet number 1 in one byte decodes to 257 for the gateway,
+// which cannot decrypt it, and to 1 for the server, which can and reads
+// the tail of a ClientHello naming bad.test from it. The server (quic-go)
+// is the judge; both the flow's first connection (read by the gate) and
+// a second one (read by the watch) are tried, and a second one the watch
+// forgot (16 later connections) before the filler came.
+func TestQUICWatchSpliceLostInitial(t *testing.T) {
+	for _, name := range []string{"first connection", "second connection", "forgotten"} {
+		second := name != "first connection"
+		t.Run(name, func(t *testing.T) {
+			srv := newSNIServer(t)
+			h, _ := quicHarness(t)
+			h.dialer.route("udp", "203.0.113.10:443", srv.addr)
+			c := h.dialUDP(t, "198.18.0.10:443")
+			buf := make([]byte, 2000)
+			dcid, scid := []byte("first-connection"), []byte("scid-one")
+			if second {
+				c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: scid,
+					Payload: l7.QUICCryptoFrame(0, quicClientHello(t, "app.test", scid)), PadTo: 1200}))
+				c.SetReadDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Read(buf); err != nil {
+					t.Fatalf("first connection: no answer from the server: %v", err)
+				}
+				for {
+					c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+					if _, err := c.Read(buf); err != nil {
+						break
+					}
+				}
+				dcid, scid = []byte("second-connection"), []byte("scid-two")
+			}
+			bad := quicClientHello(t, "bad.test", scid)
+			k := bytes.Index(bad, []byte("bad.test"))
+			good := bytes.Clone(bad)
+			copy(good[k:], "app.test")
+			c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: scid,
+				PN: 0, Payload: l7.QUICCryptoFrame(0, good[:k]), PadTo: 1200}))
+			c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: scid,
+				PN: 200, PNLen: 2, Payload: l7.QUICCryptoFrame(k, good[k:]), PadTo: 1460}))
+			// The server's answer to this connection (sent to scid)
+			// names its connection ID.
+			c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			for {
+				n, err := c.Read(buf)
+				if err != nil {
+					break
+				}
+				if n < 7 || buf[0]&0x80 == 0 || !bytes.Equal(buf[6:6+min(int(buf[5]), n-6)], scid) {
+					continue
+				}
+				if sid := serverSCID(buf[:n]); len(sid) > 0 {
+					pn := uint32(1) // decoded as 257 by the gateway
+					if name == "forgotten" {
+						// 16 more connections naming app.test make
+						// the watch forget this one, and with it the
+						// server's ID: it no longer reads the filler,
+						// even with a packet number it would decode
+						// as the server does.
+						for i := range 16 {
+							id := []byte(fmt.Sprintf("filler-conn-%02d", i))
+							c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: id, SCID: id[:8],
+								Payload: l7.QUICCryptoFrame(0, quicClientHello(t, "app.test", id[:8])), PadTo: 1200}))
+						}
+						time.Sleep(200 * time.Millisecond)
+						pn = 201
+					}
+					c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: sid, KeyDCID: dcid, SCID: scid,
+						PN: pn, PNLen: 1, Payload: l7.QUICCryptoFrame(k, bad[k:]), PadTo: 1200}))
+					break
+				}
+			}
+			deadline := time.Now().Add(2 * time.Second)
+			for time.Now().Before(deadline) && !srv.saw("bad.test") {
+				time.Sleep(20 * time.Millisecond)
+			}
+			_, seq := h.sink.flow(t, "198.18.0.10:443")
+			h.sink.mu.Lock()
+			var recs []audit.L7
+			for _, ev := range h.sink.events {
+				if l, ok := ev.(audit.L7); ok && l.FlowSeq == seq {
+					recs = append(recs, l)
+				}
+			}
+			h.sink.mu.Unlock()
+			srv.mu.Lock()
+			t.Logf("server read SNIs %q; l7 records %+v", srv.snis, recs)
+			srv.mu.Unlock()
+			if srv.saw("bad.test") {
+				t.Fatal("the server read a ClientHello naming bad.test on a flow opened to app.test")
+			}
+			if !slices.ContainsFunc(recs, func(l audit.L7) bool { return l.Action == "deny" }) {
+				t.Fatal("no l7 deny record for the spliced Initial")
+			}
+		})
 	}
 }

@@ -315,6 +315,8 @@ func Catalogue() []Attempt {
 		l7QUICSecondConnection(),
 		l7QUICFixedBit(),
 		l7QUICLateInitial(),
+		l7QUICLostInitial(),
+		l7QUICForgottenConn(),
 		l7QUIC("l7-quic-garbage", "bytes shaped like a QUIC v1 Initial header (no valid packet) to quic.test:443/udp", "", true),
 		l7HTTP("l7-absolute-uri", "HTTP to app.test:80 with GET http://unapproved.test/ and Host: app.test", "GET http://"+internet.UnapprovedName+"/ HTTP/1.1\r\nHost: "+internet.AppName+"\r\nConnection: close\r\n\r\n"),
 		l7Stream("l7-keepalive-other-host", "HTTP to app.test:80: a first request for app.test, then on the kept-alive connection one for unapproved.test", 80, nil, "", 2,

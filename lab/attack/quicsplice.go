@@ -167,3 +167,92 @@ func l7QUICLateInitial() Attempt {
 		},
 	}
 }
+
+// quicFillerAfterLoss opens a flow's first QUIC connection naming
+// quic.test in two Initials, the second with packet number 200 in a
+// datagram longer than quic-go reads (1452 bytes: it drops it truncated;
+// on a real path any lost datagram will do), so the gateway has read the
+// whole ClientHello and the server only its head. A 0-RTT packet sent to
+// the client's own ID under a chosen "server ID" comes back from the echo
+// server as a server's answer would, and teaches the gateway that ID.
+// With forget, 16 more connections naming quic.test follow. The filler
+// is the tail of a ClientHello naming evil.test in an Initial under the
+// server ID with the keys of the client's ID, packet number 1 in one
+// byte: the server decodes 1 and reads it; the gateway decoded 257 (its
+// largest was 200) and could not decrypt it, or no longer knew the ID.
+func quicFillerAfterLoss(ctx context.Context, a *attacker, forget bool) result {
+	good, bad, k, err := quicSplit(internet.QUICName, "evil.test")
+	if err != nil {
+		return erroredf("precondition: %v", err)
+	}
+	dcid := make([]byte, 8)
+	rand.Read(dcid)
+	scid, serverID := dcid[:4], []byte{0x5e, dcid[1], dcid[2], dcid[3]}
+	var ds [][]byte
+	for _, p := range []l7.QUICInitial{
+		{Version: l7.QUICv1, DCID: dcid, SCID: scid, PN: 0, Payload: l7.QUICCryptoFrame(0, good[:k]), PadTo: 1200},
+		{Version: l7.QUICv1, DCID: dcid, SCID: scid, PN: 200, PNLen: 2, Payload: l7.QUICCryptoFrame(k, good[k:]), PadTo: 1460},
+		{Version: l7.QUICv1, DCID: serverID, KeyDCID: dcid, SCID: scid, PN: 1, PNLen: 1, Payload: l7.QUICCryptoFrame(k, bad[k:]), PadTo: 1200},
+	} {
+		b, err := l7.BuildQUICInitial(p)
+		if err != nil {
+			return erroredf("precondition: %v", err)
+		}
+		ds = append(ds, b)
+	}
+	c, err := a.dialer().DialContext(ctx, "udp", hostPort(internet.QUICName, 443))
+	if err != nil {
+		return erroredf("precondition: %v", err)
+	}
+	defer c.Close()
+	if ok, err := echoed(c, a.cfg.Timeout/4, ds[0], ds[1]); !ok {
+		return erroredf("precondition: the first connection (quic.test) did not reach the server: %v", err)
+	}
+	if ok, err := echoed(c, a.cfg.Timeout/4, quicZeroRTT(scid, serverID)); !ok {
+		return erroredf("precondition: the server ID was not echoed: %v", err)
+	}
+	if forget {
+		for i := range 16 {
+			id := make([]byte, 8)
+			rand.Read(id)
+			in, err := l7.BuildQUICInitial(l7.QUICInitial{Version: l7.QUICv1, DCID: id, SCID: id[:4],
+				Payload: l7.QUICCryptoFrame(0, good), PadTo: 1200})
+			if err != nil {
+				return erroredf("precondition: %v", err)
+			}
+			if ok, err := echoed(c, a.cfg.Timeout/8, in); !ok {
+				return erroredf("precondition: connection %d (quic.test) did not reach the server: %v", i+2, err)
+			}
+		}
+	}
+	ok, err := echoed(c, a.cfg.Timeout/4, ds[2])
+	switch {
+	case err != nil:
+		return erroredf("%v", err)
+	case ok:
+		return allowedf("the filler naming evil.test reached the server under its connection ID and came back")
+	}
+	return blockedf("the filler got no answer")
+}
+
+func l7QUICLostInitial() Attempt {
+	return Attempt{
+		ID: "l7-quic-lost-initial", Category: "l7", Layer: LayerL7,
+		Description: "a QUIC ClientHello naming quic.test whose second Initial (packet number 200) the server never gets, then the tail naming evil.test under the server's connection ID, packet number 1 in one byte (257 to the gateway, 1 to the server)",
+		Expect:      Blocked, Audit: AuditDeny, Aims: []string{"app-udp"}, SetupHits: 3,
+		run: func(ctx context.Context, a *attacker) result {
+			return quicFillerAfterLoss(ctx, a, false)
+		},
+	}
+}
+
+func l7QUICForgottenConn() Attempt {
+	return Attempt{
+		ID: "l7-quic-forgotten-conn", Category: "l7", Layer: LayerL7,
+		Description: "as l7-quic-lost-initial, but 16 more QUIC connections on the flow first make the gateway forget the spliced one and its server ID",
+		Expect:      Blocked, Audit: AuditDeny, Aims: []string{"app-udp"}, SetupHits: 19,
+		run: func(ctx context.Context, a *attacker) result {
+			return quicFillerAfterLoss(ctx, a, true)
+		},
+	}
+}
