@@ -20,7 +20,8 @@ import (
 // line discipline (N_NULL, which any user may set) on the caller's
 // terminal, and after nsgate exited the caller's shell could neither read
 // nor write it (tcgetattr EINVAL, every write refused) until the terminal
-// was closed. The guard refuses both ioctls; the terminal the host holds
+// was closed; output stopped with TCOOFF hung the shell's next write.
+// The guard refuses the three ioctls; the terminal the host holds
 // is checked after the run.
 func TestWorkerCannotBreakCallerTerminal(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
@@ -32,17 +33,13 @@ func TestWorkerCannotBreakCallerTerminal(t *testing.T) {
 		if err := unix.IoctlSetPointerInt(int(master.Fd()), unix.TIOCSPTLCK, 0); err != nil {
 			t.Fatal(err)
 		}
-		sfd, err := unix.IoctlRetInt(int(master.Fd()), unix.TIOCGPTPEER)
+		n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
 		if err != nil {
-			// Kernels before 4.13: open the slave by name.
-			n, err := unix.IoctlGetInt(int(master.Fd()), unix.TIOCGPTN)
-			if err != nil {
-				t.Fatal(err)
-			}
-			sfd, err = unix.Open("/dev/pts/"+strconv.Itoa(n), unix.O_RDWR|unix.O_NOCTTY, 0)
-			if err != nil {
-				t.Fatal(err)
-			}
+			t.Fatal(err)
+		}
+		sfd, err := unix.Open("/dev/pts/"+strconv.Itoa(n), unix.O_RDWR|unix.O_NOCTTY, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
 		slave := os.NewFile(uintptr(sfd), "pty-slave")
 		defer slave.Close()
@@ -51,8 +48,8 @@ func TestWorkerCannotBreakCallerTerminal(t *testing.T) {
 		cmd.Stdin = slave
 		r := runBounded(t, cmd, 60*time.Second, "nsgate run __guardprobe ttystate", nil)
 		t.Logf("exit %d; stdout %q; stderr %q", r.code, r.stdout, r.stderr)
-		if got := strings.TrimSpace(r.stdout); got != "setd=EPERM excl=EPERM" {
-			t.Errorf("worker: %q, want setd=EPERM excl=EPERM", got)
+		if got := strings.TrimSpace(r.stdout); got != "setd=EPERM excl=EPERM xonc=EPERM" {
+			t.Errorf("worker: %q, want setd=EPERM excl=EPERM xonc=EPERM", got)
 		}
 
 		// The caller's terminal after the run.
@@ -73,8 +70,16 @@ func TestWorkerCannotBreakCallerTerminal(t *testing.T) {
 		if _, err := unix.IoctlGetTermios(sfd, unix.TCGETS); err != nil {
 			t.Errorf("tcgetattr on the caller's terminal after the run: %v", err)
 		}
+		// Output stopped (TCOOFF) makes a write block; non-blocking, it
+		// fails with EAGAIN.
+		unix.SetNonblock(sfd, true)
+		if _, err := unix.Write(sfd, []byte("x")); err != nil {
+			t.Errorf("write to the caller's terminal after the run: %v (its output was stopped)", err)
+		}
+		unix.SetNonblock(sfd, false)
 		// Put the pty back as it was whatever happened (the test owns it).
 		unix.IoctlSetPointerInt(sfd, unix.TIOCSETD, 0)
 		unix.IoctlSetInt(sfd, unix.TIOCNXCL, 0)
+		unix.IoctlSetInt(sfd, unix.TCXONC, unix.TCOON)
 	})
 }

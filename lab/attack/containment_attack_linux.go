@@ -918,7 +918,11 @@ func ttyOutliveWorker(ctx context.Context, a *attacker) result {
 		if err := unix.IoctlSetPointerInt(m, unix.TIOCSPTLCK, 0); err != nil {
 			return erroredf("unlock the pty: %v", err)
 		}
-		s, err := unix.IoctlRetInt(m, unix.TIOCGPTPEER)
+		n, err := unix.IoctlGetInt(m, unix.TIOCGPTN)
+		if err != nil {
+			return erroredf("pty number: %v", err)
+		}
+		s, err := unix.Open("/dev/pts/"+strconv.Itoa(n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			return erroredf("open the pty's terminal end: %v", err)
 		}
@@ -927,17 +931,21 @@ func ttyOutliveWorker(ctx context.Context, a *attacker) result {
 	}
 	setd := unix.IoctlSetPointerInt(fd, unix.TIOCSETD, 27) // N_NULL
 	excl := unix.IoctlSetInt(fd, unix.TIOCEXCL, 0)
+	xonc := unix.IoctlSetInt(fd, unix.TCXONC, unix.TCOOFF)
 	if fd != 0 {
 		unix.IoctlSetPointerInt(fd, unix.TIOCSETD, 0)
 		unix.IoctlSetInt(fd, unix.TIOCNXCL, 0)
+		unix.IoctlSetInt(fd, unix.TCXONC, unix.TCOON)
 	}
 	switch {
 	case setd == nil:
 		return allowedf("set the null line discipline on %s", which)
 	case excl == nil:
 		return allowedf("set exclusive mode on %s (TIOCSETD: %v)", which, setd)
+	case xonc == nil:
+		return allowedf("stopped the output of %s (TIOCSETD: %v; TIOCEXCL: %v)", which, setd, excl)
 	}
-	return blockedf("on %s: TIOCSETD N_NULL: %v; TIOCEXCL: %v", which, setd, excl)
+	return blockedf("on %s: TIOCSETD N_NULL: %v; TIOCEXCL: %v; TCXONC TCOOFF: %v", which, setd, excl, xonc)
 }
 
 // fsReadInit reads init's environment and memory map and follows its
