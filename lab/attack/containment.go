@@ -209,7 +209,7 @@ func containmentAttempts() []Attempt {
 		},
 		{
 			ID: "tty-outlive-worker", Category: "containment", Layer: LayerExecGuard,
-			Description: "set the null line discipline (TIOCSETD N_NULL, which any user may set) exclusive mode (TIOCEXCL) and stopped output (TCXONC TCOOFF) on a terminal: all three belong to the terminal, so on the caller's terminal, which nsgate run hands the worker, they outlive it and leave the caller's shell a terminal it can neither read nor write, or hang its next write (standard input when it is a terminal, else a pty of the worker's own devpts: the guard cannot tell them apart)",
+			Description: "set the null line discipline (TIOCSETD N_NULL, which any user may set), exclusive mode (TIOCEXCL) and stopped output (TCXONC TCOOFF) on a terminal: all three belong to the terminal, so on the caller's terminal, which nsgate run hands the worker, they outlive it and leave the caller's shell a terminal it can neither read nor write, or hang its next write (standard input when it is a terminal, else a pty of the worker's own devpts: the guard cannot tell them apart)",
 			Expect:      Blocked, Audit: AuditNone,
 			HostCheck: "nothing to check on the host: the guard's refusal of the three ioctls is the evidence (TestWorkerCannotBreakCallerTerminal checks the caller's terminal after a run)",
 			NoRecord:  "seccomp refuses the ioctl inside the worker; nothing reaches nsgate, so no audit record exists by design",
