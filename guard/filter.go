@@ -48,10 +48,18 @@ const (
 	afVsock  = 40
 )
 
-// Terminal ioctls that inject input into another process's terminal.
+// Terminal ioctls that inject input into another process's terminal, or
+// change the terminal itself in a way that outlives the worker: nsgate run
+// hands the worker the caller's terminal, whose line discipline, exclusive
+// flag and stopped output stay when the worker is gone (the null
+// discipline, which any user may set, leaves the caller's shell a terminal
+// it can neither read nor write; stopped output hangs its next write).
 const (
 	ioctlTIOCSTI   = 0x5412 // push a byte into the tty's input queue
 	ioctlTIOCLINUX = 0x541c // on a VT: paste the selection (TIOCL_PASTESEL), same effect
+	ioctlTIOCSETD  = 0x5423 // set the line discipline
+	ioctlTIOCEXCL  = 0x540c // exclusive mode: every later open of the terminal fails (EBUSY)
+	ioctlTCXONC    = 0x540a // tcflow: TCOOFF stops the output, and the caller's next write hangs
 )
 
 // Namespace flags (include/uapi/linux/sched.h).
@@ -136,7 +144,7 @@ type filterOptions struct {
 //     in a register the filter can inspect (clone3's are behind a pointer);
 //   - socket(AF_PACKET|AF_VSOCK|AF_ALG): EPERM; socket(AF_UNIX) too unless
 //     allowUnix (socketpair(2) is never restricted);
-//   - ioctl(TIOCSTI|TIOCLINUX): EPERM;
+//   - ioctl(TIOCSTI|TIOCLINUX|TIOCSETD|TIOCEXCL|TCXONC): EPERM;
 //   - unless allowUserns, clone and unshare with any CLONE_NEW* flag: EPERM;
 //   - chmod, fchmod, fchmodat(2), creat, mknod(at) and a creating
 //     open(at) whose mode has the setuid or setgid bit: EPERM; openat2:
@@ -183,6 +191,9 @@ func buildFilter(a *archSpec, o filterOptions) ([]bpf.Instruction, error) {
 	p.add(bpf.LoadAbsolute{Off: argLo(1), Size: 4})
 	p.jeq(ioctlTIOCSTI, "deny", "")
 	p.jeq(ioctlTIOCLINUX, "deny", "")
+	p.jeq(ioctlTIOCSETD, "deny", "")
+	p.jeq(ioctlTIOCEXCL, "deny", "")
+	p.jeq(ioctlTCXONC, "deny", "")
 	p.ret(seccompRetAllow)
 
 	if !o.allowUserns {

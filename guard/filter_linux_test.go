@@ -109,6 +109,11 @@ func TestFilterDecisions(t *testing.T) {
 		{why: "ioctl(TIOCSTI)", o: strict, nr: unix.SYS_IOCTL, arch: native, args: []uint64{0, unix.TIOCSTI}, want: retEPERM},
 		{why: "ioctl cmd is an unsigned int: high word ignored", o: strict, nr: unix.SYS_IOCTL, arch: native, args: []uint64{0, hi | unix.TIOCSTI}, want: retEPERM},
 		{why: "ioctl(TIOCLINUX) can paste into a VT", o: strict, nr: unix.SYS_IOCTL, arch: native, args: []uint64{0, unix.TIOCLINUX}, want: retEPERM},
+		{why: "ioctl(TIOCSETD): a line discipline set on the caller's terminal outlives the worker", o: strict, nr: unix.SYS_IOCTL, arch: native, args: []uint64{0, unix.TIOCSETD}, want: retEPERM},
+		{why: "ioctl(TIOCSETD) with the high word set", o: strict, nr: unix.SYS_IOCTL, arch: native, args: []uint64{0, hi | unix.TIOCSETD}, want: retEPERM},
+		{why: "ioctl(TIOCEXCL): exclusive mode on the caller's terminal outlives the worker", o: strict, nr: unix.SYS_IOCTL, arch: native, args: []uint64{0, unix.TIOCEXCL}, want: retEPERM},
+		{why: "ioctl(TCXONC): output stopped on the caller's terminal hangs its shell after the worker", o: strict, nr: unix.SYS_IOCTL, arch: native, args: []uint64{0, unix.TCXONC}, want: retEPERM},
+		{why: "ioctl(TIOCGETD) passes", o: strict, nr: unix.SYS_IOCTL, arch: native, args: []uint64{0, unix.TIOCGETD}, want: seccompRetAllow},
 		{why: "ioctl(TCGETS) passes", o: strict, nr: unix.SYS_IOCTL, arch: native, args: []uint64{0, unix.TCGETS}, want: seccompRetAllow},
 		{why: "ioctl(FIONREAD) passes", o: strict, nr: unix.SYS_IOCTL, arch: native, args: []uint64{0, unix.SIOCINQ}, want: seccompRetAllow},
 

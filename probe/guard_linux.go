@@ -31,6 +31,10 @@ import (
 //	nsgate __guardprobe unix PATH      socket(AF_UNIX) and connect to PATH
 //	nsgate __guardprobe packet         socket(AF_PACKET, SOCK_RAW)
 //	nsgate __guardprobe tiocsti        ioctl(TIOCSTI) on /dev/null (ENOTTY without the guard)
+//	nsgate __guardprobe ttystate       on standard input, a terminal: ioctl(TIOCSETD) to the null line
+//	                                   discipline and ioctl(TIOCEXCL), both of which outlive the worker:
+//	                                   and ioctl(TCXONC, TCOOFF), which stops the terminal's output:
+//	                                   "setd=E excl=E xonc=E"
 //	nsgate __guardprobe ia32 FILE      run FILE, an i386 program that exits 42 if its int 0x80 getpid works
 //	                                   and executes ud2 (SIGILL) if it got -EPERM: prints ok or EPERM
 
@@ -130,6 +134,19 @@ func GuardMain(args []string, stdout, stderr io.Writer) int {
 		}
 		defer f.Close()
 		return out(errno(unix.IoctlSetInt(int(f.Fd()), unix.TIOCSTI, 0)))
+	case "ttystate":
+		if _, err := unix.IoctlGetTermios(0, unix.TCGETS); err != nil {
+			return out("standard input is not a terminal: " + errno(err))
+		}
+		// N_NULL (27) discards all input and refuses all output: the
+		// caller's shell is left with a dead terminal. TIOCEXCL makes
+		// every later open of the terminal fail with EBUSY.
+		setd := unix.IoctlSetPointerInt(0, unix.TIOCSETD, 27)
+		excl := unix.IoctlSetInt(0, unix.TIOCEXCL, 0)
+		// TCOOFF stops the terminal's output until a TCOON or a typed
+		// start character: the caller's shell hangs on its next write.
+		xonc := unix.IoctlSetInt(0, unix.TCXONC, unix.TCOOFF)
+		return out("setd=" + errno(setd) + " excl=" + errno(excl) + " xonc=" + errno(xonc))
 	case "ia32":
 		if len(args) != 2 {
 			return exitUsage

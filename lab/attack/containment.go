@@ -208,6 +208,14 @@ func containmentAttempts() []Attempt {
 			run:       fsOtherTerminals,
 		},
 		{
+			ID: "tty-outlive-worker", Category: "containment", Layer: LayerExecGuard,
+			Description: "set the null line discipline (TIOCSETD N_NULL, which any user may set), exclusive mode (TIOCEXCL) and stopped output (TCXONC TCOOFF) on a terminal: all three belong to the terminal, so on the caller's terminal, which nsgate run hands the worker, they outlive it and leave the caller's shell a terminal it can neither read nor write, or hang its next write (standard input when it is a terminal, else a pty of the worker's own devpts: the guard cannot tell them apart)",
+			Expect:      Blocked, Audit: AuditNone,
+			HostCheck: "nothing to check on the host: the guard's refusal of the three ioctls is the evidence (TestWorkerCannotBreakCallerTerminal checks the caller's terminal after a run)",
+			NoRecord:  "seccomp refuses the ioctl inside the worker; nothing reaches nsgate, so no audit record exists by design",
+			run:       ttyOutliveWorker,
+		},
+		{
 			ID: "fs-hold-start-slots", Category: "containment", Layer: LayerView,
 			Description: "open and flock (no write access needed) the start gate's slot files, $XDG_RUNTIME_DIR/nsgate/start-slot-N, with XDG_RUNTIME_DIR outside /run/user/UID: a worker holding every slot makes each later start of the user wait up to five minutes",
 			Expect:      Blocked, Audit: AuditNone,

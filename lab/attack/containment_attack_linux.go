@@ -901,6 +901,53 @@ func fsOtherTerminals(ctx context.Context, a *attacker) result {
 	return blockedf("/dev/pts holds only ptmx: the worker's own devpts, none of the host's terminals")
 }
 
+// ttyOutliveWorker sets the null line discipline and exclusive mode on a
+// terminal: standard input when it is one (the caller's, under nsgate
+// run), else a pty of the worker's own devpts (the lab's worker reads a
+// pipe). The guard's filter sees only the ioctl's number, so a refusal
+// on either is the refusal on the caller's. A change it got on its own
+// pty is undone before it returns.
+func ttyOutliveWorker(ctx context.Context, a *attacker) result {
+	fd, which := 0, "standard input (a terminal)"
+	if _, err := unix.IoctlGetTermios(0, unix.TCGETS); err != nil {
+		m, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return erroredf("standard input is no terminal and /dev/ptmx: %v", err)
+		}
+		defer unix.Close(m)
+		if err := unix.IoctlSetPointerInt(m, unix.TIOCSPTLCK, 0); err != nil {
+			return erroredf("unlock the pty: %v", err)
+		}
+		n, err := unix.IoctlGetInt(m, unix.TIOCGPTN)
+		if err != nil {
+			return erroredf("pty number: %v", err)
+		}
+		s, err := unix.Open("/dev/pts/"+strconv.Itoa(n), unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return erroredf("open the pty's terminal end: %v", err)
+		}
+		defer unix.Close(s)
+		fd, which = s, "a pty of the worker's own"
+	}
+	setd := unix.IoctlSetPointerInt(fd, unix.TIOCSETD, 27) // N_NULL
+	excl := unix.IoctlSetInt(fd, unix.TIOCEXCL, 0)
+	xonc := unix.IoctlSetInt(fd, unix.TCXONC, unix.TCOOFF)
+	if fd != 0 {
+		unix.IoctlSetPointerInt(fd, unix.TIOCSETD, 0)
+		unix.IoctlSetInt(fd, unix.TIOCNXCL, 0)
+		unix.IoctlSetInt(fd, unix.TCXONC, unix.TCOON)
+	}
+	switch {
+	case setd == nil:
+		return allowedf("set the null line discipline on %s", which)
+	case excl == nil:
+		return allowedf("set exclusive mode on %s (TIOCSETD: %v)", which, setd)
+	case xonc == nil:
+		return allowedf("stopped the output of %s (TIOCSETD: %v; TIOCEXCL: %v)", which, setd, excl)
+	}
+	return blockedf("on %s: TIOCSETD N_NULL: %v; TIOCEXCL: %v; TCXONC TCOOFF: %v", which, setd, excl, xonc)
+}
+
 // fsReadInit reads init's environment and memory map and follows its
 // descriptors through /proc/1 (the worker runs as init's uid in init's
 // user namespace). Any of them read is a leak.

@@ -30,6 +30,7 @@ var (
 	fsOtherTerminals     = notLinux
 	fsHoldStartSlots     = notLinux
 	fsReadInit           = notLinux
+	ttyOutliveWorker     = notLinux
 )
 
 func fsExec(id string, dir func(*attacker) (string, error)) func(context.Context, *attacker) result {
