@@ -140,13 +140,21 @@ func TestQUICGate(t *testing.T) {
 		d1, d2 := initial(t, 0, 0, ch[:40]), initial(t, 1, 40, ch[40:])
 		c.Write(d1)
 		c.Write(d2)
+		// Either order: gVisor's UDP forwarder registers the flow's
+		// endpoint before it hands it the first datagram, so under load
+		// the second can get there first (a QUIC server reorders).
 		buf := make([]byte, 2000)
-		for i, want := range [][]byte{d1, d2} {
+		echoes := map[string]bool{}
+		for i := range 2 {
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
 			n, err := c.Read(buf)
-			if err != nil || string(buf[:n]) != string(want) {
-				t.Fatalf("echo %d: %d bytes, %v", i, n, err)
+			if err != nil {
+				t.Fatalf("echo %d: %v", i, err)
 			}
+			echoes[string(buf[:n])] = true
+		}
+		if !echoes[string(d1)] || !echoes[string(d2)] {
+			t.Fatal("the echoes are not the two datagrams sent")
 		}
 		f, seq := h.sink.flow(t, "198.18.0.10:443")
 		l := h.sink.l7Of(t, seq)
@@ -154,10 +162,11 @@ func TestQUICGate(t *testing.T) {
 			t.Fatalf("flow %+v, l7 %+v", f, l)
 		}
 		e.mu.Lock()
-		inOrder := len(e.got) == 2 && string(e.got[0]) == string(d1) && string(e.got[1]) == string(d2)
+		got := len(e.got) == 2 && (string(e.got[0]) == string(d1) && string(e.got[1]) == string(d2) ||
+			string(e.got[0]) == string(d2) && string(e.got[1]) == string(d1))
 		e.mu.Unlock()
-		if !inOrder {
-			t.Fatal("upstream did not get the held datagrams in order")
+		if !got {
+			t.Fatal("upstream did not get the two held datagrams")
 		}
 		// After the check the flow is opaque: anything goes.
 		c.Write([]byte("short header stuff"))
