@@ -299,13 +299,24 @@ func TestQUICGate(t *testing.T) {
 
 // countL7 counts the l7 records of flow seq with action.
 func countL7(s *fakeSink, seq uint64, action string) int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	n := 0
-	for _, ev := range s.events {
-		if l, ok := ev.(audit.L7); ok && l.FlowSeq == seq && l.Action == action {
+	for _, l := range s.l7Records(seq) {
+		if l.Action == action {
 			n++
 		}
 	}
 	return n
+}
+
+// l7Records are the l7 records of flow seq so far.
+func (s *fakeSink) l7Records(seq uint64) []audit.L7 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var recs []audit.L7
+	for _, ev := range s.events {
+		if l, ok := ev.(audit.L7); ok && l.FlowSeq == seq {
+			recs = append(recs, l)
+		}
+	}
+	return recs
 }

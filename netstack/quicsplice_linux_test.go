@@ -228,27 +228,7 @@ func TestQUICWatchSplice(t *testing.T) {
 					PN: 2, Payload: l7.QUICCryptoFrame(k, bad[k:]), PadTo: 1200}))
 			}
 
-			deadline := time.Now().Add(2 * time.Second)
-			for time.Now().Before(deadline) && !srv.saw("bad.test") {
-				time.Sleep(20 * time.Millisecond)
-			}
-			h.sink.mu.Lock()
-			var recs []audit.L7
-			for _, ev := range h.sink.events {
-				if l, ok := ev.(audit.L7); ok && l.FlowSeq == seq {
-					recs = append(recs, l)
-				}
-			}
-			h.sink.mu.Unlock()
-			srv.mu.Lock()
-			t.Logf("server read SNIs %q; l7 records %+v", srv.snis, recs)
-			srv.mu.Unlock()
-			if srv.saw("bad.test") {
-				t.Fatalf("%s: the server read a ClientHello naming bad.test on a flow opened to app.test", tc.why)
-			}
-			if !slices.ContainsFunc(recs, func(l audit.L7) bool { return l.Action == "deny" }) {
-				t.Fatalf("%s: no l7 deny record for the second connection", tc.why)
-			}
+			checkUnspliced(t, h, srv, seq, tc.why)
 		})
 	}
 }
@@ -365,28 +345,29 @@ func TestQUICWatchSpliceLostInitial(t *testing.T) {
 					break
 				}
 			}
-			deadline := time.Now().Add(2 * time.Second)
-			for time.Now().Before(deadline) && !srv.saw("bad.test") {
-				time.Sleep(20 * time.Millisecond)
-			}
 			_, seq := h.sink.flow(t, "198.18.0.10:443")
-			h.sink.mu.Lock()
-			var recs []audit.L7
-			for _, ev := range h.sink.events {
-				if l, ok := ev.(audit.L7); ok && l.FlowSeq == seq {
-					recs = append(recs, l)
-				}
-			}
-			h.sink.mu.Unlock()
-			srv.mu.Lock()
-			t.Logf("server read SNIs %q; l7 records %+v", srv.snis, recs)
-			srv.mu.Unlock()
-			if srv.saw("bad.test") {
-				t.Fatal("the server read a ClientHello naming bad.test on a flow opened to app.test")
-			}
-			if !slices.ContainsFunc(recs, func(l audit.L7) bool { return l.Action == "deny" }) {
-				t.Fatal("no l7 deny record for the spliced Initial")
-			}
+			checkUnspliced(t, h, srv, seq, "the spliced Initial")
 		})
+	}
+}
+
+// checkUnspliced waits up to 2 s for the server to read a ClientHello
+// naming bad.test and fails if it did, or if flow seq has no l7 deny
+// record (why says what was refused).
+func checkUnspliced(t *testing.T, h *harness, srv *sniServer, seq uint64, why string) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for time.Now().Before(deadline) && !srv.saw("bad.test") {
+		time.Sleep(20 * time.Millisecond)
+	}
+	recs := h.sink.l7Records(seq)
+	srv.mu.Lock()
+	t.Logf("server read SNIs %q; l7 records %+v", srv.snis, recs)
+	srv.mu.Unlock()
+	if srv.saw("bad.test") {
+		t.Fatalf("%s: the server read a ClientHello naming bad.test on a flow opened to app.test", why)
+	}
+	if !slices.ContainsFunc(recs, func(l audit.L7) bool { return l.Action == "deny" }) {
+		t.Fatalf("%s: no l7 deny record", why)
 	}
 }

@@ -769,30 +769,11 @@ func l7QUICSecondConnection() Attempt {
 		Description: "a QUIC connection naming quic.test, then on the same socket a second connection (another connection ID) naming evil.test",
 		Expect:      Blocked, Audit: AuditDeny, Aims: []string{"app-udp"}, SetupHits: 1,
 		run: func(ctx context.Context, a *attacker) result {
-			first, err := quicInitial(internet.QUICName)
-			if err != nil {
-				return erroredf("precondition: build the Initial: %v", err)
-			}
 			second, err := quicInitial("evil.test")
 			if err != nil {
 				return erroredf("precondition: build the Initial: %v", err)
 			}
-			c, err := a.dialer().DialContext(ctx, "udp", hostPort(internet.QUICName, 443))
-			if err != nil {
-				return erroredf("precondition: %v", err)
-			}
-			defer c.Close()
-			if ok, err := echoed(c, a.cfg.Timeout/3, first); !ok {
-				return erroredf("precondition: the first connection (quic.test) did not reach the server: %v", err)
-			}
-			ok, err := echoed(c, a.cfg.Timeout/3, second)
-			switch {
-			case err != nil:
-				return erroredf("%v", err)
-			case ok:
-				return allowedf("the second connection's Initial (evil.test) reached the server and came back")
-			}
-			return blockedf("the second connection got no answer")
+			return afterFirstConnection(ctx, a, second, "the second connection's Initial (evil.test)")
 		},
 	}
 }

@@ -69,6 +69,34 @@ func echoed(c net.Conn, wait time.Duration, ds ...[]byte) (bool, error) {
 	}
 }
 
+// afterFirstConnection opens a flow to quic.test:443/udp with a QUIC
+// connection naming quic.test, which must reach the echo server (the
+// attack's set-up: SetupHits 1), then sends attack on the same socket: if
+// the echo server answers it, the attack got through (what names it in
+// the result).
+func afterFirstConnection(ctx context.Context, a *attacker, attack []byte, what string) result {
+	first, err := quicInitial(internet.QUICName)
+	if err != nil {
+		return erroredf("precondition: build the Initial: %v", err)
+	}
+	c, err := a.dialer().DialContext(ctx, "udp", hostPort(internet.QUICName, 443))
+	if err != nil {
+		return erroredf("precondition: %v", err)
+	}
+	defer c.Close()
+	if ok, err := echoed(c, a.cfg.Timeout/3, first); !ok {
+		return erroredf("precondition: the first connection (quic.test) did not reach the server: %v", err)
+	}
+	ok, err := echoed(c, a.cfg.Timeout/3, attack)
+	switch {
+	case err != nil:
+		return erroredf("%v", err)
+	case ok:
+		return allowedf("%s reached the server and came back", what)
+	}
+	return blockedf("%s got no answer", what)
+}
+
 // l7QUICFixedBit sends a flow's first QUIC connection as two Initials:
 // the ClientHello up to the name, then the rest (quic.test) in an Initial
 // without the fixed bit. A server drops that packet and acknowledges the
@@ -131,10 +159,6 @@ func l7QUICLateInitial() Attempt {
 		Description: "a QUIC connection naming quic.test, then a datagram led by a 0-RTT packet whose Initial (packet number 1002 in one byte) carries the tail of a ClientHello naming evil.test",
 		Expect:      Blocked, Audit: AuditDeny, Aims: []string{"app-udp"}, SetupHits: 1,
 		run: func(ctx context.Context, a *attacker) result {
-			first, err := quicInitial(internet.QUICName)
-			if err != nil {
-				return erroredf("precondition: build the Initial: %v", err)
-			}
 			_, bad, k, err := quicSplit(internet.QUICName, "evil.test")
 			if err != nil {
 				return erroredf("precondition: %v", err)
@@ -147,23 +171,7 @@ func l7QUICLateInitial() Attempt {
 			if err != nil {
 				return erroredf("precondition: %v", err)
 			}
-			late := append(z, in...)
-			c, err := a.dialer().DialContext(ctx, "udp", hostPort(internet.QUICName, 443))
-			if err != nil {
-				return erroredf("precondition: %v", err)
-			}
-			defer c.Close()
-			if ok, err := echoed(c, a.cfg.Timeout/3, first); !ok {
-				return erroredf("precondition: the first connection (quic.test) did not reach the server: %v", err)
-			}
-			ok, err := echoed(c, a.cfg.Timeout/3, late)
-			switch {
-			case err != nil:
-				return erroredf("%v", err)
-			case ok:
-				return allowedf("the datagram with the late Initial (evil.test) reached the server and came back")
-			}
-			return blockedf("the datagram with the late Initial got no answer")
+			return afterFirstConnection(ctx, a, append(z, in...), "the datagram with the late Initial (evil.test)")
 		},
 	}
 }
