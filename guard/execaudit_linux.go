@@ -287,7 +287,7 @@ func (ev *ExecEvent) refuse(errno syscall.Errno, format string, args ...any) {
 // decide fills in ev for one exec: the path the task asked for, the file
 // it names and the verdict.
 func (s *ExecServer) decide(proc int, ev *ExecEvent, dirfd int32, addr uint64, flags int) {
-	path, err := readCString(ev.PID, addr, unix.PathMax)
+	path, err := readCString(proc, ev.PID, addr, unix.PathMax)
 	if err != nil {
 		ev.refuse(errnoOf(err, unix.EFAULT), "cannot read the path from the caller's memory: %v", err)
 		return
@@ -632,18 +632,44 @@ func readlinkAt(dirfd int, path string) (string, error) {
 }
 
 // readCString reads a NUL-terminated string of at most max bytes
-// (terminator included) at addr in the memory of task tid, whose seccomp
-// notification the caller checks is still pending once it has read (then
-// tid was that task all along: a task waiting for an answer cannot have
-// exited). It uses process_vm_readv, which needs the ptrace permission
-// alone, not /proc/TID/mem, which also needs the file's owner: a task
-// that is not dumpable has its /proc files owned by root of its user
-// namespace, which rootless (one uid mapped) is nobody nsgate can be. The
-// sandbox's init is not dumpable before its worker's first exec, which it
-// asks for from a child sharing its memory (sandbox.InitMain); nsgate made
-// that user namespace and holds every capability in it, CAP_SYS_PTRACE
-// included.
-func readCString(tid int, addr uint64, max int) (string, error) {
+// (terminator included) at addr in the memory of task tid, whose /proc
+// directory is proc and whose seccomp notification the caller checks is
+// still pending once it has read (then tid was that task all along: a
+// task waiting for an answer cannot have exited).
+//
+// It reads with process_vm_readv, which needs the ptrace permission
+// alone, and falls back to /proc/TID/mem when that call is refused
+// (EPERM, ENOSYS: a container's seccomp profile, such as Docker's default
+// or nsgate's own pod profile, may refuse it). /proc/TID/mem also needs
+// the file's owner: a task that is not dumpable has its /proc files owned
+// by root of its user namespace, which rootless (one uid mapped) is
+// nobody nsgate can be. The sandbox's init is not dumpable before its
+// worker's first exec, which it asks for from a child sharing its memory
+// (sandbox.InitMain); nsgate made that user namespace and holds every
+// capability in it, CAP_SYS_PTRACE included. So one of the two works
+// unless both are taken away: then the exec is refused.
+func readCString(proc, tid int, addr uint64, max int) (string, error) {
+	s, err := readCStringWith(addr, max, func(buf []byte, at uint64) (int, error) {
+		return unix.ProcessVMReadv(tid,
+			[]unix.Iovec{{Base: &buf[0], Len: uint64(len(buf))}},
+			[]unix.RemoteIovec{{Base: uintptr(at), Len: len(buf)}}, 0)
+	})
+	if err != unix.EPERM && err != unix.ENOSYS {
+		return s, err
+	}
+	mem, merr := unix.Openat(proc, "mem", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if merr != nil {
+		return "", fmt.Errorf("process_vm_readv: %w; /proc/%d/mem: %w", err, tid, merr)
+	}
+	defer unix.Close(mem)
+	return readCStringWith(addr, max, func(buf []byte, at uint64) (int, error) {
+		return unix.Pread(mem, buf, int64(at))
+	})
+}
+
+// readCStringWith reads the string at addr, a page at most per call of
+// read.
+func readCStringWith(addr uint64, max int, read func(buf []byte, at uint64) (int, error)) (string, error) {
 	page := uint64(os.Getpagesize())
 	var out []byte
 	for len(out) < max {
@@ -655,9 +681,7 @@ func readCString(tid int, addr uint64, max int) (string, error) {
 			chunk = left
 		}
 		buf := make([]byte, chunk)
-		n, err := unix.ProcessVMReadv(tid,
-			[]unix.Iovec{{Base: &buf[0], Len: uint64(chunk)}},
-			[]unix.RemoteIovec{{Base: uintptr(addr), Len: chunk}}, 0)
+		n, err := read(buf, addr)
 		if err != nil {
 			return "", err
 		}
@@ -743,7 +767,7 @@ func (s *ExecServer) handleMemfd(n *notif) {
 		fail(unix.EACCES)
 		return
 	}
-	name, err := readCString(int(n.PID), n.Data.Args[0], memfdNameMax)
+	name, err := readCString(proc, int(n.PID), n.Data.Args[0], memfdNameMax)
 	unix.Close(proc)
 	if err != nil {
 		fail(errnoOf(err, unix.EFAULT))
