@@ -69,6 +69,18 @@ func echoed(c net.Conn, wait time.Duration, ds ...[]byte) (bool, error) {
 	}
 }
 
+// echoVerdict turns echoed's answer into the attempt's result: an echo
+// means what the attack sent (named by what) reached the server.
+func echoVerdict(ok bool, err error, what string) result {
+	switch {
+	case err != nil:
+		return erroredf("%v", err)
+	case ok:
+		return allowedf("%s reached the server and came back", what)
+	}
+	return blockedf("%s got no answer", what)
+}
+
 // afterFirstConnection opens a flow to quic.test:443/udp with a QUIC
 // connection naming quic.test, which must reach the echo server (the
 // attack's set-up: SetupHits 1), then sends attack on the same socket: if
@@ -88,13 +100,7 @@ func afterFirstConnection(ctx context.Context, a *attacker, attack []byte, what 
 		return erroredf("precondition: the first connection (quic.test) did not reach the server: %v", err)
 	}
 	ok, err := echoed(c, a.cfg.Timeout/3, attack)
-	switch {
-	case err != nil:
-		return erroredf("%v", err)
-	case ok:
-		return allowedf("%s reached the server and came back", what)
-	}
-	return blockedf("%s got no answer", what)
+	return echoVerdict(ok, err, what)
 }
 
 // l7QUICFixedBit sends a flow's first QUIC connection as two Initials:
@@ -133,13 +139,7 @@ func l7QUICFixedBit() Attempt {
 			}
 			defer c.Close()
 			ok, err := echoed(c, a.cfg.Timeout/3, b1, b2)
-			switch {
-			case err != nil:
-				return erroredf("%v", err)
-			case ok:
-				return allowedf("the Initials reached the server: the one without the fixed bit was checked, and a server drops it")
-			}
-			return blockedf("the connection got no answer")
+			return echoVerdict(ok, err, "the Initials, the one without the fixed bit among them (checked, and a server drops it),")
 		},
 	}
 }
@@ -234,13 +234,7 @@ func quicFillerAfterLoss(ctx context.Context, a *attacker, forget bool) result {
 		}
 	}
 	ok, err := echoed(c, a.cfg.Timeout/4, ds[2])
-	switch {
-	case err != nil:
-		return erroredf("%v", err)
-	case ok:
-		return allowedf("the filler naming evil.test reached the server under its connection ID and came back")
-	}
-	return blockedf("the filler got no answer")
+	return echoVerdict(ok, err, "the filler naming evil.test, under the server's connection ID,")
 }
 
 func l7QUICLostInitial() Attempt {
