@@ -64,3 +64,34 @@ func TestSplitPath(t *testing.T) {
 		}
 	}
 }
+
+// TestLooksLikeUserSpaceLoader: programs that load and run another ELF
+// program themselves, without an execve the audit or Landlock would see,
+// are refused like ld.so when invoked directly. Found by running a
+// non-allowlisted binary as `valgrind.bin --tool=none PROG` under
+// --exec-allow /usr: Landlock allowed the valgrind tool, the audit logged
+// only it, and PROG ran.
+func TestLooksLikeUserSpaceLoader(t *testing.T) {
+	for _, tc := range []struct {
+		path string
+		want bool
+		why  string
+	}{
+		{"/usr/libexec/valgrind/none-amd64-linux", true, "valgrind's tool (Debian, Fedora)"},
+		{"/usr/libexec/valgrind/memcheck-amd64-linux", true, "valgrind's default tool"},
+		{"/usr/lib/x86_64-linux-gnu/valgrind/memcheck-amd64-linux", true, "valgrind's tool, multiarch"},
+		{"/usr/lib/valgrind/lackey-arm64-linux", true, "valgrind's tool, older layout"},
+		{"/usr/bin/qemu-x86_64", true, "qemu user mode runs any program of its architecture"},
+		{"/usr/bin/qemu-aarch64-static", true, "qemu user mode, static build"},
+		{"/usr/libexec/valgrind/vgpreload_memcheck-amd64-linux.so", false, "a preload library, not a program"},
+		{"/usr/libexec/valgrind/default.supp", false, "a data file"},
+		{"/usr/bin/qemu-system-x86_64", false, "a whole-machine emulator runs a disk image, not a host program"},
+		{"/usr/bin/qemu-img", false, "an image tool"},
+		{"/usr/bin/valgrind-di-server", false, "not under a valgrind directory"},
+		{"/usr/bin/true", false, "an ordinary program"},
+	} {
+		if got := looksLikeUserSpaceLoader(tc.path); got != tc.want {
+			t.Errorf("%s: %v, want %v (%s)", tc.path, got, tc.want, tc.why)
+		}
+	}
+}
