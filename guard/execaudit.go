@@ -106,6 +106,32 @@ func isDigits(s string) bool {
 	return true
 }
 
-// looksLikeUserSpaceLoader is a stub: the audit does not know user-space
-// loaders yet (the test shows what it misses).
-func looksLikeUserSpaceLoader(string) bool { return false }
+// qemuUserArchs are the architectures qemu's user mode (qemu-ARCH,
+// qemu-ARCH-static) emulates: each such program runs any program of its
+// architecture, loaded by itself.
+var qemuUserArchs = map[string]bool{
+	"aarch64": true, "aarch64_be": true, "alpha": true, "arm": true, "armeb": true,
+	"cris": true, "hexagon": true, "hppa": true, "i386": true, "loongarch64": true,
+	"m68k": true, "microblaze": true, "microblazeel": true, "mips": true, "mips64": true,
+	"mips64el": true, "mipsel": true, "mipsn32": true, "mipsn32el": true, "nios2": true,
+	"or1k": true, "ppc": true, "ppc64": true, "ppc64le": true, "riscv32": true,
+	"riscv64": true, "s390x": true, "sh4": true, "sh4eb": true, "sparc": true,
+	"sparc32plus": true, "sparc64": true, "x86_64": true, "xtensa": true, "xtensaeb": true,
+}
+
+// looksLikeUserSpaceLoader reports whether a file is a program that loads
+// and runs another program itself, with no execve that the audit or
+// Landlock would see: valgrind's tools (NAME-ARCH-linux in a directory
+// named valgrind, which valgrind's launcher executes) and qemu's user mode.
+// Like an ELF interpreter, such a program in an allowed directory would run
+// any readable program; the audit refuses it unless listed explicitly.
+func looksLikeUserSpaceLoader(path string) bool {
+	b := filepath.Base(path)
+	if filepath.Base(filepath.Dir(path)) == "valgrind" && strings.HasSuffix(b, "-linux") {
+		return true
+	}
+	if a, ok := strings.CutPrefix(b, "qemu-"); ok {
+		return qemuUserArchs[strings.TrimSuffix(a, "-static")]
+	}
+	return false
+}

@@ -363,6 +363,9 @@ func (s *ExecServer) verdict(w *walker, fd, depth int) (canon, why string) {
 	if canon != s.plan.Path && (s.interps[idOf(&st)] || looksLikeELFInterpreter(canon) && !s.explicit[canon]) {
 		return canon, "direct invocation of the ELF interpreter " + canon + " (it would run any readable program)"
 	}
+	if canon != s.plan.Path && looksLikeUserSpaceLoader(canon) && !s.explicit[canon] {
+		return canon, "direct invocation of " + canon + ", a program that loads other programs itself (it would run any readable program)"
+	}
 	if !s.plan.Allows(canon) {
 		return canon, canon + " is not in the exec allowlist"
 	}
