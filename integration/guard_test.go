@@ -119,6 +119,18 @@ func TestGuardRefusesExecTricks(t *testing.T) {
 			os.Link(copyExec(t, ls, filepath.Join(dir, "ls-copy")), hardlink)
 		}
 		ldso := elfInterpreter(t, sh)
+		// valgrind's tools load the program they run themselves, with
+		// no exec the guard would see (the attack review ran a copy of
+		// a shell outside the allowlist that way under --exec-allow /usr).
+		valgrind, err := exec.LookPath("valgrind")
+		need(t, "valgrind (Debian package valgrind)", err)
+		vgTool, _ := filepath.Glob("/usr/libexec/valgrind/none-*-linux")
+		if len(vgTool) == 0 {
+			vgTool, _ = filepath.Glob("/usr/lib/*/valgrind/none-*-linux")
+		}
+		if len(vgTool) == 0 {
+			t.Fatal("valgrind's tool none-*-linux not found")
+		}
 		scripts := filepath.Join(dir, "scripts")
 		if err := os.Mkdir(scripts, 0o755); err != nil {
 			t.Fatal(err)
@@ -139,6 +151,8 @@ func TestGuardRefusesExecTricks(t *testing.T) {
 			{why: "the ELF interpreter invoked directly", cmd: ldso + " " + ls + " /", path: ldso, reason: "ELF interpreter"},
 			{why: "a #! script whose interpreter is not allowed", cmd: script, path: script, reason: "#! interpreter " + ls,
 				extra: []string{"--exec-allow", scripts}},
+			{why: "valgrind's tool loading a program outside the allowlist", cmd: valgrind + " --tool=none -q " + copyTmp + " -c 'echo proc'",
+				path: vgTool[0], reason: "loads other programs itself", extra: []string{"--exec-allow", "/usr"}},
 		} {
 			t.Run(tc.why, func(t *testing.T) {
 				log := filepath.Join(dir, "trick-"+string(rune('a'+i))+".jsonl")
