@@ -17,6 +17,7 @@ const (
 	errHTTPTE10         Error = "http: Transfer-Encoding in an HTTP/1.0 request"
 	errHTTPUpgrade      Error = "http: upgrade to a protocol other than websocket"
 	errHTTPUpgradeBody  Error = "http: websocket upgrade request with a body"
+	errHTTPBodyless     Error = "http: GET, HEAD or TRACE request with a body"
 	errHTTPHeadLong     Error = "http: request head longer than the hold limit"
 	errHTTPTrailer      Error = "http: trailer field that frames or routes a request"
 )
@@ -61,6 +62,7 @@ type headParser struct {
 	lines     int // lines seen so far
 	methodLen int
 	connect   bool // method CONNECT
+	bodyless  bool // method GET, HEAD or TRACE: a body is refused (see end)
 	http10    bool // version HTTP/1.0
 	absolute  bool // absolute-form target
 
@@ -121,6 +123,10 @@ func (p *headParser) requestLine(l []byte) error {
 		}
 	}
 	p.connect = string(l[:m]) == "CONNECT"
+	switch string(l[:m]) {
+	case "GET", "HEAD", "TRACE":
+		p.bodyless = true
+	}
 	switch {
 	case p.connect:
 		p.hasAuth = true // authority-form; Check denies CONNECT anyway
@@ -262,6 +268,12 @@ func (p *headParser) end() (framing, error) {
 		return 0, errHTTPTE10
 	case p.websocket && (p.chunked || p.length > 0):
 		return 0, errHTTPUpgradeBody
+	case p.bodyless && (p.teSeen || p.length > 0):
+		// Content on these has no meaning (RFC 9110 §9.3.1, 9.3.2; a
+		// TRACE must not carry any, §9.3.8), and servers that never
+		// read it (Python's http.server) take it as the next request,
+		// one this gate would not see: refused rather than counted.
+		return 0, errHTTPBodyless
 	case p.teSeen:
 		return bodyChunked, nil
 	case p.length > 0:
