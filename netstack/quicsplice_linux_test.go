@@ -77,6 +77,17 @@ func (s *sniServer) saw(name string) bool {
 // quicClientHello is a real TLS 1.3 ClientHello for QUIC (crypto/tls's
 // QUIC client, one X25519 key share), naming sni, whose transport
 // parameters give scid as the initial source connection ID.
+// spliceHellos returns a real QUIC client's ClientHello naming bad.test,
+// the same one naming app.test, and k, where the name starts in both.
+func spliceHellos(t *testing.T, scid []byte) (good, bad []byte, k int) {
+	t.Helper()
+	bad = quicClientHello(t, "bad.test", scid)
+	k = bytes.Index(bad, []byte("bad.test"))
+	good = bytes.Clone(bad)
+	copy(good[k:], "app.test")
+	return good, bad, k
+}
+
 func quicClientHello(t *testing.T, sni string, scid []byte) []byte {
 	t.Helper()
 	qc := tls.QUICClient(&tls.QUICConfig{TLSConfig: &tls.Config{
@@ -194,10 +205,7 @@ func TestQUICWatchSplice(t *testing.T) {
 
 			// The second connection.
 			dcid, scid := []byte("second-connection"), []byte("scid-two")
-			bad := quicClientHello(t, "bad.test", scid)
-			k := bytes.Index(bad, []byte("bad.test"))
-			good := bytes.Clone(bad)
-			copy(good[k:], "app.test")
+			good, bad, k := spliceHellos(t, scid)
 			switch tc.name {
 			case "0-rtt queue":
 				z := zeroRTT(dcid, scid)
@@ -237,10 +245,7 @@ func TestQUICWatchSplice(t *testing.T) {
 // first connection, read by the gate.
 func spliceFirst(t *testing.T, srv *sniServer, h *harness, c net.Conn) {
 	dcid, scid := []byte("first-connection"), []byte("scid-one")
-	bad := quicClientHello(t, "bad.test", scid)
-	k := bytes.Index(bad, []byte("bad.test"))
-	good := bytes.Clone(bad)
-	copy(good[k:], "app.test")
+	good, bad, k := spliceHellos(t, scid)
 	c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: scid,
 		PN: 0, Payload: l7.QUICCryptoFrame(0, good[:k]), PadTo: 1200}))
 	c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: scid,
@@ -305,10 +310,7 @@ func TestQUICWatchSpliceLostInitial(t *testing.T) {
 				}
 				dcid, scid = []byte("second-connection"), []byte("scid-two")
 			}
-			bad := quicClientHello(t, "bad.test", scid)
-			k := bytes.Index(bad, []byte("bad.test"))
-			good := bytes.Clone(bad)
-			copy(good[k:], "app.test")
+			good, bad, k := spliceHellos(t, scid)
 			c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: scid,
 				PN: 0, Payload: l7.QUICCryptoFrame(0, good[:k]), PadTo: 1200}))
 			c.Write(buildInitial(t, l7.QUICInitial{Version: l7.QUICv1, DCID: dcid, SCID: scid,
