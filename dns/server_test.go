@@ -164,39 +164,53 @@ func TestServeDNSDecisions(t *testing.T) {
 func TestServeDNSMessageErrors(t *testing.T) {
 	s, sink, _ := newTestServer(t, Config{}, nil)
 	q := question("app.test.", dnsmessage.TypeA)
+	bad := question("unapproved.test.", dnsmessage.TypeA)
+	const malformed, opcode = "builtin:dns-malformed", "builtin:dns-opcode"
 	tests := []struct {
 		why   string
 		msg   []byte
 		nil   bool
 		rcode dnsmessage.RCode
 		qd    int // questions echoed
+		// The audit record every message leaves: a refusal (action
+		// deny) under rule, naming qname/qtype when a question was read.
+		rule, qname, qtype string
 	}{
-		{why: "empty input is dropped", msg: nil, nil: true},
-		{why: "a message shorter than a header has no usable header: dropped", msg: []byte{0x12, 0x34, 0x01}, nil: true},
+		{why: "empty input is dropped", msg: nil, nil: true, rule: malformed},
+		{why: "a message shorter than a header has no usable header: dropped", msg: []byte{0x12, 0x34, 0x01}, nil: true, rule: malformed},
 		{why: "a response is never answered (no reflection loops)",
-			msg: makeQuery(7, q, withHeader(func(h *dnsmessage.Header) { h.Response = true })), nil: true},
+			msg: makeQuery(7, bad, withHeader(func(h *dnsmessage.Header) { h.Response = true })), nil: true, rule: malformed},
 		{why: "two questions: FORMERR keeping the ID",
-			msg: makeQuery(7, q, withQuestions(q, question("img.cdn.test.", dnsmessage.TypeA))), rcode: dnsmessage.RCodeFormatError},
+			msg: makeQuery(7, q, withQuestions(q, question("img.cdn.test.", dnsmessage.TypeA))), rcode: dnsmessage.RCodeFormatError, rule: malformed},
 		{why: "no question: FORMERR",
-			msg: makeQuery(7, q, withQuestions()), rcode: dnsmessage.RCodeFormatError},
+			msg: makeQuery(7, q, withQuestions()), rcode: dnsmessage.RCodeFormatError, rule: malformed},
 		{why: "a header claiming 65535 questions with one present: FORMERR",
 			msg: func() []byte {
 				m := makeQuery(7, q)
 				binary.BigEndian.PutUint16(m[4:], 0xffff)
 				return m
-			}(), rcode: dnsmessage.RCodeFormatError},
+			}(), rcode: dnsmessage.RCodeFormatError, rule: malformed},
 		{why: "a question cut short: FORMERR",
-			msg: makeQuery(7, q)[:20], rcode: dnsmessage.RCodeFormatError},
+			msg: makeQuery(7, q)[:20], rcode: dnsmessage.RCodeFormatError, rule: malformed},
 		{why: "a compression pointer loop in the question: FORMERR",
-			msg: []byte{0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 12, 0, 1, 0, 1}, rcode: dnsmessage.RCodeFormatError},
+			msg: []byte{0, 7, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xc0, 12, 0, 1, 0, 1}, rcode: dnsmessage.RCodeFormatError, rule: malformed},
 		{why: "opcode STATUS: NOTIMP with the question echoed",
-			msg: makeQuery(7, q, withHeader(func(h *dnsmessage.Header) { h.OpCode = 2 })), rcode: dnsmessage.RCodeNotImplemented, qd: 1},
+			msg: makeQuery(7, q, withHeader(func(h *dnsmessage.Header) { h.OpCode = 2 })), rcode: dnsmessage.RCodeNotImplemented, qd: 1,
+			rule: opcode, qname: "app.test", qtype: "A"},
+		{why: "opcode UPDATE naming an unapproved zone: NOTIMP, and the name is in the log",
+			msg:   makeQuery(7, question("unapproved.test.", dnsmessage.TypeSOA), withHeader(func(h *dnsmessage.Header) { h.OpCode = 5 })),
+			rcode: dnsmessage.RCodeNotImplemented, qd: 1, rule: opcode, qname: "unapproved.test", qtype: "SOA"},
 		{why: "opcode UPDATE with garbage after the header: NOTIMP without a question",
-			msg: []byte{0, 7, 0x28, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xff}, rcode: dnsmessage.RCodeNotImplemented},
+			msg: []byte{0, 7, 0x28, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0xff}, rcode: dnsmessage.RCodeNotImplemented, rule: opcode},
 	}
 	for _, tc := range tests {
 		t.Run(tc.why, func(t *testing.T) {
+			before := len(sink.dns())
 			out := s.ServeDNS(tc.msg, false)
+			ev := sink.dns()[before:]
+			if len(ev) != 1 || ev[0].Action != "deny" || ev[0].Rule != tc.rule || ev[0].QName != tc.qname || ev[0].QType != tc.qtype || len(ev[0].Answer) != 0 {
+				t.Errorf("audit records %+v, want one deny by rule %s for %q %q", ev, tc.rule, tc.qname, tc.qtype)
+			}
 			if tc.nil {
 				if out != nil {
 					t.Fatalf("reply % x, want drop", out)
@@ -210,12 +224,9 @@ func TestServeDNSMessageErrors(t *testing.T) {
 			}
 		})
 	}
-	if ev := sink.dns(); len(ev) != 0 {
-		t.Errorf("malformed messages were audited as queries: %+v", ev)
-	}
 	st := s.Stats()
-	if st.Dropped != 3 || st.Malformed != 7 || st.Queries != 10 {
-		t.Errorf("stats %+v, want 3 dropped, 7 malformed of 10", st)
+	if st.Dropped != 3 || st.Malformed != 8 || st.Queries != 11 || st.Denied != 0 {
+		t.Errorf("stats %+v, want 3 dropped, 8 malformed of 11, none denied as names", st)
 	}
 }
 
