@@ -55,7 +55,8 @@ type Config struct {
 	// resolution, so the holder may swap policies atomically at any time.
 	// A nil result denies every name.
 	Policy func() *policy.Policy
-	// Audit receives one dns event per query. Nil: no audit. When it can
+	// Audit receives one dns event per message, refused ones included
+	// (RuleMalformed, RuleOpcode). Nil: no audit. When it can
 	// fail (audit.Failer) and has failed, every query is refused (REFUSED)
 	// from then on: the audit fails closed.
 	Audit audit.Sink
@@ -218,6 +219,7 @@ func (s *Server) ServeDNS(msg []byte, tcp bool) []byte {
 	h, err := p.Start(msg)
 	if err != nil || h.Response {
 		s.stats.dropped.Add(1)
+		s.logRefused(RuleMalformed, nil)
 		return nil
 	}
 	q, qerr := p.Question()
@@ -232,11 +234,13 @@ func (s *Server) ServeDNS(msg []byte, tcp bool) []byte {
 		if qerr == nil {
 			qp = &q
 		}
+		s.logRefused(RuleOpcode, qp)
 		r := newReply(h, dnsmessage.RCodeNotImplemented, qp)
 		return r.finish(0)
 	}
 	if qerr != nil {
 		s.stats.malformed.Add(1)
+		s.logRefused(RuleMalformed, nil)
 		r := newReply(h, dnsmessage.RCodeFormatError, nil)
 		return r.finish(0)
 	}
@@ -378,6 +382,37 @@ func decideName(pol *policy.Policy, name string) policy.Decision {
 		return policy.Decision{Verdict: policy.Deny, Rule: "default", Reason: "no policy"}
 	}
 	return pol.NameAllowed(name)
+}
+
+// Rules of the dns records of messages nsgate refuses before any name is
+// decided. Every message the worker sends leaves a record, so that a
+// message nsgate will not read (and so never decides) is in the log too;
+// the log folds repeats (audit.Logger), which bounds their volume.
+const (
+	// RuleMalformed: a message that is not one readable query (FORMERR:
+	// no question, several, a name cut short or looping), or one dropped
+	// unanswered (shorter than a header, or a response).
+	RuleMalformed = "builtin:dns-malformed"
+	// RuleOpcode: a message with an opcode other than QUERY (NOTIFY,
+	// UPDATE, ...), answered NOTIMP. Its question, when readable, is
+	// recorded: an UPDATE naming a zone is a refusal of that name.
+	RuleOpcode = "builtin:dns-opcode"
+)
+
+// logRefused records a message refused under rule; q is its question
+// when one was read.
+func (s *Server) logRefused(rule string, q *dnsmessage.Question) {
+	var qname, qtype string
+	if q != nil {
+		raw := q.Name.String()
+		qtype = TypeString(q.Type)
+		if n, err := policy.NormalizeName(strings.TrimSuffix(raw, ".")); err == nil {
+			qname = n
+		} else {
+			qname = presentName(raw)
+		}
+	}
+	s.log(qname, qtype, policy.Decision{Verdict: policy.Deny, Rule: rule}, nil)
 }
 
 func (s *Server) log(qname, qtype string, d policy.Decision, answer []string) {

@@ -287,7 +287,11 @@ func (c *Collector) dns(e audit.DNS, n uint64) {
 	case isBuiltin(e.Rule):
 		c.counts.Builtin += n
 		if c.mode == Denied {
-			note(&c.builtin, "name "+e.QName+" ("+e.Rule+")")
+			what := "name " + e.QName
+			if e.QName == "" {
+				what = "a DNS message without a readable question"
+			}
+			note(&c.builtin, what+" ("+e.Rule+")")
 		}
 	case isDenyRule(e.Rule):
 		c.counts.DenyRule += n
