@@ -573,3 +573,91 @@ func BenchmarkServeDNS(b *testing.B) {
 		s.ServeDNS(msg, false)
 	}
 }
+
+// wireQuery builds a query whose name is the given labels, byte for byte
+// (a label may hold a dot or any other byte, as the wire allows).
+func wireQuery(id uint16, qtype dnsmessage.Type, labels ...string) []byte {
+	m := []byte{byte(id >> 8), byte(id), 1, 0, 0, 1, 0, 0, 0, 0, 0, 0}
+	for _, l := range labels {
+		m = append(m, byte(len(l)))
+		m = append(m, l...)
+	}
+	m = append(m, 0)
+	return binary.BigEndian.AppendUint32(m, uint32(qtype)<<16|uint32(dnsmessage.ClassINET))
+}
+
+// TestServeDNSWireNameTricks asks for names whose wire labels differ from
+// the name they spell. A dot or a backslash inside a label is refused as
+// malformed (the parser will not flatten it into a label boundary);
+// full-width and ideographic full stops, which IDNA maps to a dot, and
+// full-width letters are normalized before the policy sees the name. Either
+// way the name decided is the one the fake address then stands for (the
+// name the gateway resolves and dials), so a spelling can neither slip past
+// a deny rule nor get an allowed name's address for another name.
+func TestServeDNSWireNameTricks(t *testing.T) {
+	tests := []struct {
+		why    string
+		labels []string
+		rcode  dnsmessage.RCode
+		name   string // decided, and what the answer maps back to
+		rule   string
+	}{
+		{"a dot inside a label is not read as a boundary: the message is malformed",
+			[]string{"x.ads", "cdn", "test"}, dnsmessage.RCodeFormatError, "", RuleMalformed},
+		{"the whole allowed name in one label: malformed, not the allowed name",
+			[]string{"img.cdn.test"}, dnsmessage.RCodeFormatError, "", RuleMalformed},
+		{"a full-width full stop (U+FF0E) is a dot after mapping: deny rule holds",
+			[]string{"x", "ads\uff0ecdn", "test"}, dnsmessage.RCodeNameError, "x.ads.cdn.test", "deny[0]"},
+		{"an ideographic full stop (U+3002) maps to a dot",
+			[]string{"img", "cdn\u3002test"}, dnsmessage.RCodeSuccess, "img.cdn.test", "allow[1]"},
+		{"upper case full-width letters fold to the allowed name",
+			[]string{"\uff21\uff30\uff30", "test"}, dnsmessage.RCodeSuccess, "app.test", "allow[0]"},
+		{"a trailing dot inside the last label: malformed",
+			[]string{"app", "test."}, dnsmessage.RCodeFormatError, "", RuleMalformed},
+		{"a NUL byte inside a label is not a name",
+			[]string{"app\x00", "test"}, dnsmessage.RCodeNameError, `app\000.test.`, "default"},
+		{"a backslash inside a label (an escape to a presentation parser): malformed",
+			[]string{`app\.test`}, dnsmessage.RCodeFormatError, "", RuleMalformed},
+	}
+	for _, tc := range tests {
+		t.Run(tc.why, func(t *testing.T) {
+			s, sink, up := newTestServer(t, Config{}, zone{})
+			raw := s.ServeDNS(wireQuery(9, dnsmessage.TypeA, tc.labels...), false)
+			r := parseMsg(t, raw)
+			if r.h.RCode != tc.rcode {
+				t.Fatalf("rcode %v, want %v", r.h.RCode, tc.rcode)
+			}
+			addrs := answerAddrs(r)
+			if (tc.rcode == dnsmessage.RCodeSuccess) != (len(addrs) == 1) {
+				t.Fatalf("answers %v", addrs)
+			}
+			for _, a := range addrs {
+				if got, ok := s.NameOf(a); !ok || got != tc.name {
+					t.Errorf("answer %v stands for %q, want %q (the name decided)", a, got, tc.name)
+				}
+			}
+			ev := sink.dns()
+			if len(ev) != 1 || ev[0].QName != tc.name || ev[0].Rule != tc.rule {
+				t.Errorf("audit %+v, want one record for %q by %s", ev, tc.name, tc.rule)
+			}
+			if up.count() != 0 {
+				t.Error("asked upstream")
+			}
+		})
+	}
+	// Labels longer than 63 bytes and names longer than 255 never reach
+	// the policy: the message is malformed, refused and recorded.
+	s, sink, _ := newTestServer(t, Config{}, zone{})
+	long := []string{strings.Repeat("a", 60), strings.Repeat("b", 60), strings.Repeat("c", 60), strings.Repeat("d", 60), "xxxx", "app", "test"}
+	for _, m := range [][]byte{
+		wireQuery(9, dnsmessage.TypeA, strings.Repeat("a", 64), "test"),
+		wireQuery(9, dnsmessage.TypeA, long...),
+	} {
+		if r := parseMsg(t, s.ServeDNS(m, true)); r.h.RCode != dnsmessage.RCodeFormatError || len(r.answers) != 0 {
+			t.Errorf("reply %+v, want FORMERR", r.h)
+		}
+	}
+	if ev := sink.dns(); len(ev) != 2 || ev[0].Rule != RuleMalformed || ev[1].Rule != RuleMalformed {
+		t.Errorf("audit %+v, want two builtin:dns-malformed records", ev)
+	}
+}
