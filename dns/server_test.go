@@ -661,3 +661,93 @@ func TestServeDNSWireNameTricks(t *testing.T) {
 		t.Errorf("audit %+v, want two builtin:dns-malformed records", ev)
 	}
 }
+
+// optRR is an OPT record: payload size, the TTL field (extended rcode,
+// version, DO bit) and raw option bytes.
+func optRR(size uint16, ttl uint32, options []byte) []byte {
+	b := []byte{0, 0, 41}
+	b = binary.BigEndian.AppendUint16(b, size)
+	b = binary.BigEndian.AppendUint32(b, ttl)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(options)))
+	return append(b, options...)
+}
+
+// ednsOption is one EDNS option: code, length, data.
+func ednsOption(code uint16, data []byte) []byte {
+	b := binary.BigEndian.AppendUint16(nil, code)
+	b = binary.BigEndian.AppendUint16(b, uint16(len(data)))
+	return append(b, data...)
+}
+
+// TestServeDNSHostileEDNS sends OPT records a stub resolver would not:
+// two of them, client subnet, cookie and padding options, the DO bit,
+// version 1, sizes of 0 and 65535, an option whose length runs past the
+// record. Each query is answered once, from the fake table, with one OPT
+// of nsgate's own (size 1232, no option echoed, DO clear); a UDP reply
+// never exceeds 1232 bytes; and each leaves one audit record.
+func TestServeDNSHostileEDNS(t *testing.T) {
+	ecs := ednsOption(8, []byte{0, 1, 24, 0, 203, 0, 113})
+	cookie := ednsOption(10, []byte("8bytecoo"))
+	padding := ednsOption(12, make([]byte, 400))
+	tests := []struct {
+		why  string
+		opts [][]byte // OPT records, in order
+	}{
+		{"client subnet, cookie, padding, DO bit, version 1, size 65535",
+			[][]byte{optRR(65535, 1<<16|1<<15, slices.Concat(ecs, cookie, padding))}},
+		{"two OPT records (RFC 6891 allows one)",
+			[][]byte{optRR(4096, 0, cookie), optRR(100, 1<<15, ecs)}},
+		{"payload size 0", [][]byte{optRR(0, 0, nil)}},
+		{"an option whose length runs past the record", [][]byte{optRR(1232, 0, []byte{0, 8, 0xff, 0xff, 1})}},
+	}
+	for _, tc := range tests {
+		for _, name := range []string{"app.test", "evil.test"} {
+			t.Run(tc.why+"/"+name, func(t *testing.T) {
+				s, sink, up := newTestServer(t, Config{}, zone{})
+				m := makeQuery(5, question(name+".", dnsmessage.TypeA))
+				binary.BigEndian.PutUint16(m[10:], uint16(len(tc.opts)))
+				for _, o := range tc.opts {
+					m = append(m, o...)
+				}
+				out := s.ServeDNS(m, false)
+				if len(out) > ednsSize {
+					t.Fatalf("udp reply of %d bytes", len(out))
+				}
+				r := parseMsg(t, out)
+				if r.h.ID != 5 || r.h.Truncated {
+					t.Fatalf("header %+v", r.h)
+				}
+				if name == "app.test" && len(answerAddrs(r)) != 1 || name == "evil.test" && (r.h.RCode != dnsmessage.RCodeNameError || len(r.answers) != 0) {
+					t.Fatalf("%s: rcode %v, answers %+v", name, r.h.RCode, r.answers)
+				}
+				var opts int
+				for _, a := range r.addits {
+					opt, ok := a.Body.(*dnsmessage.OPTResource)
+					if !ok {
+						t.Fatalf("additional %+v", a)
+					}
+					opts++
+					if a.Header.Class != ednsSize || a.Header.TTL != 0 {
+						t.Errorf("OPT size %d ttl %#x, want %d and 0 (DO clear)", a.Header.Class, a.Header.TTL, ednsSize)
+					}
+					for _, o := range opt.Options {
+						if o.Code != optionEDE {
+							t.Errorf("option %d echoed", o.Code)
+						}
+					}
+				}
+				// A malformed OPT is ignored as a whole: no OPT back
+				// is as good as ours.
+				if opts > 1 {
+					t.Errorf("%d OPT records in the reply", opts)
+				}
+				if ev := sink.dns(); len(ev) != 1 || ev[0].QName != name {
+					t.Errorf("audit %+v, want one record for %s", ev, name)
+				}
+				if up.count() != 0 {
+					t.Error("asked upstream")
+				}
+			})
+		}
+	}
+}
