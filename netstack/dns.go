@@ -15,6 +15,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv4"
 	"gvisor.dev/gvisor/pkg/tcpip/network/ipv6"
 
+	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/relay"
 )
 
@@ -46,16 +47,36 @@ func (g *Gateway) startDNS() error {
 		}
 		g.closers = append(g.closers, ln)
 		g.wg.Add(2)
-		go g.serveDNSUDP(uc)
+		go g.serveDNSUDP(uc, netip.AddrPortFrom(b.a, 53))
 		go g.serveDNSTCP(ln, conns)
 	}
 	return nil
 }
 
-// serveDNSUDP reads queries from uc and answers each on a goroutine of its
-// own, at most dnsMaxInFlight at once (more are dropped: the worker's
-// resolver retries).
-func (g *Gateway) serveDNSUDP(uc *gonet.UDPConn) {
+// RuleDNSLimit is the rule of the deny flow record of a DNS message or
+// DNS-over-TCP connection refused because a DNS bound was reached
+// (dnsMaxInFlight, dnsMaxTCPConns).
+const RuleDNSLimit = "builtin:dns-limit"
+
+// dnsLimited records a DNS message or connection from src to dst refused
+// by a DNS bound. The audit log folds repeats, so a flood costs a record
+// per second and source, not one per message.
+func (g *Gateway) dnsLimited(proto string, src net.Addr, dst string, what string, max int) {
+	g.stats.dnsDropped.Add(1)
+	s := ""
+	if src != nil {
+		s = src.String()
+	}
+	g.audit.Log(audit.Flow{
+		Action: "deny", Proto: proto, Src: s, Dst: dst,
+		Rule: RuleDNSLimit, Reason: limitReason(what, max),
+	})
+}
+
+// serveDNSUDP reads queries from uc (bound at self) and answers each on a
+// goroutine of its own, at most dnsMaxInFlight at once (more are dropped
+// and recorded: the worker's resolver retries).
+func (g *Gateway) serveDNSUDP(uc *gonet.UDPConn, self netip.AddrPort) {
 	defer g.wg.Done()
 	bp := relay.GetPacketBuffer()
 	defer relay.PutPacketBuffer(bp)
@@ -75,7 +96,7 @@ func (g *Gateway) serveDNSUDP(uc *gonet.UDPConn) {
 		select {
 		case g.dnsSlots <- struct{}{}:
 		default:
-			g.stats.dnsDropped.Add(1)
+			g.dnsLimited("udp", from, self.String(), "DNS messages in flight", dnsMaxInFlight)
 			continue
 		}
 		if !g.enter() {
@@ -104,7 +125,7 @@ func (g *Gateway) serveDNSTCP(ln *gonet.TCPListener, conns *atomic.Int64) {
 			return
 		}
 		if !tryAcquire(conns, dnsMaxTCPConns) {
-			g.stats.dnsDropped.Add(1)
+			g.dnsLimited("tcp", c.RemoteAddr(), c.LocalAddr().String(), "DNS-over-TCP connections", dnsMaxTCPConns)
 			c.Close()
 			continue
 		}
