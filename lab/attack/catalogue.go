@@ -274,6 +274,7 @@ func Catalogue() []Attempt {
 		dnsPipelinedExfil(),
 		dnsUpdateExfil("dns-update-exfil", "udp"),
 		dnsUpdateExfil("dns-update-exfil-tcp", "tcp"),
+		dnsTCPFlood(),
 		dnsQuery("dns-txt-approved", "dns", LayerDNS, "", "TXT app.test: other types of approved names get empty answers, never the upstream's", internet.AppName, dnsmessage.TypeTXT, "udp"),
 		withKeys(dnsQuery("dns-idn-homograph", "dns", LayerDNS, "", "A \u0430pp.test (Cyrillic a) as UTF-8: not app.test", "\u0430pp.test", dnsmessage.TypeA, "udp"), "dns:"+homographPunycode()),
 		dnsPunycode(),

@@ -163,3 +163,66 @@ func dnsPipelinedExfil() Attempt {
 		},
 	}
 }
+
+// dnsTCPFlood opens more DNS-over-TCP connections to the gateway's
+// resolver than its bound (64) and holds them, each asking for app.test:
+// the connections past the bound must be closed unanswered and recorded
+// (builtin:dns-limit). Every connection answered would be the bound
+// failing: a worker could then make nsgate hold any number of them.
+func dnsTCPFlood() Attempt {
+	const conns = 80
+	return Attempt{
+		ID: "dns-tcp-conn-flood", Category: "dns", Layer: LayerDNS, Rule: "builtin:dns-limit",
+		Description: fmt.Sprintf("%d DNS-over-TCP connections held open at once (the bound is 64)", conns),
+		Expect:      Blocked, Audit: AuditDeny,
+		Keys: []string{internet.DNSV4 + ":53"},
+		run: func(ctx context.Context, a *attacker) result {
+			msg, err := rawQuery(0x3333, 0, internet.AppName, dnsmessage.TypeA)
+			if err != nil {
+				return erroredf("build query: %v", err)
+			}
+			var held []net.Conn
+			defer func() {
+				for _, c := range held {
+					c.Close()
+				}
+			}()
+			served, refused := 0, 0
+			for range conns {
+				c, err := (&net.Dialer{Timeout: a.cfg.Timeout}).DialContext(ctx, "tcp", a.cfg.DNSServer)
+				if err != nil {
+					if isRefusal(err) {
+						refused++
+						continue
+					}
+					return erroredf("connect: %v", err)
+				}
+				held = append(held, c)
+				c.SetDeadline(time.Now().Add(a.cfg.Timeout))
+				var lb [2]byte
+				_, err = c.Write(append(binary.BigEndian.AppendUint16(nil, uint16(len(msg))), msg...))
+				if err == nil {
+					_, err = io.ReadFull(c, lb[:])
+				}
+				if err == nil {
+					_, err = io.ReadFull(c, make([]byte, binary.BigEndian.Uint16(lb[:])))
+				}
+				switch {
+				case err == nil:
+					served++
+				case isRefusal(err):
+					refused++
+				default:
+					return erroredf("connection %d: %v", len(held), err)
+				}
+			}
+			if served == conns {
+				return allowedf("all %d connections held open and answered", conns)
+			}
+			if served == 0 {
+				return erroredf("no connection answered: the resolver is not reachable")
+			}
+			return blockedf("%d connections answered and held, %d refused past the bound", served, refused)
+		},
+	}
+}
