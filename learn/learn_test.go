@@ -337,6 +337,8 @@ func suggestLog(t *testing.T) string {
 		deniedFlow("tcp", "slow.test", "198.18.0.7:443", "allow[3]"), // allowed, dial failed
 		audit.DNS{Action: "deny", QName: "new.test", QType: "A", Rule: policy.RuleDefault},
 		audit.DNS{Action: "deny", QName: "metadata.google.internal", QType: "A", Rule: policy.RuleMetadata},
+		audit.DNS{Action: "deny", Rule: "builtin:dns-malformed"},
+		audit.DNS{Action: "deny", QName: "zone.evil.test", QType: "SOA", Rule: "builtin:dns-opcode"},
 		audit.L7{Action: "deny", FlowSeq: 2, Host: "app.test", SNI: "evil.test", Reason: "sni mismatch"},
 		audit.Exec{Action: "deny", Path: "/usr/bin/git", PID: 3},
 		audit.Exec{Action: "deny", Path: "/usr/local/sbin/git", PID: 3, Missing: true},
@@ -372,6 +374,7 @@ func TestSuggestWithoutPolicy(t *testing.T) {
 		{Proto: policy.TCP, Host: "ads.test", Port: 443},
 		{Proto: policy.TCP, Host: "slow.test", Port: 443},
 		{Proto: policy.TCP, Host: "evil.test", Port: 443},
+		{Proto: policy.TCP, Host: "zone.evil.test", Port: 53},
 	} {
 		if d := p.Decide(f); d.Verdict != policy.Deny {
 			t.Errorf("suggestion allows %+v, which was no missing rule: %v", f, d)
@@ -382,8 +385,10 @@ func TestSuggestWithoutPolicy(t *testing.T) {
 	}
 	for _, want := range []string{
 		`{cidr: "203.0.113.9/32", proto: tcp, ports: [81]}  # 2 flows refused`,
-		"skipped, no rule opens them: 3 refusals by the built-in sets",
+		"skipped, no rule opens them: 5 refusals by the built-in sets",
 		"tcp 169.254.169.254:80 (builtin:metadata)",
+		"a DNS message without a readable question (builtin:dns-malformed)",
+		"name zone.evil.test (builtin:dns-opcode)",
 		"skipped: 1 refusal by deny rules",
 		"not turned into rules: 1 refusal by the TLS SNI or HTTP Host check",
 		"not a missing rule",
