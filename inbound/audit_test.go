@@ -1,10 +1,12 @@
 package inbound
 
 import (
+	"encoding/json"
 	"errors"
 	"io"
 	"net"
 	"net/netip"
+	"reflect"
 	"sync"
 	"testing"
 
@@ -90,5 +92,92 @@ func TestRuleStrings(t *testing.T) {
 	}
 	if got := r.Guest().String(); got != "10.0.2.100:53" {
 		t.Errorf("Guest = %q", got)
+	}
+}
+
+// fields is e's record as the log writes it, with its event name.
+func fields(t *testing.T, e audit.Event) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]any{}
+	if err := json.Unmarshal(b, &m); err != nil {
+		t.Fatal(err)
+	}
+	m["event"] = e.EventName()
+	return m
+}
+
+// failedLog is an audit sink whose log has failed (audit.Failer).
+type failedLog struct {
+	auditLog
+	failed chan struct{}
+}
+
+func (l *failedLog) Failed() <-chan struct{} { return l.failed }
+
+// TestForwarderAuditsForwards: opening a forward is a decision that
+// exposes the worker on a host port, so it is recorded when it happens,
+// not only once a connection arrives (an add_hostfwd on the API socket
+// used to leave no record at all): a "forward" record for each forward
+// added (its ID, listen and dst), refused (why) and removed. A forward
+// that cannot be recorded is not opened: the audit fails closed.
+func TestForwarderAuditsForwards(t *testing.T) {
+	g := newFakeGuest(t)
+	var log auditLog
+	h := New(Options{Guest: testGuest, Dial: g.dial, Audit: &log})
+	defer h.Close()
+	id, port := addFwd(t, h, Rule{Proto: "tcp", GuestPort: 80})
+	listen := netip.AddrPortFrom(loopback, port).String() + "/tcp"
+	if _, err := h.Add(Rule{Proto: "tcp", HostAddr: loopback, HostPort: port, GuestPort: 81}); err == nil {
+		t.Fatal("a taken port was forwarded twice")
+	}
+	if err := h.Remove(id); err != nil {
+		t.Fatal(err)
+	}
+	recs, _ := log.snapshot()
+	var got []map[string]any
+	for _, r := range recs {
+		if r.EventName() == "forward" {
+			got = append(got, fields(t, r))
+		}
+	}
+	want := []map[string]any{
+		{"event": "forward", "action": "add", "id": float64(id), "listen": listen, "dst": "10.0.2.100:80"},
+		{"event": "forward", "action": "deny", "listen": listen, "dst": "10.0.2.100:81"},
+		{"event": "forward", "action": "remove", "id": float64(id), "listen": listen, "dst": "10.0.2.100:80"},
+	}
+	if len(got) != len(want) {
+		t.Fatalf("forward records %v, want %d like %v", got, len(want), want)
+	}
+	for i, w := range want {
+		if i == 1 {
+			if e, _ := got[i]["error"].(string); e == "" {
+				t.Errorf("refused forward's record %v has no error", got[i])
+			}
+			delete(got[i], "error")
+		}
+		if !reflect.DeepEqual(got[i], w) {
+			t.Errorf("forward record %d = %v, want %v", i, got[i], w)
+		}
+	}
+
+	// The log has failed: no forward opens, and the port stays free.
+	fl := &failedLog{failed: make(chan struct{})}
+	close(fl.failed)
+	h2 := New(Options{Guest: testGuest, Dial: g.dial, Audit: fl})
+	defer h2.Close()
+	p := freePort(t, "tcp")
+	if fw, err := h2.Add(Rule{Proto: "tcp", HostAddr: loopback, HostPort: p, GuestPort: 80}); err == nil {
+		t.Errorf("a forward was opened (ID %d) with the audit log down", fw.ID)
+	}
+	if n := len(h2.List()); n != 0 {
+		t.Errorf("%d forwards listed with the audit log down", n)
+	}
+	if c, err := net.Dial("tcp4", netip.AddrPortFrom(loopback, p).String()); err == nil {
+		c.Close()
+		t.Error("the host port accepts connections with the audit log down")
 	}
 }
