@@ -298,6 +298,8 @@ func normalize(ev Event) Event {
 		return clipEvent(*e)
 	case *Inbound:
 		return derefOrNil(e)
+	case *Forward:
+		return derefOrNil(e)
 	case *Policy:
 		return derefOrNil(e)
 	case *Exit:

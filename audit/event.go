@@ -105,6 +105,18 @@ type Inbound struct {
 	Src    string `json:"src"`
 }
 
+// Forward records a host-side forward to the worker being opened ("add"),
+// refused ("deny", Error says why) or closed ("remove"): `nsgate run
+// --publish`, pasta's -t/-u and slirp4netns's add_hostfwd/remove_hostfwd.
+// ID is the forward's (absent on a refusal).
+type Forward struct {
+	Action string `json:"action"`
+	ID     int    `json:"id,omitempty"`
+	Listen string `json:"listen"`
+	Dst    string `json:"dst"`
+	Error  string `json:"error,omitempty"`
+}
+
 // Policy records a policy reload (SIGHUP): accepted or refused.
 type Policy struct {
 	Action       string `json:"action"`
@@ -161,6 +173,7 @@ func (L7) EventName() string      { return "l7" }
 func (Packet) EventName() string  { return "packet" }
 func (Exec) EventName() string    { return "exec" }
 func (Inbound) EventName() string { return "inbound" }
+func (Forward) EventName() string { return "forward" }
 func (Policy) EventName() string  { return "policy" }
 func (Exit) EventName() string    { return "exit" }
 

@@ -59,6 +59,12 @@ func humanBody(ev Event) string {
 		reason(&b, e.Reason)
 	case Inbound:
 		b.WriteString(word(e.Action) + " inbound " + word(e.Src) + " -> " + word(e.Listen) + " -> " + word(e.Dst))
+	case Forward:
+		b.WriteString(word(e.Action) + " forward " + word(e.Listen) + " -> " + word(e.Dst))
+		if e.ID != 0 {
+			b.WriteString(" id=" + strconv.Itoa(e.ID))
+		}
+		reason(&b, e.Error)
 	case Start:
 		b.WriteString("start version=" + word(e.Version) + " pid=" + strconv.Itoa(e.PID))
 		field(&b, "policy_sha256", e.PolicySHA256)
@@ -95,7 +101,7 @@ func isDeny(ev Event) bool {
 	case Flow:
 		// "fail": allowed, then the destination could not be reached.
 		return actionOf(ev) == "deny" || actionOf(ev) == "fail"
-	case Packet, DNS, L7, Exec, Inbound:
+	case Packet, DNS, L7, Exec, Inbound, Forward:
 		return actionOf(ev) == "deny"
 	}
 	return false
@@ -115,6 +121,8 @@ func actionOf(ev Event) string {
 	case Exec:
 		return e.Action
 	case Inbound:
+		return e.Action
+	case Forward:
 		return e.Action
 	case Policy:
 		return e.Action

@@ -204,6 +204,8 @@ func decodeEvent(name string, line []byte) (Event, error) {
 		return decodeAs[Exec](line)
 	case Inbound{}.EventName():
 		return decodeAs[Inbound](line)
+	case Forward{}.EventName():
+		return decodeAs[Forward](line)
 	case Policy{}.EventName():
 		return decodeAs[Policy](line)
 	case Exit{}.EventName():

@@ -175,8 +175,21 @@ func New(o Options) *Forwarder {
 // Add binds the rule's host socket and starts serving it in the
 // background; it does not wait for a connection. It returns the forward
 // as completed, with its ID. On error nothing is left behind and no ID is
-// used up.
+// used up. Either way the outcome is a "forward" audit record (add or
+// deny) written before Add returns; once the audit log has failed
+// (Options.Audit is an audit.Failer whose Failed is closed) Add refuses,
+// since the forward could not be recorded: the audit fails closed.
 func (f *Forwarder) Add(r Rule) (Forward, error) {
+	fw, err := f.add(r)
+	if err != nil {
+		f.logForward(audit.Forward{Action: "deny", Listen: fw.Listen(), Dst: fw.Guest().String(), Error: err.Error()})
+	}
+	return fw, err
+}
+
+// add is Add without the refusal's record. On error it returns the rule
+// as far as it was completed (for the record) and no ID.
+func (f *Forwarder) add(r Rule) (Forward, error) {
 	if r.Proto != "tcp" && r.Proto != "udp" {
 		return Forward{}, fmt.Errorf("add forward: protocol %q is not tcp or udp", r.Proto)
 	}
@@ -187,20 +200,24 @@ func (f *Forwarder) Add(r Rule) (Forward, error) {
 		r.GuestAddr = f.o.Guest
 	}
 	r.HostAddr, r.GuestAddr = r.HostAddr.Unmap(), r.GuestAddr.Unmap()
+	asked := Forward{Rule: r}
 	if !r.HostAddr.Is4() || !r.GuestAddr.Is4() {
-		return Forward{}, errors.New("add forward: only IPv4 addresses are supported")
+		return asked, errors.New("add forward: only IPv4 addresses are supported")
 	}
 	if r.HostPort == 0 || r.GuestPort == 0 {
-		return Forward{}, errors.New("add forward: port 0")
+		return asked, errors.New("add forward: port 0")
 	}
 	if f.o.Dial == nil {
-		return Forward{}, errors.New("add forward: no dialer for the worker")
+		return asked, errors.New("add forward: no dialer for the worker")
 	}
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return Forward{}, errors.New("add forward: closed")
+		return asked, errors.New("add forward: closed")
+	}
+	if audit.IsFailed(audit.FailedOf(f.o.Audit)) {
+		return asked, errors.New("add forward: the audit log has failed")
 	}
 	l := &listener{Forward: Forward{Rule: r}, f: f}
 	bind := netip.AddrPortFrom(r.HostAddr, r.HostPort)
@@ -211,11 +228,12 @@ func (f *Forwarder) Add(r Rule) (Forward, error) {
 		l.pc, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(bind))
 	}
 	if err != nil {
-		return Forward{}, fmt.Errorf("add forward: %w", err)
+		return asked, fmt.Errorf("add forward: %w", err)
 	}
 	l.ID = f.nextID
 	f.nextID++
 	f.fwds = append(f.fwds, l)
+	f.logForward(forwardRecord("add", l.Forward))
 	f.wg.Add(1)
 	l.wg.Add(1)
 	if r.Proto == "tcp" {
@@ -257,7 +275,19 @@ func (f *Forwarder) Remove(id int) error {
 	}
 	l.close()
 	l.wg.Wait()
+	f.logForward(forwardRecord("remove", l.Forward))
 	return nil
+}
+
+// forwardRecord is the "forward" audit record of fw.
+func forwardRecord(action string, fw Forward) audit.Forward {
+	return audit.Forward{Action: action, ID: fw.ID, Listen: fw.Listen(), Dst: fw.Guest().String()}
+}
+
+func (f *Forwarder) logForward(r audit.Forward) {
+	if f.o.Audit != nil {
+		f.o.Audit.Log(r)
+	}
 }
 
 // Close removes every forward, ends every relay and pending dial, and
