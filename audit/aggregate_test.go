@@ -647,3 +647,41 @@ func TestSweepRearmsAfterIdle(t *testing.T) {
 		}
 	}
 }
+
+// TestInboundFloodIsBounded: whoever can reach a published port (the LAN,
+// for a forward on 0.0.0.0) causes one inbound record per TCP connection
+// and per new UDP source port, allowed or refused at the forward's limit.
+// Like the worker's flows, a flood of them is folded, or a client could
+// fill the disk and so stop the gateway (the audit fails closed).
+func TestInboundFloodIsBounded(t *testing.T) {
+	const events, secs = 100_000, 5
+	var out countLines
+	clock := newFakeClock()
+	l := startMem(Options{Now: clock.Now, QueueLen: 1 << 20}, &out)
+	step := secs * time.Second / events
+	for i := range events {
+		action := "allow"
+		if i%2 == 1 {
+			action = "deny" // e.g. past MaxUDPFlows: one per datagram
+		}
+		l.Log(Inbound{Action: action, Listen: "0.0.0.0:5353/udp", Dst: "10.0.2.100:53", Src: "192.0.2.7:" + itoa(1024+i%60000)})
+		clock.Advance(step)
+		if i%(events/secs/2) == 0 {
+			l.sweep(false)
+		}
+	}
+	mustClose(t, l)
+	records, total := accounted(t, out.b.Bytes())
+	const keys, windows = 2, secs + 1
+	bound := windows * (DefaultBurst + 2*keys)
+	t.Logf("%d inbound connections in %d s: %d records", events, secs, records)
+	if records > bound {
+		t.Errorf("%d records; want at most %d (windows %d × (burst %d + 2 × %d keys))", records, bound, windows, DefaultBurst, keys)
+	}
+	if total != events {
+		t.Errorf("the records stand for %d connections, want %d", total, events)
+	}
+	if n, _, err := Verify(bytes.NewReader(out.b.Bytes()), nil); err != nil || n != records {
+		t.Errorf("Verify = %d, %v", n, err)
+	}
+}
