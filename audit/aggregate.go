@@ -23,7 +23,9 @@ import (
 //     gives at most one);
 //   - flow_end: the flow record it names, and its error;
 //   - l7: action, the flow record it names, host, sni, http_host, reason;
-//   - exec: action, path, reason (not the pid).
+//   - exec: action, path, reason (not the pid);
+//   - inbound (from whoever reaches a published port, not the worker):
+//     action, listen, dst, source address without its port.
 //
 // Within one window (Options.Window, default 1 s) from a key's first event,
 // that event is written at once and later ones are counted; when the window
@@ -82,6 +84,7 @@ const (
 	kindFlowEnd
 	kindL7
 	kindExec
+	kindInbound
 )
 
 // actionBit is 0 for "allow", 1 for "deny"; ok is false for other actions.
@@ -137,6 +140,10 @@ func aggStyle(ev Event) int {
 		if _, ok := actionBit(e.Action); ok {
 			return aggRepeat
 		}
+	case Inbound:
+		if _, ok := actionBit(e.Action); ok {
+			return aggRepeat
+		}
 	}
 	return aggNone
 }
@@ -173,6 +180,9 @@ func aggKeyOf(ev Event) aggKey {
 	case Exec:
 		bit, _ := actionBit(e.Action)
 		return aggKey{kind: kindExec + bit, a: e.Path, b: e.Reason}
+	case Inbound:
+		bit, _ := actionBit(e.Action)
+		return aggKey{kind: kindInbound + bit, a: e.Listen, b: HostOnly(e.Src), c: e.Dst}
 	}
 	return aggKey{}
 }
@@ -246,6 +256,12 @@ func aggregateEvent(e *aggEntry, overflow bool) Event {
 	case Exec:
 		if overflow {
 			return Exec{Action: ev.Action, Reason: why, Count: n}
+		}
+		ev.Count = n
+		return ev
+	case Inbound:
+		if overflow {
+			return Inbound{Action: ev.Action, Count: n}
 		}
 		ev.Count = n
 		return ev

@@ -132,8 +132,14 @@ func TestAggregationKeys(t *testing.T) {
 		{"flow_end", "flow ends of one flow record fold", FlowEnd{FlowSeq: 3, BytesOut: 1}, FlowEnd{FlowSeq: 3, BytesOut: 2}, true},
 		{"flow_end flows", "flow ends of distinct flows are apart", FlowEnd{FlowSeq: 3}, FlowEnd{FlowSeq: 4}, false},
 		{"flow_end error", "a different error is a different story", FlowEnd{FlowSeq: 3}, FlowEnd{FlowSeq: 3, Error: "idle timeout"}, false},
-		{"inbound", "inbound connections come from the host, not the worker: never folded",
-			Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "s"}, Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "s"}, false},
+		{"inbound source port", "connections from one client to one forward fold, whatever the source port",
+			Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "192.0.2.7:1"}, Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "192.0.2.7:2"}, true},
+		{"inbound client", "each client is recorded",
+			Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "192.0.2.7:1"}, Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "192.0.2.8:1"}, false},
+		{"inbound listen", "each forward is recorded",
+			Inbound{Action: "deny", Listen: "l", Dst: "d", Src: "s"}, Inbound{Action: "deny", Listen: "l2", Dst: "d", Src: "s"}, false},
+		{"forward", "forwards are opened by the operator, not the worker or a client: never folded",
+			Forward{Action: "add", Listen: "l", Dst: "d"}, Forward{Action: "add", Listen: "l", Dst: "d"}, false},
 		{"pointer", "a pointer to an event is the same event", &dns, dns, true},
 	}
 	for _, tc := range cases {

@@ -103,6 +103,7 @@ type Inbound struct {
 	Listen string `json:"listen"`
 	Dst    string `json:"dst"`
 	Src    string `json:"src"`
+	Count  uint64 `json:"count,omitempty"`
 }
 
 // Forward records a host-side forward to the worker being opened ("add"),

@@ -145,6 +145,8 @@ func countOf(ev Event) uint64 {
 		return e.Count
 	case Exec:
 		return e.Count
+	case Inbound:
+		return e.Count
 	}
 	return 0
 }
