@@ -273,6 +273,13 @@ func TestForwarderAddErrors(t *testing.T) {
 		{"host port 0", Rule{Proto: "tcp", HostAddr: loopback, GuestPort: 1}},
 		{"guest port 0", Rule{Proto: "udp", HostAddr: loopback, HostPort: 1}},
 		{"an address that is not local", Rule{Proto: "tcp", HostAddr: netip.MustParseAddr("192.0.2.1"), HostPort: 8080, GuestPort: 1}},
+		// add_hostfwd names any guest_addr; under slirp4netns 10.0.2.2 is
+		// the host's loopback. Every connection would be refused at the
+		// dial, so the forward itself is refused: no listener that can
+		// never reach the worker.
+		{"the gateway as guest", Rule{Proto: "tcp", HostAddr: loopback, HostPort: freePort(t, "tcp"), GuestAddr: netip.MustParseAddr("10.0.2.2"), GuestPort: 80}},
+		{"the host's loopback as guest", Rule{Proto: "tcp", HostAddr: loopback, HostPort: freePort(t, "tcp"), GuestAddr: loopback, GuestPort: 22}},
+		{"the metadata address as guest", Rule{Proto: "udp", HostAddr: loopback, HostPort: freePort(t, "udp"), GuestAddr: netip.MustParseAddr("169.254.169.254"), GuestPort: 80}},
 	}
 	for _, tt := range tests {
 		if fw, err := h.Add(tt.r); err == nil {
