@@ -44,7 +44,7 @@ type Rule struct {
 	Proto     string     // "tcp" or "udp"
 	HostAddr  netip.Addr // the listen address; the zero Addr means 0.0.0.0
 	HostPort  uint16     // 1..65535
-	GuestAddr netip.Addr // the worker's address; the zero Addr means Options.Guest
+	GuestAddr netip.Addr // the worker's address; the zero Addr means Options.Guest, and no other is accepted
 	GuestPort uint16     // 1..65535
 }
 
@@ -206,6 +206,13 @@ func (f *Forwarder) add(r Rule) (Forward, error) {
 	}
 	if r.HostPort == 0 || r.GuestPort == 0 {
 		return asked, errors.New("add forward: port 0")
+	}
+	// Only the worker is ever a forward's target: under slirp4netns an
+	// add_hostfwd to guest_addr 10.0.2.2 reaches the host's loopback.
+	// The dialer refuses any other address too; refusing here leaves no
+	// listener that could never reach the worker.
+	if f.o.Guest.IsValid() && r.GuestAddr != f.o.Guest.Unmap() {
+		return asked, fmt.Errorf("add forward: %s is not the worker's address (%s)", r.GuestAddr, f.o.Guest)
 	}
 	if f.o.Dial == nil {
 		return asked, errors.New("add forward: no dialer for the worker")
