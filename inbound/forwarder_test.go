@@ -426,3 +426,47 @@ func TestForwarderClose(t *testing.T) {
 func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "reset")
 }
+
+// TestForwarderUDPWorkerCannotKeepFlowAlive: a UDP flow's peer is whatever
+// source address its first datagram carried, which a sender can forge.
+// The worker's own datagrams must not keep the flow open: else one forged
+// datagram let the worker send to that address, past the policy, for as
+// long as it kept sending. A flow ends after UDPIdle without a datagram
+// from its client, however busy the worker is.
+func TestForwarderUDPWorkerCannotKeepFlowAlive(t *testing.T) {
+	const udpIdle = 200 * time.Millisecond
+	ended := make(chan struct{})
+	sent := make(chan struct{}, 1)
+	dial := func(ctx context.Context, proto string, _, addr netip.AddrPort) (net.Conn, error) {
+		fwd, worker := net.Pipe()
+		go func() { // the worker: streams to the client without pause
+			defer close(ended)
+			for {
+				if _, err := worker.Write([]byte("exfil")); err != nil {
+					return
+				}
+				select {
+				case sent <- struct{}{}:
+				default:
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+		go io.Copy(io.Discard, worker) // the client's datagrams
+		return fwd, nil
+	}
+	h := New(Options{Guest: testGuest, Dial: dial, UDPIdle: udpIdle})
+	defer h.Close()
+	_, port := addFwd(t, h, Rule{Proto: "udp", GuestPort: 53})
+	c := dialHost(t, "udp", port)
+	if _, err := c.Write([]byte("one datagram, then silence")); err != nil {
+		t.Fatal(err)
+	}
+	<-sent
+	go io.Copy(io.Discard, c)
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second): // far past UDPIdle: the flow was kept open
+		t.Fatal("the worker kept a UDP flow open by sending to a silent client")
+	}
+}
