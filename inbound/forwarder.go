@@ -112,8 +112,10 @@ type Options struct {
 	DialTimeout time.Duration
 	// TCPIdle ends a TCP relay after this long without traffic (0: never).
 	TCPIdle time.Duration
-	// UDPIdle ends a UDP flow after this long without traffic either way
-	// (default DefaultUDPIdle).
+	// UDPIdle ends a UDP flow after this long without a datagram from its
+	// client (default DefaultUDPIdle). The worker's datagrams do not keep
+	// a flow open: the client's address may be forged, and the worker
+	// must not be able to send to it for as long as it likes.
 	UDPIdle time.Duration
 	// MaxConns bounds the TCP connections relayed at once over all
 	// forwards (default DefaultMaxConns); more are closed at once.
@@ -404,7 +406,7 @@ func (l *listener) relayTCP(c net.Conn, src netip.AddrPort) {
 // udpFlow is one client address's connection to the worker.
 type udpFlow struct {
 	guest net.Conn
-	last  atomic.Int64 // unix nanoseconds of the latest datagram either way
+	last  atomic.Int64 // unix nanoseconds of the client's latest datagram
 }
 
 // serveUDP reads datagrams from the host socket and sends each through
@@ -481,8 +483,9 @@ func (l *listener) serveUDP() {
 	}
 }
 
-// udpBack relays the worker's datagrams to the client until the flow has
-// been idle for UDPIdle in both directions or fails.
+// udpBack relays the worker's datagrams to the client until the client
+// has sent nothing for UDPIdle, or the flow fails. Only the client's
+// datagrams count as activity (see Options.UDPIdle).
 func (l *listener) udpBack(fl *udpFlow, src netip.AddrPort) {
 	idle := l.f.o.UDPIdle
 	bufp := relay.GetPacketBuffer()
@@ -505,7 +508,6 @@ func (l *listener) udpBack(fl *udpFlow, src netip.AddrPort) {
 			}
 			return
 		}
-		fl.last.Store(time.Now().UnixNano())
 		if _, err := l.pc.WriteToUDPAddrPort(buf[:n], src); err != nil && errors.Is(err, net.ErrClosed) {
 			return
 		}
