@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/nsgate/nsgate/audit"
 )
@@ -182,5 +183,74 @@ func TestForwarderAuditsForwards(t *testing.T) {
 	if c, err := net.Dial("tcp4", netip.AddrPortFrom(loopback, p).String()); err == nil {
 		c.Close()
 		t.Error("the host port accepts connections with the audit log down")
+	}
+}
+
+// ends waits until log holds n inbound_end records and returns them as
+// the log writes them.
+func ends(t *testing.T, log *auditLog, n int) []map[string]any {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		recs, _ := log.snapshot()
+		var out []map[string]any
+		for _, r := range recs {
+			if r.EventName() == "inbound_end" {
+				out = append(out, fields(t, r))
+			}
+		}
+		if len(out) >= n || time.Now().After(deadline) {
+			return out
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestForwarderAuditsInboundBytes: a published port is a channel between
+// the worker and whoever connects, which the policy does not look at; the
+// log must at least say how much went through it. Each connection (TCP)
+// or flow (UDP) that reached the worker ends with an inbound_end record:
+// bytes_out from the worker to the client, bytes_in the other way.
+func TestForwarderAuditsInboundBytes(t *testing.T) {
+	g := newFakeGuest(t)
+	var log auditLog
+	h := New(Options{Guest: testGuest, Dial: g.dial, Audit: &log, UDPIdle: 200 * time.Millisecond})
+	defer h.Close()
+	_, tport := addFwd(t, h, Rule{Proto: "tcp", GuestPort: 80})
+	_, uport := addFwd(t, h, Rule{Proto: "udp", GuestPort: 53})
+
+	c := dialHost(t, "tcp", tport)
+	c.Write([]byte("secret"))
+	c.(*net.TCPConn).CloseWrite()
+	if b, err := io.ReadAll(c); err != nil || string(b) != "secret" {
+		t.Fatalf("echo: %q, %v", b, err)
+	}
+	tsrc := c.LocalAddr().(*net.TCPAddr).AddrPort().String()
+	got := ends(t, &log, 1)
+	if len(got) != 1 {
+		t.Fatalf("inbound_end records after a TCP connection: %v", got)
+	}
+	want := map[string]any{"event": "inbound_end", "listen": netip.AddrPortFrom(loopback, tport).String() + "/tcp",
+		"dst": "10.0.2.100:80", "src": tsrc, "bytes_out": float64(6), "bytes_in": float64(6)}
+	delete(got[0], "duration_ms")
+	if !reflect.DeepEqual(got[0], want) {
+		t.Errorf("TCP inbound_end = %v, want %v", got[0], want)
+	}
+
+	u := dialHost(t, "udp", uport)
+	u.Write([]byte("ab"))
+	buf := make([]byte, 100)
+	if n, err := u.Read(buf); err != nil || string(buf[:n]) != "echo:ab" {
+		t.Fatalf("udp echo: %q, %v", buf[:n], err)
+	}
+	got = ends(t, &log, 2) // the flow ends after UDPIdle
+	if len(got) != 2 {
+		t.Fatalf("inbound_end records after a UDP flow went idle: %v", got)
+	}
+	want = map[string]any{"event": "inbound_end", "listen": netip.AddrPortFrom(loopback, uport).String() + "/udp",
+		"dst": "10.0.2.100:53", "src": u.LocalAddr().String(), "bytes_out": float64(7), "bytes_in": float64(2)}
+	delete(got[1], "duration_ms")
+	if !reflect.DeepEqual(got[1], want) {
+		t.Errorf("UDP inbound_end = %v, want %v", got[1], want)
 	}
 }
