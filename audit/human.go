@@ -59,6 +59,12 @@ func humanBody(ev Event) string {
 		reason(&b, e.Reason)
 	case Inbound:
 		b.WriteString(word(e.Action) + " inbound " + word(e.Src) + " -> " + word(e.Listen) + " -> " + word(e.Dst))
+	case InboundEnd:
+		b.WriteString("inbound_end " + word(e.Src) + " -> " + word(e.Listen) + " -> " + word(e.Dst) +
+			" bytes_out=" + strconv.FormatInt(e.BytesOut, 10) +
+			" bytes_in=" + strconv.FormatInt(e.BytesIn, 10) +
+			" duration_ms=" + strconv.FormatInt(e.DurationMS, 10))
+		field(&b, "error", e.Error)
 	case Forward:
 		b.WriteString(word(e.Action) + " forward " + word(e.Listen) + " -> " + word(e.Dst))
 		if e.ID != 0 {
@@ -146,6 +152,8 @@ func countOf(ev Event) uint64 {
 	case Exec:
 		return e.Count
 	case Inbound:
+		return e.Count
+	case InboundEnd:
 		return e.Count
 	}
 	return 0

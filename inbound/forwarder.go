@@ -400,13 +400,61 @@ func (l *listener) relayTCP(c net.Conn, src netip.AddrPort) {
 	}
 	// The worker's side is the connection through the gateway (g); the
 	// host client is the far end.
-	relay.Copy(f.ctx, g, c, f.o.TCPIdle)
+	start := time.Now()
+	res := relay.Copy(f.ctx, g, c, f.o.TCPIdle)
+	f.logEnd(l.Forward, src, res.ToUpstream, res.ToWorker, start, endError(res))
+}
+
+// logEnd writes the inbound_end record of a connection or flow that
+// reached the worker: out bytes from the worker to the client, in the
+// other way.
+func (f *Forwarder) logEnd(fw Forward, src netip.AddrPort, out, in int64, start time.Time, why string) {
+	if f.o.Audit == nil {
+		return
+	}
+	f.o.Audit.Log(audit.InboundEnd{
+		Listen:     fw.Listen(),
+		Dst:        fw.Guest().String(),
+		Src:        src.String(),
+		BytesOut:   out,
+		BytesIn:    in,
+		DurationMS: time.Since(start).Milliseconds(),
+		Error:      why,
+	})
+}
+
+// endError says why a TCP relay ended, for its inbound_end record: ""
+// when both sides closed.
+func endError(res relay.Result) string {
+	switch {
+	case res.Err == nil:
+		return ""
+	case errors.Is(res.Err, relay.ErrIdle):
+		return "idle timeout"
+	case errors.Is(res.Err, context.Canceled):
+		return "forwarder closed"
+	}
+	side := ""
+	switch res.Failed {
+	case relay.SideWorker:
+		side = "worker: "
+	case relay.SideUpstream:
+		side = "client: "
+	}
+	var errno syscall.Errno
+	if errors.As(res.Err, &errno) { // without the addresses, so that ends fold
+		return side + errno.Error()
+	}
+	return side + res.Err.Error()
 }
 
 // udpFlow is one client address's connection to the worker.
 type udpFlow struct {
-	guest net.Conn
-	last  atomic.Int64 // unix nanoseconds of the client's latest datagram
+	guest   net.Conn
+	last    atomic.Int64 // unix nanoseconds of the client's latest datagram
+	start   time.Time
+	in, out atomic.Int64 // bytes from the client, and from the worker
+	idle    atomic.Bool  // ended by UDPIdle
 }
 
 // serveUDP reads datagrams from the host socket and sends each through
@@ -461,8 +509,8 @@ func (l *listener) serveUDP() {
 			if err != nil {
 				continue
 			}
-			fl = &udpFlow{guest: g}
-			fl.last.Store(time.Now().UnixNano())
+			fl = &udpFlow{guest: g, start: time.Now()}
+			fl.last.Store(fl.start.UnixNano())
 			mu.Lock()
 			flows[src] = fl
 			mu.Unlock()
@@ -476,10 +524,20 @@ func (l *listener) serveUDP() {
 				}
 				mu.Unlock()
 				fl.guest.Close()
+				why := ""
+				switch {
+				case fl.idle.Load():
+					why = "idle timeout"
+				case f.ctx.Err() != nil:
+					why = "forwarder closed"
+				}
+				f.logEnd(l.Forward, src, fl.out.Load(), fl.in.Load(), fl.start, why)
 			}()
 		}
 		fl.last.Store(time.Now().UnixNano())
-		fl.guest.Write(buf[:n]) // a lost datagram is UDP's normal failure
+		if _, err := fl.guest.Write(buf[:n]); err == nil { // a lost datagram is UDP's normal failure
+			fl.in.Add(int64(n))
+		}
 	}
 }
 
@@ -494,6 +552,7 @@ func (l *listener) udpBack(fl *udpFlow, src netip.AddrPort) {
 	for {
 		last := time.Unix(0, fl.last.Load())
 		if time.Since(last) >= idle {
+			fl.idle.Store(true)
 			return
 		}
 		fl.guest.SetReadDeadline(last.Add(idle))
@@ -508,8 +567,12 @@ func (l *listener) udpBack(fl *udpFlow, src netip.AddrPort) {
 			}
 			return
 		}
-		if _, err := l.pc.WriteToUDPAddrPort(buf[:n], src); err != nil && errors.Is(err, net.ErrClosed) {
-			return
+		if _, err := l.pc.WriteToUDPAddrPort(buf[:n], src); err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+		} else {
+			fl.out.Add(int64(n))
 		}
 	}
 }
