@@ -441,9 +441,15 @@ func endError(res relay.Result) string {
 	case relay.SideUpstream:
 		side = "client: "
 	}
+	// Without the addresses (a net.OpError names both ends), so that the
+	// ends of one client's connections fold into one record.
 	var errno syscall.Errno
-	if errors.As(res.Err, &errno) { // without the addresses, so that ends fold
+	var op *net.OpError
+	switch {
+	case errors.As(res.Err, &errno):
 		return side + errno.Error()
+	case errors.As(res.Err, &op) && op.Err != nil:
+		return side + op.Err.Error()
 	}
 	return side + res.Err.Error()
 }
