@@ -23,7 +23,11 @@ import (
 //     gives at most one);
 //   - flow_end: the flow record it names, and its error;
 //   - l7: action, the flow record it names, host, sni, http_host, reason;
-//   - exec: action, path, reason (not the pid).
+//   - exec: action, path, reason (not the pid);
+//   - inbound (from whoever reaches a published port, not the worker):
+//     action, listen, dst, source address without its port;
+//   - inbound_end: listen, dst, source address without its port, error
+//     (bytes summed as for flow_end).
 //
 // Within one window (Options.Window, default 1 s) from a key's first event,
 // that event is written at once and later ones are counted; when the window
@@ -82,6 +86,8 @@ const (
 	kindFlowEnd
 	kindL7
 	kindExec
+	kindInbound
+	kindInboundEnd
 )
 
 // actionBit is 0 for "allow", 1 for "deny"; ok is false for other actions.
@@ -127,13 +133,17 @@ func aggStyle(ev Event) int {
 		case "allow":
 			return aggRepeat
 		}
-	case FlowEnd:
+	case FlowEnd, InboundEnd:
 		return aggRepeat
 	case L7:
 		if _, ok := actionBit(e.Action); ok {
 			return aggRepeat
 		}
 	case Exec:
+		if _, ok := actionBit(e.Action); ok {
+			return aggRepeat
+		}
+	case Inbound:
 		if _, ok := actionBit(e.Action); ok {
 			return aggRepeat
 		}
@@ -173,6 +183,11 @@ func aggKeyOf(ev Event) aggKey {
 	case Exec:
 		bit, _ := actionBit(e.Action)
 		return aggKey{kind: kindExec + bit, a: e.Path, b: e.Reason}
+	case Inbound:
+		bit, _ := actionBit(e.Action)
+		return aggKey{kind: kindInbound + bit, a: e.Listen, b: HostOnly(e.Src), c: e.Dst}
+	case InboundEnd:
+		return aggKey{kind: kindInboundEnd, a: e.Listen, b: HostOnly(e.Src), c: e.Dst, d: e.Error}
 	}
 	return aggKey{}
 }
@@ -189,7 +204,12 @@ func (e *aggEntry) fold(ev Event) {
 	if e.first == nil {
 		e.first = ev
 	}
-	if fe, ok := ev.(FlowEnd); ok {
+	switch fe := ev.(type) {
+	case FlowEnd:
+		e.out += fe.BytesOut
+		e.in += fe.BytesIn
+		e.dur = max(e.dur, fe.DurationMS)
+	case InboundEnd:
 		e.out += fe.BytesOut
 		e.in += fe.BytesIn
 		e.dur = max(e.dur, fe.DurationMS)
@@ -249,6 +269,18 @@ func aggregateEvent(e *aggEntry, overflow bool) Event {
 		}
 		ev.Count = n
 		return ev
+	case Inbound:
+		if overflow {
+			return Inbound{Action: ev.Action, Count: n}
+		}
+		ev.Count = n
+		return ev
+	case InboundEnd:
+		out := InboundEnd{BytesOut: e.out, BytesIn: e.in, DurationMS: e.dur, Count: n}
+		if !overflow {
+			out.Listen, out.Dst, out.Src, out.Error = ev.Listen, ev.Dst, ev.Src, ev.Error
+		}
+		return out
 	}
 	return e.first
 }
@@ -297,6 +329,10 @@ func normalize(ev Event) Event {
 		}
 		return clipEvent(*e)
 	case *Inbound:
+		return derefOrNil(e)
+	case *Forward:
+		return derefOrNil(e)
+	case *InboundEnd:
 		return derefOrNil(e)
 	case *Policy:
 		return derefOrNil(e)

@@ -132,8 +132,18 @@ func TestAggregationKeys(t *testing.T) {
 		{"flow_end", "flow ends of one flow record fold", FlowEnd{FlowSeq: 3, BytesOut: 1}, FlowEnd{FlowSeq: 3, BytesOut: 2}, true},
 		{"flow_end flows", "flow ends of distinct flows are apart", FlowEnd{FlowSeq: 3}, FlowEnd{FlowSeq: 4}, false},
 		{"flow_end error", "a different error is a different story", FlowEnd{FlowSeq: 3}, FlowEnd{FlowSeq: 3, Error: "idle timeout"}, false},
-		{"inbound", "inbound connections come from the host, not the worker: never folded",
-			Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "s"}, Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "s"}, false},
+		{"inbound source port", "connections from one client to one forward fold, whatever the source port",
+			Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "192.0.2.7:1"}, Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "192.0.2.7:2"}, true},
+		{"inbound client", "each client is recorded",
+			Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "192.0.2.7:1"}, Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "192.0.2.8:1"}, false},
+		{"inbound listen", "each forward is recorded",
+			Inbound{Action: "deny", Listen: "l", Dst: "d", Src: "s"}, Inbound{Action: "deny", Listen: "l2", Dst: "d", Src: "s"}, false},
+		{"inbound_end", "ends of one client's connections to one forward fold, bytes summed",
+			InboundEnd{Listen: "l", Dst: "d", Src: "192.0.2.7:1", BytesOut: 1}, InboundEnd{Listen: "l", Dst: "d", Src: "192.0.2.7:2", BytesOut: 2}, true},
+		{"inbound_end client", "each client's ends are apart",
+			InboundEnd{Listen: "l", Dst: "d", Src: "192.0.2.7:1"}, InboundEnd{Listen: "l", Dst: "d", Src: "192.0.2.8:1"}, false},
+		{"forward", "forwards are opened by the operator, not the worker or a client: never folded",
+			Forward{Action: "add", Listen: "l", Dst: "d"}, Forward{Action: "add", Listen: "l", Dst: "d"}, false},
 		{"pointer", "a pointer to an event is the same event", &dns, dns, true},
 	}
 	for _, tc := range cases {
@@ -645,5 +655,43 @@ func TestSweepRearmsAfterIdle(t *testing.T) {
 		if c := decode(t, lines[i])["count"]; c != float64(4) {
 			t.Errorf("record %d count %v, want the aggregate of 4: %s", i, c, lines[i])
 		}
+	}
+}
+
+// TestInboundFloodIsBounded: whoever can reach a published port (the LAN,
+// for a forward on 0.0.0.0) causes one inbound record per TCP connection
+// and per new UDP source port, allowed or refused at the forward's limit.
+// Like the worker's flows, a flood of them is folded, or a client could
+// fill the disk and so stop the gateway (the audit fails closed).
+func TestInboundFloodIsBounded(t *testing.T) {
+	const events, secs = 100_000, 5
+	var out countLines
+	clock := newFakeClock()
+	l := startMem(Options{Now: clock.Now, QueueLen: 1 << 20}, &out)
+	step := secs * time.Second / events
+	for i := range events {
+		action := "allow"
+		if i%2 == 1 {
+			action = "deny" // e.g. past MaxUDPFlows: one per datagram
+		}
+		l.Log(Inbound{Action: action, Listen: "0.0.0.0:5353/udp", Dst: "10.0.2.100:53", Src: "192.0.2.7:" + itoa(1024+i%60000)})
+		clock.Advance(step)
+		if i%(events/secs/2) == 0 {
+			l.sweep(false)
+		}
+	}
+	mustClose(t, l)
+	records, total := accounted(t, out.b.Bytes())
+	const keys, windows = 2, secs + 1
+	bound := windows * (DefaultBurst + 2*keys)
+	t.Logf("%d inbound connections in %d s: %d records", events, secs, records)
+	if records > bound {
+		t.Errorf("%d records; want at most %d (windows %d × (burst %d + 2 × %d keys))", records, bound, windows, DefaultBurst, keys)
+	}
+	if total != events {
+		t.Errorf("the records stand for %d connections, want %d", total, events)
+	}
+	if n, _, err := Verify(bytes.NewReader(out.b.Bytes()), nil); err != nil || n != records {
+		t.Errorf("Verify = %d, %v", n, err)
 	}
 }

@@ -168,7 +168,7 @@ func TestCopyFailureFailsTheLog(t *testing.T) {
 	l.Log(Start{Version: "test"})
 	r.Close() // the reader goes away: the next write gets EPIPE
 	for i := 0; i < 100 && !isClosed(l.Failed(), 10*time.Millisecond); i++ {
-		l.Log(Inbound{Action: "allow", Listen: "127.0.0.1:8080", Dst: "10.0.2.100:80", Src: fmt.Sprintf("127.0.0.1:%d", i)})
+		l.Log(Forward{Action: "add", ID: i + 1, Listen: "127.0.0.1:8080/tcp", Dst: "10.0.2.100:80"})
 	}
 	if !isClosed(l.Failed(), 5*time.Second) {
 		t.Fatal("the log did not fail when its copy could not be written")

@@ -103,6 +103,34 @@ type Inbound struct {
 	Listen string `json:"listen"`
 	Dst    string `json:"dst"`
 	Src    string `json:"src"`
+	Count  uint64 `json:"count,omitempty"`
+}
+
+// InboundEnd closes an inbound connection (TCP) or flow (UDP, one per
+// client address) that reached the worker: BytesOut went from the worker
+// to the client, BytesIn the other way. An aggregate (Count > 0) stands
+// for Count of them: the bytes are their sums, the duration the longest.
+type InboundEnd struct {
+	Listen     string `json:"listen"`
+	Dst        string `json:"dst"`
+	Src        string `json:"src"`
+	BytesOut   int64  `json:"bytes_out"`
+	BytesIn    int64  `json:"bytes_in"`
+	DurationMS int64  `json:"duration_ms"`
+	Error      string `json:"error,omitempty"`
+	Count      uint64 `json:"count,omitempty"`
+}
+
+// Forward records a host-side forward to the worker being opened ("add"),
+// refused ("deny", Error says why) or closed ("remove"): `nsgate run
+// --publish`, pasta's -t/-u and slirp4netns's add_hostfwd/remove_hostfwd.
+// ID is the forward's (absent on a refusal).
+type Forward struct {
+	Action string `json:"action"`
+	ID     int    `json:"id,omitempty"`
+	Listen string `json:"listen"`
+	Dst    string `json:"dst"`
+	Error  string `json:"error,omitempty"`
 }
 
 // Policy records a policy reload (SIGHUP): accepted or refused.
@@ -153,16 +181,18 @@ type Counters struct {
 	PcapDropped uint64 `json:"pcap_dropped"`
 }
 
-func (Start) EventName() string   { return "start" }
-func (DNS) EventName() string     { return "dns" }
-func (Flow) EventName() string    { return "flow" }
-func (FlowEnd) EventName() string { return "flow_end" }
-func (L7) EventName() string      { return "l7" }
-func (Packet) EventName() string  { return "packet" }
-func (Exec) EventName() string    { return "exec" }
-func (Inbound) EventName() string { return "inbound" }
-func (Policy) EventName() string  { return "policy" }
-func (Exit) EventName() string    { return "exit" }
+func (Start) EventName() string      { return "start" }
+func (DNS) EventName() string        { return "dns" }
+func (Flow) EventName() string       { return "flow" }
+func (FlowEnd) EventName() string    { return "flow_end" }
+func (L7) EventName() string         { return "l7" }
+func (Packet) EventName() string     { return "packet" }
+func (Exec) EventName() string       { return "exec" }
+func (Inbound) EventName() string    { return "inbound" }
+func (Forward) EventName() string    { return "forward" }
+func (InboundEnd) EventName() string { return "inbound_end" }
+func (Policy) EventName() string     { return "policy" }
+func (Exit) EventName() string       { return "exit" }
 
 // Sink receives events. Implementations must be safe for concurrent use and
 // must not block the caller on I/O: Log returns the seq the record will

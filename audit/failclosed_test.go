@@ -122,7 +122,7 @@ func TestShortWriteLeavesNoTornRecord(t *testing.T) {
 			path := tempLog(t)
 			l := openWith(t, path, Options{Key: testKey, Delay: -1}, func(f *os.File) io.Writer { return &partialWriter{f: f, room: room} })
 			for i := 0; i < 50 && !isClosed(l.Failed(), 0); i++ {
-				l.Log(Inbound{Action: "allow", Listen: "l", Dst: "d", Src: fmt.Sprint(i)})
+				l.Log(Forward{Action: "add", Listen: fmt.Sprint(i), Dst: "d"})
 				time.Sleep(time.Millisecond)
 			}
 			if !isClosed(l.Failed(), 5*time.Second) {
@@ -168,7 +168,7 @@ func TestFileSizeLimitIsAFailure(t *testing.T) {
 			os.Exit(3)
 		}
 		for i := 0; i < 1000 && !isClosed(l.Failed(), 0); i++ {
-			l.Log(Inbound{Action: "allow", Listen: "127.0.0.1:8080", Dst: "10.0.2.100:80", Src: fmt.Sprintf("127.0.0.1:%d", i)})
+			l.Log(Forward{Action: "add", ID: i + 1, Listen: "127.0.0.1:8080/tcp", Dst: "10.0.2.100:80"})
 		}
 		isClosed(l.Failed(), 5*time.Second)
 		head, err := l.Close()
@@ -213,7 +213,7 @@ func TestDiskFullOnTmpfs(t *testing.T) {
 			os.Exit(3)
 		}
 		for i := 0; i < 100000 && !isClosed(l.Failed(), 0); i++ {
-			l.Log(Inbound{Action: "allow", Listen: "127.0.0.1:8080", Dst: "10.0.2.100:80", Src: fmt.Sprintf("127.0.0.1:%d", i)})
+			l.Log(Forward{Action: "add", ID: i + 1, Listen: "127.0.0.1:8080/tcp", Dst: "10.0.2.100:80"})
 			if i%100 == 0 {
 				time.Sleep(time.Millisecond)
 			}
@@ -281,7 +281,7 @@ func TestFIFOWithoutReader(t *testing.T) {
 	}
 	// More than a pipe holds (64 KiB).
 	for i := 0; i < 2000 && !isClosed(l.Failed(), 0); i++ {
-		l.Log(Inbound{Action: "allow", Listen: "127.0.0.1:8080", Dst: "10.0.2.100:80", Src: fmt.Sprintf("127.0.0.1:%d", i)})
+		l.Log(Forward{Action: "add", ID: i + 1, Listen: "127.0.0.1:8080/tcp", Dst: "10.0.2.100:80"})
 	}
 	if !isClosed(l.Failed(), 5*time.Second) {
 		t.Fatal("the log did not fail on a FIFO nobody reads")
@@ -350,7 +350,7 @@ func TestCloseIsBoundedOnAStuckSink(t *testing.T) {
 			const timeout = 500 * time.Millisecond
 			l, unblock := tc.open(t, timeout)
 			defer unblock()
-			var ev Event = Inbound{Action: "allow", Listen: "l", Dst: "d", Src: strings.Repeat("s", 100)}
+			var ev Event = Forward{Action: "add", Listen: strings.Repeat("s", 100), Dst: "d"}
 			if tc.name == "human" {
 				ev = Exec{Action: "deny", Path: "/bin/sh"}
 			}
@@ -391,7 +391,7 @@ func TestLogNeverWaitsForever(t *testing.T) {
 	// The writer takes records as fast as they come and writes when the
 	// queue is idle: wait until it is stuck in a write, so that the queue
 	// fills behind it.
-	l.Log(Inbound{Action: "allow", Listen: "l", Dst: "d", Src: "first"})
+	l.Log(Forward{Action: "add", Listen: "first", Dst: "d"})
 	select {
 	case <-w.entered:
 	case <-time.After(10 * time.Second):
@@ -402,7 +402,7 @@ func TestLogNeverWaitsForever(t *testing.T) {
 	go func() {
 		var last uint64
 		for i := 0; i < 20; i++ {
-			last = l.Log(Inbound{Action: "allow", Listen: "l", Dst: "d", Src: fmt.Sprint(i)})
+			last = l.Log(Forward{Action: "add", Listen: fmt.Sprint(i), Dst: "d"})
 		}
 		done <- last
 	}()

@@ -59,6 +59,18 @@ func humanBody(ev Event) string {
 		reason(&b, e.Reason)
 	case Inbound:
 		b.WriteString(word(e.Action) + " inbound " + word(e.Src) + " -> " + word(e.Listen) + " -> " + word(e.Dst))
+	case InboundEnd:
+		b.WriteString("inbound_end " + word(e.Src) + " -> " + word(e.Listen) + " -> " + word(e.Dst) +
+			" bytes_out=" + strconv.FormatInt(e.BytesOut, 10) +
+			" bytes_in=" + strconv.FormatInt(e.BytesIn, 10) +
+			" duration_ms=" + strconv.FormatInt(e.DurationMS, 10))
+		field(&b, "error", e.Error)
+	case Forward:
+		b.WriteString(word(e.Action) + " forward " + word(e.Listen) + " -> " + word(e.Dst))
+		if e.ID != 0 {
+			b.WriteString(" id=" + strconv.Itoa(e.ID))
+		}
+		reason(&b, e.Error)
 	case Start:
 		b.WriteString("start version=" + word(e.Version) + " pid=" + strconv.Itoa(e.PID))
 		field(&b, "policy_sha256", e.PolicySHA256)
@@ -95,7 +107,7 @@ func isDeny(ev Event) bool {
 	case Flow:
 		// "fail": allowed, then the destination could not be reached.
 		return actionOf(ev) == "deny" || actionOf(ev) == "fail"
-	case Packet, DNS, L7, Exec, Inbound:
+	case Packet, DNS, L7, Exec, Inbound, Forward:
 		return actionOf(ev) == "deny"
 	}
 	return false
@@ -115,6 +127,8 @@ func actionOf(ev Event) string {
 	case Exec:
 		return e.Action
 	case Inbound:
+		return e.Action
+	case Forward:
 		return e.Action
 	case Policy:
 		return e.Action
@@ -136,6 +150,10 @@ func countOf(ev Event) uint64 {
 	case L7:
 		return e.Count
 	case Exec:
+		return e.Count
+	case Inbound:
+		return e.Count
+	case InboundEnd:
 		return e.Count
 	}
 	return 0

@@ -280,8 +280,8 @@ func TestConcurrentLogKeepsSeqContiguous(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			for i := range each {
-				// Inbound records are never aggregated: each gets its seq.
-				var ev Event = Inbound{Action: "allow", Listen: "127.0.0.1:8080", Dst: "10.0.2.100:80", Src: fmt.Sprintf("127.0.0.1:%d", g)}
+				// Forward records are never aggregated: each gets its seq.
+				var ev Event = Forward{Action: "add", ID: g + 1, Listen: "127.0.0.1:8080/tcp", Dst: "10.0.2.100:80"}
 				if i%10 == 0 {
 					// Distinct denials: each is the first of its key.
 					ev = Flow{Action: "deny", Proto: "tcp", Src: "10.0.2.100:1", Dst: fmt.Sprintf("203.0.113.%d:%d", g, i), Rule: "default"}

@@ -204,6 +204,10 @@ func decodeEvent(name string, line []byte) (Event, error) {
 		return decodeAs[Exec](line)
 	case Inbound{}.EventName():
 		return decodeAs[Inbound](line)
+	case Forward{}.EventName():
+		return decodeAs[Forward](line)
+	case InboundEnd{}.EventName():
+		return decodeAs[InboundEnd](line)
 	case Policy{}.EventName():
 		return decodeAs[Policy](line)
 	case Exit{}.EventName():

@@ -44,7 +44,7 @@ type Rule struct {
 	Proto     string     // "tcp" or "udp"
 	HostAddr  netip.Addr // the listen address; the zero Addr means 0.0.0.0
 	HostPort  uint16     // 1..65535
-	GuestAddr netip.Addr // the worker's address; the zero Addr means Options.Guest
+	GuestAddr netip.Addr // the worker's address; the zero Addr means Options.Guest, and no other is accepted
 	GuestPort uint16     // 1..65535
 }
 
@@ -112,8 +112,10 @@ type Options struct {
 	DialTimeout time.Duration
 	// TCPIdle ends a TCP relay after this long without traffic (0: never).
 	TCPIdle time.Duration
-	// UDPIdle ends a UDP flow after this long without traffic either way
-	// (default DefaultUDPIdle).
+	// UDPIdle ends a UDP flow after this long without a datagram from its
+	// client (default DefaultUDPIdle). The worker's datagrams do not keep
+	// a flow open: the client's address may be forged, and the worker
+	// must not be able to send to it for as long as it likes.
 	UDPIdle time.Duration
 	// MaxConns bounds the TCP connections relayed at once over all
 	// forwards (default DefaultMaxConns); more are closed at once.
@@ -175,8 +177,21 @@ func New(o Options) *Forwarder {
 // Add binds the rule's host socket and starts serving it in the
 // background; it does not wait for a connection. It returns the forward
 // as completed, with its ID. On error nothing is left behind and no ID is
-// used up.
+// used up. Either way the outcome is a "forward" audit record (add or
+// deny) written before Add returns; once the audit log has failed
+// (Options.Audit is an audit.Failer whose Failed is closed) Add refuses,
+// since the forward could not be recorded: the audit fails closed.
 func (f *Forwarder) Add(r Rule) (Forward, error) {
+	fw, err := f.add(r)
+	if err != nil {
+		f.logForward(audit.Forward{Action: "deny", Listen: fw.Listen(), Dst: fw.Guest().String(), Error: err.Error()})
+	}
+	return fw, err
+}
+
+// add is Add without the refusal's record. On error it returns the rule
+// as far as it was completed (for the record) and no ID.
+func (f *Forwarder) add(r Rule) (Forward, error) {
 	if r.Proto != "tcp" && r.Proto != "udp" {
 		return Forward{}, fmt.Errorf("add forward: protocol %q is not tcp or udp", r.Proto)
 	}
@@ -187,20 +202,31 @@ func (f *Forwarder) Add(r Rule) (Forward, error) {
 		r.GuestAddr = f.o.Guest
 	}
 	r.HostAddr, r.GuestAddr = r.HostAddr.Unmap(), r.GuestAddr.Unmap()
+	asked := Forward{Rule: r}
 	if !r.HostAddr.Is4() || !r.GuestAddr.Is4() {
-		return Forward{}, errors.New("add forward: only IPv4 addresses are supported")
+		return asked, errors.New("add forward: only IPv4 addresses are supported")
 	}
 	if r.HostPort == 0 || r.GuestPort == 0 {
-		return Forward{}, errors.New("add forward: port 0")
+		return asked, errors.New("add forward: port 0")
+	}
+	// Only the worker is ever a forward's target: under slirp4netns an
+	// add_hostfwd to guest_addr 10.0.2.2 reaches the host's loopback.
+	// The dialer refuses any other address too; refusing here leaves no
+	// listener that could never reach the worker.
+	if f.o.Guest.IsValid() && r.GuestAddr != f.o.Guest.Unmap() {
+		return asked, fmt.Errorf("add forward: %s is not the worker's address (%s)", r.GuestAddr, f.o.Guest)
 	}
 	if f.o.Dial == nil {
-		return Forward{}, errors.New("add forward: no dialer for the worker")
+		return asked, errors.New("add forward: no dialer for the worker")
 	}
 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.closed {
-		return Forward{}, errors.New("add forward: closed")
+		return asked, errors.New("add forward: closed")
+	}
+	if audit.IsFailed(audit.FailedOf(f.o.Audit)) {
+		return asked, errors.New("add forward: the audit log has failed")
 	}
 	l := &listener{Forward: Forward{Rule: r}, f: f}
 	bind := netip.AddrPortFrom(r.HostAddr, r.HostPort)
@@ -211,11 +237,12 @@ func (f *Forwarder) Add(r Rule) (Forward, error) {
 		l.pc, err = net.ListenUDP("udp4", net.UDPAddrFromAddrPort(bind))
 	}
 	if err != nil {
-		return Forward{}, fmt.Errorf("add forward: %w", err)
+		return asked, fmt.Errorf("add forward: %w", err)
 	}
 	l.ID = f.nextID
 	f.nextID++
 	f.fwds = append(f.fwds, l)
+	f.logForward(forwardRecord("add", l.Forward))
 	f.wg.Add(1)
 	l.wg.Add(1)
 	if r.Proto == "tcp" {
@@ -257,7 +284,19 @@ func (f *Forwarder) Remove(id int) error {
 	}
 	l.close()
 	l.wg.Wait()
+	f.logForward(forwardRecord("remove", l.Forward))
 	return nil
+}
+
+// forwardRecord is the "forward" audit record of fw.
+func forwardRecord(action string, fw Forward) audit.Forward {
+	return audit.Forward{Action: action, ID: fw.ID, Listen: fw.Listen(), Dst: fw.Guest().String()}
+}
+
+func (f *Forwarder) logForward(r audit.Forward) {
+	if f.o.Audit != nil {
+		f.o.Audit.Log(r)
+	}
 }
 
 // Close removes every forward, ends every relay and pending dial, and
@@ -361,13 +400,67 @@ func (l *listener) relayTCP(c net.Conn, src netip.AddrPort) {
 	}
 	// The worker's side is the connection through the gateway (g); the
 	// host client is the far end.
-	relay.Copy(f.ctx, g, c, f.o.TCPIdle)
+	start := time.Now()
+	res := relay.Copy(f.ctx, g, c, f.o.TCPIdle)
+	f.logEnd(l.Forward, src, res.ToUpstream, res.ToWorker, start, endError(res))
+}
+
+// logEnd writes the inbound_end record of a connection or flow that
+// reached the worker: out bytes from the worker to the client, in the
+// other way.
+func (f *Forwarder) logEnd(fw Forward, src netip.AddrPort, out, in int64, start time.Time, why string) {
+	if f.o.Audit == nil {
+		return
+	}
+	f.o.Audit.Log(audit.InboundEnd{
+		Listen:     fw.Listen(),
+		Dst:        fw.Guest().String(),
+		Src:        src.String(),
+		BytesOut:   out,
+		BytesIn:    in,
+		DurationMS: time.Since(start).Milliseconds(),
+		Error:      why,
+	})
+}
+
+// endError says why a TCP relay ended, for its inbound_end record: ""
+// when both sides closed.
+func endError(res relay.Result) string {
+	switch {
+	case res.Err == nil:
+		return ""
+	case errors.Is(res.Err, relay.ErrIdle):
+		return "idle timeout"
+	case errors.Is(res.Err, context.Canceled):
+		return "forwarder closed"
+	}
+	side := ""
+	switch res.Failed {
+	case relay.SideWorker:
+		side = "worker: "
+	case relay.SideUpstream:
+		side = "client: "
+	}
+	// Without the addresses (a net.OpError names both ends), so that the
+	// ends of one client's connections fold into one record.
+	var errno syscall.Errno
+	var op *net.OpError
+	switch {
+	case errors.As(res.Err, &errno):
+		return side + errno.Error()
+	case errors.As(res.Err, &op) && op.Err != nil:
+		return side + op.Err.Error()
+	}
+	return side + res.Err.Error()
 }
 
 // udpFlow is one client address's connection to the worker.
 type udpFlow struct {
-	guest net.Conn
-	last  atomic.Int64 // unix nanoseconds of the latest datagram either way
+	guest   net.Conn
+	last    atomic.Int64 // unix nanoseconds of the client's latest datagram
+	start   time.Time
+	in, out atomic.Int64 // bytes from the client, and from the worker
+	idle    atomic.Bool  // ended by UDPIdle
 }
 
 // serveUDP reads datagrams from the host socket and sends each through
@@ -422,8 +515,8 @@ func (l *listener) serveUDP() {
 			if err != nil {
 				continue
 			}
-			fl = &udpFlow{guest: g}
-			fl.last.Store(time.Now().UnixNano())
+			fl = &udpFlow{guest: g, start: time.Now()}
+			fl.last.Store(fl.start.UnixNano())
 			mu.Lock()
 			flows[src] = fl
 			mu.Unlock()
@@ -437,15 +530,26 @@ func (l *listener) serveUDP() {
 				}
 				mu.Unlock()
 				fl.guest.Close()
+				why := ""
+				switch {
+				case fl.idle.Load():
+					why = "idle timeout"
+				case f.ctx.Err() != nil:
+					why = "forwarder closed"
+				}
+				f.logEnd(l.Forward, src, fl.out.Load(), fl.in.Load(), fl.start, why)
 			}()
 		}
 		fl.last.Store(time.Now().UnixNano())
-		fl.guest.Write(buf[:n]) // a lost datagram is UDP's normal failure
+		if _, err := fl.guest.Write(buf[:n]); err == nil { // a lost datagram is UDP's normal failure
+			fl.in.Add(int64(n))
+		}
 	}
 }
 
-// udpBack relays the worker's datagrams to the client until the flow has
-// been idle for UDPIdle in both directions or fails.
+// udpBack relays the worker's datagrams to the client until the client
+// has sent nothing for UDPIdle, or the flow fails. Only the client's
+// datagrams count as activity (see Options.UDPIdle).
 func (l *listener) udpBack(fl *udpFlow, src netip.AddrPort) {
 	idle := l.f.o.UDPIdle
 	bufp := relay.GetPacketBuffer()
@@ -454,6 +558,7 @@ func (l *listener) udpBack(fl *udpFlow, src netip.AddrPort) {
 	for {
 		last := time.Unix(0, fl.last.Load())
 		if time.Since(last) >= idle {
+			fl.idle.Store(true)
 			return
 		}
 		fl.guest.SetReadDeadline(last.Add(idle))
@@ -468,9 +573,12 @@ func (l *listener) udpBack(fl *udpFlow, src netip.AddrPort) {
 			}
 			return
 		}
-		fl.last.Store(time.Now().UnixNano())
-		if _, err := l.pc.WriteToUDPAddrPort(buf[:n], src); err != nil && errors.Is(err, net.ErrClosed) {
-			return
+		if _, err := l.pc.WriteToUDPAddrPort(buf[:n], src); err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+		} else {
+			fl.out.Add(int64(n))
 		}
 	}
 }

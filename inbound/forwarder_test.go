@@ -199,7 +199,9 @@ func TestForwarderTCPGuestUnreachable(t *testing.T) {
 	g := newFakeGuest(t)
 	g.fail = errors.New("connection refused by the guest")
 	var log inboundLog
-	h := New(Options{Guest: testGuest, Dial: g.dial, OnInbound: log.add})
+	// No Options.Guest: the rule's own guest address is the one dialled
+	// (with one, no other is accepted: TestForwarderAddErrors).
+	h := New(Options{Dial: g.dial, OnInbound: log.add})
 	defer h.Close()
 	_, port := addFwd(t, h, Rule{Proto: "tcp", GuestAddr: netip.MustParseAddr("10.0.2.50"), GuestPort: 8080})
 	c := dialHost(t, "tcp", port)
@@ -273,6 +275,13 @@ func TestForwarderAddErrors(t *testing.T) {
 		{"host port 0", Rule{Proto: "tcp", HostAddr: loopback, GuestPort: 1}},
 		{"guest port 0", Rule{Proto: "udp", HostAddr: loopback, HostPort: 1}},
 		{"an address that is not local", Rule{Proto: "tcp", HostAddr: netip.MustParseAddr("192.0.2.1"), HostPort: 8080, GuestPort: 1}},
+		// add_hostfwd names any guest_addr; under slirp4netns 10.0.2.2 is
+		// the host's loopback. Every connection would be refused at the
+		// dial, so the forward itself is refused: no listener that can
+		// never reach the worker.
+		{"the gateway as guest", Rule{Proto: "tcp", HostAddr: loopback, HostPort: freePort(t, "tcp"), GuestAddr: netip.MustParseAddr("10.0.2.2"), GuestPort: 80}},
+		{"the host's loopback as guest", Rule{Proto: "tcp", HostAddr: loopback, HostPort: freePort(t, "tcp"), GuestAddr: loopback, GuestPort: 22}},
+		{"the metadata address as guest", Rule{Proto: "udp", HostAddr: loopback, HostPort: freePort(t, "udp"), GuestAddr: netip.MustParseAddr("169.254.169.254"), GuestPort: 80}},
 	}
 	for _, tt := range tests {
 		if fw, err := h.Add(tt.r); err == nil {
@@ -416,4 +425,48 @@ func TestForwarderClose(t *testing.T) {
 
 func isReset(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "reset")
+}
+
+// TestForwarderUDPWorkerCannotKeepFlowAlive: a UDP flow's peer is whatever
+// source address its first datagram carried, which a sender can forge.
+// The worker's own datagrams must not keep the flow open: else one forged
+// datagram let the worker send to that address, past the policy, for as
+// long as it kept sending. A flow ends after UDPIdle without a datagram
+// from its client, however busy the worker is.
+func TestForwarderUDPWorkerCannotKeepFlowAlive(t *testing.T) {
+	const udpIdle = 200 * time.Millisecond
+	ended := make(chan struct{})
+	sent := make(chan struct{}, 1)
+	dial := func(ctx context.Context, proto string, _, addr netip.AddrPort) (net.Conn, error) {
+		fwd, worker := net.Pipe()
+		go func() { // the worker: streams to the client without pause
+			defer close(ended)
+			for {
+				if _, err := worker.Write([]byte("exfil")); err != nil {
+					return
+				}
+				select {
+				case sent <- struct{}{}:
+				default:
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+		go io.Copy(io.Discard, worker) // the client's datagrams
+		return fwd, nil
+	}
+	h := New(Options{Guest: testGuest, Dial: dial, UDPIdle: udpIdle})
+	defer h.Close()
+	_, port := addFwd(t, h, Rule{Proto: "udp", GuestPort: 53})
+	c := dialHost(t, "udp", port)
+	if _, err := c.Write([]byte("one datagram, then silence")); err != nil {
+		t.Fatal(err)
+	}
+	<-sent
+	go io.Copy(io.Discard, c)
+	select {
+	case <-ended:
+	case <-time.After(10 * time.Second): // far past UDPIdle: the flow was kept open
+		t.Fatal("the worker kept a UDP flow open by sending to a silent client")
+	}
 }

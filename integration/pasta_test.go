@@ -97,6 +97,17 @@ func TestPastaStandalone(t *testing.T) {
 			}
 		}
 
+		// The forward binds the address asked for and nothing wider: not
+		// the host's other addresses (otherV4 is on lo, not loopback).
+		if b, err := httpGet(otherV4 + ":" + hostPort); err == nil {
+			t.Errorf("-t 127.0.0.1/%s also answers on %s: %q", hostPort, otherV4, b)
+		}
+		// The container cannot use the host alias to reach its own
+		// forward's host side (the host's loopback) either.
+		if got := inside("__probe", "tcp", "169.254.1.2:"+hostPort); !strings.HasPrefix(got.stdout, "refused ") {
+			t.Errorf("the container reached its forward's host side 169.254.1.2:%s: %q %q", hostPort, got.stdout, got.stderr)
+		}
+
 		// The namespace goes (its only process ends): so does the helper.
 		srv.Process.Kill()
 		srv.Wait()
@@ -117,6 +128,13 @@ func TestPastaStandalone(t *testing.T) {
 		}
 		if rec, ok := findFlow(recs, "deny", "169.254.1.2:8080"); !ok || rec.str("rule") != "builtin:special-range" {
 			t.Errorf("the host alias: %v, want a special-range denial (host loopback)", rec)
+		}
+		var fwd bool
+		for _, r := range recs {
+			fwd = fwd || r.str("event") == "forward" && r.str("action") == "add" && r.str("listen") == "127.0.0.1:"+hostPort+"/tcp" && strings.HasSuffix(r.str("dst"), ":8080")
+		}
+		if !fwd {
+			t.Errorf("no forward add record for -t 127.0.0.1/%s in %s", hostPort, file)
 		}
 		if recs[len(recs)-1].str("event") != "exit" {
 			t.Errorf("the audit log does not end with exit")

@@ -423,15 +423,20 @@ func (pm *podmanEnv) testPublish(t *testing.T) {
 	}
 
 	_, recs := onlyAudit(t, adir)
-	var inbound bool
+	var inbound, forward bool
 	for _, rec := range recs {
 		if rec.str("event") == "inbound" && rec.str("action") == "allow" &&
 			rec.str("listen") == "127.0.0.1:18080/tcp" && rec.str("dst") == "10.0.2.100:8080" {
 			inbound = true
 		}
+		// Podman's add_hostfwd over the API socket is itself recorded.
+		if rec.str("event") == "forward" && rec.str("action") == "add" &&
+			rec.str("listen") == "127.0.0.1:18080/tcp" && rec.str("dst") == "10.0.2.100:8080" {
+			forward = true
+		}
 	}
-	if !inbound {
-		t.Errorf("no inbound record for the published port: %v", recs)
+	if !inbound || !forward {
+		t.Errorf("inbound record for the published port: %v, forward add record: %v; want both: %v", inbound, forward, recs)
 	}
 	if recs[len(recs)-1].str("event") != "exit" {
 		t.Errorf("audit log of the removed container does not end with exit")

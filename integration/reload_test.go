@@ -134,14 +134,24 @@ func TestPublish(t *testing.T) {
 		}
 		cmd.Process.Signal(syscall.SIGTERM)
 		cmd.Wait()
-		var inbound bool
+		var inbound, forward bool
+		var sent uint64
 		for _, r := range readAudit(t, log) {
-			if r.str("event") == "inbound" && r.str("action") == "allow" && r.str("dst") == "10.0.2.100:9222" {
+			switch {
+			case r.str("event") == "inbound" && r.str("action") == "allow" && r.str("dst") == "10.0.2.100:9222":
 				inbound = true
+			case r.str("event") == "forward" && r.str("action") == "add" && r.str("listen") == "127.0.0.1:19222/tcp":
+				forward = true
+			case r.str("event") == "inbound_end" && r.str("dst") == "10.0.2.100:9222":
+				sent += r.num("bytes_out")
 			}
 		}
-		if !inbound {
-			t.Errorf("no inbound allow record")
+		if !inbound || !forward {
+			t.Errorf("inbound allow record: %v, forward add record: %v; want both", inbound, forward)
+		}
+		// The page the worker served went out through the forward.
+		if sent < uint64(len(body)) {
+			t.Errorf("inbound_end records count %d bytes from the worker; it sent a page of %d", sent, len(body))
 		}
 	})
 }

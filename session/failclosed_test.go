@@ -4,6 +4,8 @@ package session
 
 import (
 	"bytes"
+	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
+	"github.com/nsgate/nsgate/inbound"
 )
 
 // failingWriter fails every write, as a full disk does.
@@ -123,5 +126,47 @@ func TestExecAuditRefusesOnceFailed(t *testing.T) {
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("an exec was let through after the audit log failed")
+	}
+}
+
+// TestInboundForwardRefusedOnceFailed: with the session's log failed, no
+// forward opens (an add_hostfwd or a pasta -t could not be recorded), and
+// its port stays free.
+func TestInboundForwardRefusedOnceFailed(t *testing.T) {
+	r, wpipe, _ := os.Pipe()
+	r.Close()
+	defer wpipe.Close()
+	old := os.Stderr
+	os.Stderr = wpipe
+	s, err := Open(Config{AuditPath: "-", Stderr: &bytes.Buffer{}})
+	os.Stderr = old
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(0)
+	l := s.Log()
+	l.Log(audit.Start{})
+	select {
+	case <-l.Failed():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the log did not fail")
+	}
+	rule, err := inbound.ParsePublish("127.0.0.1:0:80")
+	if err == nil {
+		t.Fatalf("port 0 accepted: %+v", rule)
+	}
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(ln.Addr().(*net.TCPAddr).Port)
+	ln.Close()
+	fw, err := s.Inbound().Add(inbound.Rule{Proto: "tcp", HostAddr: netip.MustParseAddr("127.0.0.1"), HostPort: port, GuestPort: 80})
+	if err == nil {
+		t.Fatalf("forward %d opened with the audit log failed", fw.ID)
+	}
+	if c, err := net.Dial("tcp4", netip.AddrPortFrom(netip.MustParseAddr("127.0.0.1"), port).String()); err == nil {
+		c.Close()
+		t.Error("the port accepts connections with the audit log failed")
 	}
 }

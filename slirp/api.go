@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // HostFwd is one port forward from the host to the guest (add_hostfwd).
@@ -145,7 +147,7 @@ func listenAPI(path string, h Handler, readTimeout time.Duration) (*API, error) 
 			return nil, fmt.Errorf("api socket: remove stale socket: %w", err)
 		}
 	}
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	ln, err := listenOwnerOnly(path)
 	if err != nil {
 		return nil, fmt.Errorf("api socket: %w", err)
 	}
@@ -160,6 +162,39 @@ func listenAPI(path string, h Handler, readTimeout time.Duration) (*API, error) 
 	a.wg.Add(1)
 	go a.serve()
 	return a, nil
+}
+
+// listenOwnerOnly listens on a unix socket at path that only its owner
+// may connect to (0600), whatever the umask: whoever can connect can
+// publish the container on a host port. The mode is set between bind and
+// listen, when a connect is still refused, so there is no moment at which
+// another user could connect. The listener unlinks the file on Close.
+func listenOwnerOnly(path string) (*net.UnixListener, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	f := os.NewFile(uintptr(fd), path) // closes fd
+	defer f.Close()
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		return nil, &net.OpError{Op: "listen", Net: "unix", Addr: &net.UnixAddr{Name: path, Net: "unix"}, Err: os.NewSyscallError("bind", err)}
+	}
+	if err := os.Chmod(path, 0o600); err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	if err := unix.Listen(fd, unix.SOMAXCONN); err != nil {
+		os.Remove(path)
+		return nil, os.NewSyscallError("listen", err)
+	}
+	l, err := net.FileListener(f) // a dup of fd
+	if err != nil {
+		os.Remove(path)
+		return nil, err
+	}
+	ln := l.(*net.UnixListener)
+	ln.SetUnlinkOnClose(true)
+	return ln, nil
 }
 
 // Path returns the socket's path.

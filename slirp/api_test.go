@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -528,4 +529,30 @@ func FuzzParseJSON(f *testing.F) {
 			t.Fatalf("%q: %v vs %v", b, v, v2)
 		}
 	})
+}
+
+// TestAPISocketIsOwnerOnly: whoever can connect to the API socket can
+// publish the container on any host port, or remove Podman's forwards.
+// The socket is the user's alone (0600), whatever the umask: slirp4netns
+// leaves it to the umask, and with 0 or 002 another user, or the group,
+// could connect.
+func TestAPISocketIsOwnerOnly(t *testing.T) {
+	old := syscall.Umask(0)
+	defer syscall.Umask(old)
+	path := apiPath(t)
+	api, err := ListenAPI(path, newFakeHandler())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer api.Close()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		t.Errorf("API socket mode %v under umask 0: group or others may connect", perm)
+	}
+	if got := call(t, path, `{"execute":"list_hostfwd"}`); got != list0 {
+		t.Errorf("the owner's request: %s", got)
+	}
 }

@@ -92,6 +92,14 @@ func TestForwarderThroughAPI(t *testing.T) {
 	if got := call(t, path, `{"execute":"list_hostfwd"}`); got != want {
 		t.Fatalf("list:\n got %s\nwant %s", got, want)
 	}
+	// Only the container is a target: 10.0.2.2 (slirp4netns's host
+	// loopback), the host's own loopback and the metadata address fail.
+	for _, guest := range []string{"10.0.2.2", "127.0.0.1", "169.254.169.254", "10.0.2.3"} {
+		req := fmt.Sprintf(`{"execute":"add_hostfwd","arguments":{"proto":"tcp","host_addr":"127.0.0.1","host_port":%d,"guest_addr":%q,"guest_port":22}}`, freeTCPPort(t), guest)
+		if got := call(t, path, req); got != errAddFailed {
+			t.Fatalf("add to guest %s: %s", guest, got)
+		}
+	}
 	// The same port again: the bind fails.
 	if got := call(t, path, fmt.Sprintf(`{"execute":"add_hostfwd","arguments":{"proto":"tcp","host_addr":"127.0.0.1","host_port":%d,"guest_port":80}}`, port)); got != errAddFailed {
 		t.Fatalf("duplicate add: %s", got)

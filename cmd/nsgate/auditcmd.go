@@ -105,7 +105,7 @@ func cmdAuditShow(e env, args []string) int {
 	fs := cliflag.New("nsgate audit show", "Usage: nsgate audit show [--follow] [--event E] [--action A] [--since T] FILE", e.stdout, e.stderr)
 	follow := fs.Bool("follow", false, "keep printing records as they are written, until interrupted")
 	var f audit.Filter
-	fs.StringVar(&f.Event, "event", "", "only records of `EVENT` (flow, dns, l7, exec, packet, inbound, policy, start, exit, flow_end)")
+	fs.StringVar(&f.Event, "event", "", "only records of `EVENT` (flow, dns, l7, exec, packet, inbound, inbound_end, forward, policy, start, exit, flow_end)")
 	fs.StringVar(&f.Action, "action", "", "only records with `ACTION` (allow or deny)")
 	since := fs.String("since", "", "only records at or after `T`: a time (2026-12-01T10:00:00Z) or an age (10m, 2h)")
 	if err := fs.Parse(args); err != nil {
