@@ -417,6 +417,8 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 		Home:       os.Getenv("HOME"),
 		HomeDir:    cfg.HomeDir,
 		UID:        os.Getuid(),
+		RuntimeDir: os.Getenv("XDG_RUNTIME_DIR"),
+		SessionBus: os.Getenv("DBUS_SESSION_BUS_ADDRESS"),
 		Exec:       plan.Allow,
 		Own:        own,
 		ResolvConf: scfg.Plan.ResolvConf(scfg.IPv6),
