@@ -194,15 +194,17 @@ func PlanView(cfg ViewConfig) (View, error) {
 	if run := "/run/user/" + strconv.Itoa(cfg.UID); isDir(run) {
 		v.Scratch = append(v.Scratch, Scratch{Path: run, Mode: 0o700})
 	}
-	if rt := privateRuntimeDir(cfg.RuntimeDir, cfg.UID); rt != "" && !slices.Contains(v.Writable, rt) && !v.isScratch(rt) {
-		v.Scratch = append(v.Scratch, Scratch{Path: rt, Mode: 0o700})
-	}
 	if h := filepath.Clean(cfg.Home); cfg.Home != "" && h != "/" {
 		// Home keeps its path even when it is a link: $HOME names it.
 		v.Home = h
 		if c, err := filepath.EvalSymlinks(h); err == nil {
 			v.Home = c
 		}
+	}
+	// The runtime directory, also where the view would not show it
+	// anyway (below /tmp), since a --ro path may show it again.
+	if rt := privateRuntimeDir(cfg.RuntimeDir, cfg.UID); rt != "" && rt != v.Home && !slices.Contains(v.Writable, rt) && !v.isScratch(rt) {
+		v.Scratch = append(v.Scratch, Scratch{Path: rt, Mode: 0o700})
 	}
 	writable := append([]string(nil), v.Writable...)
 	if cfg.HomeDir != "" {
@@ -296,10 +298,10 @@ func PlanView(cfg ViewConfig) (View, error) {
 	return v, nil
 }
 
-// isScratch reports whether p is a scratch directory of v or lies in one.
+// isScratch reports whether p is a scratch directory of v.
 func (v View) isScratch(p string) bool {
 	for _, s := range v.Scratch {
-		if within(p, []string{s.Path}) != "" {
+		if s.Path == p {
 			return true
 		}
 	}

@@ -236,3 +236,40 @@ func TestSessionBusPaths(t *testing.T) {
 		}
 	}
 }
+
+// TestPlanViewRuntimeDir: the caller's runtime directory becomes a
+// private tmpfs wherever it lies (here below a --ro path in /tmp, which
+// would show it again), unless the caller made it writable; the session
+// bus socket is hidden wherever it lies.
+func TestPlanViewRuntimeDir(t *testing.T) {
+	f := newViewFixture(t)
+	rt := filepath.Join(f.root, "rt")
+	if err := os.Mkdir(rt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bus := filepath.Join(f.proj, "bus")
+	scratch := func(v View) []string {
+		var out []string
+		for _, s := range v.Scratch {
+			out = append(out, s.Path)
+		}
+		return out
+	}
+	v, err := PlanView(ViewConfig{ReadOnly: []string{f.root}, Home: f.home, UID: os.Getuid(), RuntimeDir: rt, SessionBus: "unix:path=" + bus + ",guid=00"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(scratch(v), rt) {
+		t.Errorf("Scratch = %q, want the runtime directory %q", scratch(v), rt)
+	}
+	if !slices.Contains(v.Hide, bus) {
+		t.Errorf("Hide = %q, want the session bus %q", v.Hide, bus)
+	}
+	v, err = PlanView(ViewConfig{Writable: []string{rt}, Home: f.home, UID: os.Getuid(), RuntimeDir: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(scratch(v), rt) {
+		t.Errorf("Scratch = %q: the runtime directory the caller made writable (--rw) became private", scratch(v))
+	}
+}
