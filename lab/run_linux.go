@@ -213,6 +213,13 @@ func Run(ctx context.Context, cfg Config) int {
 	// (a browser): running the interpreter directly must still be refused.
 	if dyn, interp, ok := attack.DynamicProgram(); ok {
 		args = append(args, "--exec-allow", dyn)
+		// exec-ldso-renamed: a copy of the interpreter under another
+		// name, in a folder the worker may execute from.
+		loaders := filepath.Join(work, attack.LoaderDir)
+		if err := copyLoader(interp, filepath.Join(loaders, attack.RenamedLoader)); err != nil {
+			return errorf("exec-ldso-renamed: %v", err)
+		}
+		args = append(args, "--exec-allow", loaders)
 		ev.Environment.Notes = append(ev.Environment.Notes, "the worker may also execute "+dyn+", so its ELF interpreter "+interp+" is allowed as for any dynamically linked worker")
 	} else {
 		ev.Environment.Notes = append(ev.Environment.Notes, "no dynamically linked /bin/true or /usr/bin/true: exec-ldso runs against a static-only allowlist")
@@ -643,3 +650,20 @@ func labKeyFile(work string) string { return filepath.Join(labNsgateDir(work), "
 // files: nsgate refuses to start when they lie in a folder the worker sees,
 // and hides this one whole.
 func labNsgateDir(work string) string { return filepath.Join(work, "nsgate") }
+
+// copyLoader copies the ELF interpreter interp to to (mode 0755), making
+// its folder (0755).
+func copyLoader(interp, to string) error {
+	b, err := os.ReadFile(interp)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	os.Chmod(filepath.Dir(to), 0o755)
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		return err
+	}
+	return os.Chmod(to, 0o755)
+}

@@ -566,6 +566,14 @@ func unixAttempt(id, layer, desc string, abstract bool) Attempt {
 	}
 }
 
+// LoaderDir is the folder of the work directory the lab allows the worker
+// to execute from, holding a copy of the ELF interpreter named
+// RenamedLoader (exec-ldso-renamed).
+const LoaderDir = "loaders"
+
+// RenamedLoader is the name of that copy: nothing like a loader's.
+const RenamedLoader = "run-elf"
+
 // PhaseSessionBus is the phase of the attempt on the caller's session
 // bus: a run of its own with --allow-unix and a bus of the lab's.
 const PhaseSessionBus = "session-bus"

@@ -401,6 +401,7 @@ func Catalogue() []Attempt {
 		execAttempt("exec-procfd", "exec /proc/self/fd/N of an open /bin/sh", execProcFD),
 		execAttempt("exec-memfd", "memfd_create, copy a program into it, execveat(AT_EMPTY_PATH): no path for Landlock to check", execMemfd),
 		execAttempt("exec-ldso", "exec the ELF interpreter (allowed for dynamic programs) with /bin/sh as its argument", execLdso),
+		execAttempt("exec-ldso-renamed", "exec a renamed copy of the ELF interpreter (LoaderDir/"+RenamedLoader+", in a directory the lab allows with --exec-allow) with /bin/sh as its argument: no loader's name to recognise", execLdsoRenamed),
 	)
 
 	// Leaving the namespaces.
