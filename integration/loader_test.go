@@ -4,8 +4,10 @@ package integration
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -70,4 +72,55 @@ func mkdirMode(t *testing.T, m mode, dir string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestGuardRefusesBinfmtMisc: since Linux 6.7 binfmt_misc can be mounted
+// in a user namespace, whose owner then registers interpreters (magic or
+// extension, flags F, C, O, P) for the execs of its processes: an allowed
+// program would run an interpreter the worker chose. With --allow-userns
+// the worker can make such a namespace, but the guard refuses both ways
+// to mount (mount, fsopen) inside it as anywhere. Outside nsgate the same
+// probe mounts binfmt_misc, so the refusal is the guard's.
+func TestGuardRefusesBinfmtMisc(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		direct := exec.Command(nsgateBin, "__guardprobe", "binfmt")
+		if m.uid >= 0 {
+			direct.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(m.uid), Gid: uint32(m.gid)}}
+		}
+		b, err := direct.Output()
+		if got := strings.TrimSpace(string(b)); err != nil || got != "mount=ok fsopen=ok" {
+			t.Fatalf("without nsgate the probe printed %q (%v), want mount=ok fsopen=ok: the kernel must allow binfmt_misc in a user namespace for this test to mean anything", got, err)
+		}
+		r := runNsgate(t, m, "run", "--allow-userns", "--", nsgateBin, "__guardprobe", "binfmt")
+		if got := strings.TrimSpace(r.stdout); got != "mount=EPERM fsopen=EPERM" {
+			t.Errorf("under nsgate run --allow-userns the probe printed %q, want mount=EPERM fsopen=EPERM", got)
+		}
+	})
+}
+
+// TestGuardRefusesOPathExec: a program the worker wrote into its --rw
+// directory, opened O_PATH and run with execveat(fd, "", AT_EMPTY_PATH):
+// refused by the audit (a descriptor exec) and recorded.
+func TestGuardRefusesOPathExec(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		rw, logs := workDir(t, m), workDir(t, m)
+		log := filepath.Join(logs, "opath.jsonl")
+		r := runNsgate(t, m, "run", "--audit", log, "--rw", rw, "--", nsgateBin, "__guardprobe", "opath", rw)
+		if got := strings.TrimSpace(r.stdout); got != "EACCES" {
+			t.Errorf("probe printed %q, want EACCES", got)
+		}
+		if strings.Contains(r.stdout, "RAN") {
+			t.Errorf("the copy ran")
+		}
+		var found bool
+		for _, rec := range execRecords(t, log) {
+			if rec.str("action") == "deny" && strings.HasPrefix(rec.str("path"), "fd ") &&
+				strings.Contains(rec.str("reason"), "exec of a file descriptor ("+filepath.Join(rw, "guardprobe-copy")+")") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no exec deny of the copy's descriptor: %v", execRecords(t, log))
+		}
+	})
 }
