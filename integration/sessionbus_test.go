@@ -179,3 +179,31 @@ func relayUnix(t *testing.T, path, to string) *atomic.Int64 {
 	}()
 	return &hits
 }
+
+// TestAllowUnixHidesSSHAgent: the same for the caller's SSH agent, with
+// which the worker would sign as the caller (log in to any server the
+// caller's keys open, through whatever flow the policy allows). Its socket
+// usually lies in /tmp or $XDG_RUNTIME_DIR, both private; here it lies
+// where SSH_AUTH_SOCK alone names it.
+func TestAllowUnixHidesSSHAgent(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir, err := os.MkdirTemp("/run", "nsgate-it-agent-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		os.Chmod(dir, 0o755)
+		sock := filepath.Join(dir, "agent.sock")
+		hits := relayUnix(t, sock, filepath.Join(dir, "nowhere"))
+		cmd := nsgateCmd(m, "run", "--allow-unix", "--", nsgateBin, "__guardprobe", "unix", sock)
+		cmd.Env = append(cmd.Env, "SSH_AUTH_SOCK="+sock)
+		r := runBounded(t, cmd, 60*time.Second, "nsgate run __guardprobe unix", nil)
+		t.Logf("nsgate run --allow-unix __guardprobe unix %s -> %d\nstdout: %s\nstderr: %s", sock, r.code, r.stdout, r.stderr)
+		if got := strings.TrimSpace(r.stdout); !strings.HasPrefix(got, "connect: ") {
+			t.Errorf("the worker's connect to the SSH agent: %q, want a refusal", got)
+		}
+		if n := hits.Load(); n != 0 {
+			t.Errorf("the SSH agent's socket saw %d connections from the worker, want 0", n)
+		}
+	})
+}
