@@ -94,6 +94,9 @@ type ViewConfig struct {
 	// SessionBus is the caller's $DBUS_SESSION_BUS_ADDRESS: each unix
 	// socket path it names is hidden (see SessionBusPaths).
 	SessionBus string
+	// SSHAgent is the caller's $SSH_AUTH_SOCK: the socket is hidden, so
+	// that the worker cannot sign with the caller's keys.
+	SSHAgent string
 	// Exec are the canonical files and directories the worker may execute
 	// (the exec guard's allowlist).
 	Exec []string
@@ -291,6 +294,9 @@ func PlanView(cfg ViewConfig) (View, error) {
 	// D-Bus activation would start any command outside the sandbox.
 	for _, b := range SessionBusPaths(cfg.SessionBus) {
 		v.Hide = append(v.Hide, canonicalOrClean(b))
+	}
+	if filepath.IsAbs(cfg.SSHAgent) {
+		v.Hide = append(v.Hide, canonicalOrClean(cfg.SSHAgent))
 	}
 	v.Hide = uniqueSorted(v.Hide)
 	v.ResolvConf = cfg.ResolvConf

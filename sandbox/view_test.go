@@ -255,15 +255,16 @@ func TestPlanViewRuntimeDir(t *testing.T) {
 		}
 		return out
 	}
-	v, err := PlanView(ViewConfig{ReadOnly: []string{f.root}, Home: f.home, UID: os.Getuid(), RuntimeDir: rt, SessionBus: "unix:path=" + bus + ",guid=00"})
+	agent := filepath.Join(f.proj, "agent.sock")
+	v, err := PlanView(ViewConfig{ReadOnly: []string{f.root}, Home: f.home, UID: os.Getuid(), RuntimeDir: rt, SessionBus: "unix:path=" + bus + ",guid=00", SSHAgent: agent})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.Contains(scratch(v), rt) {
 		t.Errorf("Scratch = %q, want the runtime directory %q", scratch(v), rt)
 	}
-	if !slices.Contains(v.Hide, bus) {
-		t.Errorf("Hide = %q, want the session bus %q", v.Hide, bus)
+	if !slices.Contains(v.Hide, bus) || !slices.Contains(v.Hide, agent) {
+		t.Errorf("Hide = %q, want the session bus %q and the SSH agent %q", v.Hide, bus, agent)
 	}
 	v, err = PlanView(ViewConfig{Writable: []string{rt}, Home: f.home, UID: os.Getuid(), RuntimeDir: rt})
 	if err != nil {

@@ -419,6 +419,7 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 		UID:        os.Getuid(),
 		RuntimeDir: os.Getenv("XDG_RUNTIME_DIR"),
 		SessionBus: os.Getenv("DBUS_SESSION_BUS_ADDRESS"),
+		SSHAgent:   os.Getenv("SSH_AUTH_SOCK"),
 		Exec:       plan.Allow,
 		Own:        own,
 		ResolvConf: scfg.Plan.ResolvConf(scfg.IPv6),
