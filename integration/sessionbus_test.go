@@ -32,11 +32,14 @@ func TestAllowUnixHidesSessionBus(t *testing.T) {
 	need(t, "dbus-send (Debian package dbus-bin)", err)
 	forEachMode(t, func(t *testing.T, m mode) {
 		for _, tc := range []struct {
-			name string
-			xdg  bool // the bus is $XDG_RUNTIME_DIR/bus
+			name   string
+			xdg    bool // the bus is $XDG_RUNTIME_DIR/bus
+			open   bool // the runtime directory has mode 0755, not 0700
+			noAddr bool // no DBUS_SESSION_BUS_ADDRESS: clients try $XDG_RUNTIME_DIR/bus
 		}{
-			{"XDG_RUNTIME_DIR outside /run/user", true},
-			{"DBUS_SESSION_BUS_ADDRESS alone", false},
+			{name: "XDG_RUNTIME_DIR outside /run/user", xdg: true},
+			{name: "DBUS_SESSION_BUS_ADDRESS alone"},
+			{name: "XDG_RUNTIME_DIR of mode 0755 without DBUS_SESSION_BUS_ADDRESS", xdg: true, open: true, noAddr: true},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
 				dir := workDir(t, m)
@@ -56,6 +59,9 @@ func TestAllowUnixHidesSessionBus(t *testing.T) {
 					}
 				}
 				os.Chmod(rt, 0o700)
+				if tc.open {
+					os.Chmod(rt, 0o755)
+				}
 				busPath := filepath.Join(rt, "bus")
 				hits := relayUnix(t, busPath, filepath.Join(dir, "real.sock"))
 				if m.uid >= 0 {
@@ -67,6 +73,9 @@ func TestAllowUnixHidesSessionBus(t *testing.T) {
 					send, "--session", "--print-reply", "--dest=org.freedesktop.DBus",
 					"/org/freedesktop/DBus", "org.freedesktop.DBus.GetId")
 				env := []string{"DBUS_SESSION_BUS_ADDRESS=unix:path=" + busPath}
+				if tc.noAddr {
+					env = []string{"DBUS_SESSION_BUS_ADDRESS="}
+				}
 				if tc.xdg {
 					env = append(env, "XDG_RUNTIME_DIR="+rt)
 				} else {
