@@ -295,6 +295,14 @@ func PlanView(cfg ViewConfig) (View, error) {
 	for _, b := range SessionBusPaths(cfg.SessionBus) {
 		v.Hide = append(v.Hide, canonicalOrClean(b))
 	}
+	// Where D-Bus clients look without DBUS_SESSION_BUS_ADDRESS, and
+	// `systemd --user`'s own socket, also in a runtime directory that is
+	// not private (not the caller's, or open to others).
+	if filepath.IsAbs(cfg.RuntimeDir) {
+		for _, s := range runtimeSockets {
+			v.Hide = append(v.Hide, canonicalOrClean(filepath.Join(cfg.RuntimeDir, s)))
+		}
+	}
 	if filepath.IsAbs(cfg.SSHAgent) {
 		v.Hide = append(v.Hide, canonicalOrClean(cfg.SSHAgent))
 	}
@@ -313,6 +321,11 @@ func (v View) isScratch(p string) bool {
 	}
 	return false
 }
+
+// runtimeSockets are the sockets in a runtime directory through which a
+// client would have the caller's session run a command: the session bus
+// and the private socket of `systemd --user`.
+var runtimeSockets = []string{"bus", "systemd/private"}
 
 // privateRuntimeDir returns the canonical path of the runtime directory
 // dir when the view should make it private: an absolute path to a

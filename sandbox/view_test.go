@@ -273,4 +273,19 @@ func TestPlanViewRuntimeDir(t *testing.T) {
 	if slices.Contains(scratch(v), rt) {
 		t.Errorf("Scratch = %q: the runtime directory the caller made writable (--rw) became private", scratch(v))
 	}
+	// Not private (open to others), but its bus and systemd's socket are
+	// hidden all the same.
+	os.Chmod(rt, 0o755)
+	v, err = PlanView(ViewConfig{Home: f.home, UID: os.Getuid(), RuntimeDir: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(scratch(v), rt) {
+		t.Errorf("Scratch = %q: a runtime directory of mode 0755 became private", scratch(v))
+	}
+	for _, s := range []string{"bus", "systemd/private"} {
+		if !slices.Contains(v.Hide, filepath.Join(rt, s)) {
+			t.Errorf("Hide = %q, missing %s", v.Hide, filepath.Join(rt, s))
+		}
+	}
 }
