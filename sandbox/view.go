@@ -292,19 +292,26 @@ func PlanView(cfg ViewConfig) (View, error) {
 	}
 	// The session bus, wherever it is: through it `systemd --user` or
 	// D-Bus activation would start any command outside the sandbox.
+	// A socket is never a directory: a path that names one (a mistake in
+	// the environment, "/" even) is left alone rather than covered.
+	hideSocket := func(p string) {
+		if c := canonicalOrClean(p); !isDir(c) {
+			v.Hide = append(v.Hide, c)
+		}
+	}
 	for _, b := range SessionBusPaths(cfg.SessionBus) {
-		v.Hide = append(v.Hide, canonicalOrClean(b))
+		hideSocket(b)
 	}
 	// Where D-Bus clients look without DBUS_SESSION_BUS_ADDRESS, and
 	// `systemd --user`'s own socket, also in a runtime directory that is
 	// not private (not the caller's, or open to others).
 	if filepath.IsAbs(cfg.RuntimeDir) {
 		for _, s := range runtimeSockets {
-			v.Hide = append(v.Hide, canonicalOrClean(filepath.Join(cfg.RuntimeDir, s)))
+			hideSocket(filepath.Join(cfg.RuntimeDir, s))
 		}
 	}
 	if filepath.IsAbs(cfg.SSHAgent) {
-		v.Hide = append(v.Hide, canonicalOrClean(cfg.SSHAgent))
+		hideSocket(cfg.SSHAgent)
 	}
 	v.Hide = uniqueSorted(v.Hide)
 	v.ResolvConf = cfg.ResolvConf

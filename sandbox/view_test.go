@@ -288,4 +288,12 @@ func TestPlanViewRuntimeDir(t *testing.T) {
 			t.Errorf("Hide = %q, missing %s", v.Hide, filepath.Join(rt, s))
 		}
 	}
+	// Directories are never taken for sockets: "/" would cover the host.
+	v, err = PlanView(ViewConfig{Home: f.home, UID: os.Getuid(), SessionBus: "unix:path=/", SSHAgent: f.proj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(v.Hide, "/") || slices.Contains(v.Hide, f.proj) {
+		t.Errorf("Hide = %q: a directory named as a socket was hidden", v.Hide)
+	}
 }
