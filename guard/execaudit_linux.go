@@ -402,6 +402,12 @@ func (s *ExecServer) verdict(w *walker, fd, depth int) (canon, why string) {
 		}
 	case bytes.HasPrefix(head, []byte("\x7fELF")):
 		pi, err := elfInterp("/proc/self/fd/" + strconv.Itoa(rfd))
+		if err == nil && pi == "" && canon != s.plan.Path && !s.explicit[canon] && elfLoader("/proc/self/fd/"+strconv.Itoa(rfd)) {
+			// A loader by what it is, not by its name: musl's
+			// (libc.so, which ld-musl-ARCH.so.1 links to) or a
+			// renamed copy of ld.so.
+			return canon, "direct invocation of the ELF interpreter " + canon + ", a dynamic loader (it would run any readable program)"
+		}
 		if err != nil || pi == "" {
 			return canon, "" // static, or malformed: the kernel judges
 		}

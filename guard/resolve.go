@@ -271,6 +271,48 @@ func elfInterp(path string) (string, error) {
 	return "", nil
 }
 
+// elfLoader reports whether the ELF file at path is a dynamic loader,
+// whatever its name: a shared object (ET_DYN) with an entry point and no
+// PT_INTERP of its own that is named like one in its DT_SONAME (glibc's
+// ld.so keeps ld-linux-x86-64.so.2 there whatever its file is called) or
+// defines __tls_get_addr, which a dynamic linker provides to the programs
+// it loads (glibc's ld.so; musl's loader is its libc.so, which has no
+// SONAME and which /lib/ld-musl-ARCH.so.1 links to). A static-pie program
+// defines no such symbol, and a library that can also be run, such as
+// glibc's libc.so.6, has a PT_INTERP. A file it cannot parse is not one.
+func elfLoader(path string) bool {
+	f, err := elf.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if f.Type != elf.ET_DYN || f.Entry == 0 {
+		return false
+	}
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return false
+		}
+	}
+	if names, err := f.DynString(elf.DT_SONAME); err == nil {
+		for _, n := range names {
+			if looksLikeELFInterpreter(n) {
+				return true
+			}
+		}
+	}
+	syms, err := f.DynamicSymbols()
+	if err != nil {
+		return false
+	}
+	for _, sym := range syms {
+		if sym.Name == "__tls_get_addr" && sym.Section != elf.SHN_UNDEF {
+			return true
+		}
+	}
+	return false
+}
+
 // errShebang is wrapped by parseShebang's errors.
 var errShebang = errors.New("bad #! line")
 

@@ -407,3 +407,49 @@ func TestShellInterpreters(t *testing.T) {
 		t.Errorf("ShellInterpreters() = %+v for sh as the command, want none", got)
 	}
 }
+
+// TestElfLoader: the host's dynamic loaders are told by what they are
+// (a renamed copy too); programs, a runnable library and a static
+// executable are not loaders.
+func TestElfLoader(t *testing.T) {
+	ldso, err := elfInterp(canon(t, "/bin/sh"))
+	if err != nil || ldso == "" {
+		t.Skipf("/bin/sh is not dynamically linked here (%v)", err)
+	}
+	ldso = canon(t, ldso)
+	dir := t.TempDir()
+	renamed := filepath.Join(dir, "run-elf")
+	b, err := os.ReadFile(ldso)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, renamed, b, 0o755)
+	static := writeFile(t, filepath.Join(dir, "static"), elf64(""), 0o755)
+	cases := []struct {
+		path string
+		want bool
+	}{
+		{ldso, true},
+		{renamed, true},
+		{canon(t, "/bin/sh"), false},
+		{static, false},
+		{filepath.Join(dir, "missing"), false},
+	}
+	if libc, _ := filepath.Glob("/usr/lib/*-linux-gnu/libc.so.6"); len(libc) > 0 {
+		cases = append(cases, struct {
+			path string
+			want bool
+		}{libc[0], false}) // runnable, but it has a PT_INTERP
+	}
+	if musl, _ := filepath.Glob("/lib/ld-musl-*.so.1"); len(musl) > 0 {
+		cases = append(cases, struct {
+			path string
+			want bool
+		}{canon(t, musl[0]), true}) // libc.so, no SONAME
+	}
+	for _, tc := range cases {
+		if got := elfLoader(tc.path); got != tc.want {
+			t.Errorf("elfLoader(%s) = %v, want %v", tc.path, got, tc.want)
+		}
+	}
+}

@@ -97,7 +97,7 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	// The attempts that need a run of their own (Attempt.Phase) leave the
 	// main run's list.
-	var fill, race *attack.Attempt
+	var fill, race, bus *attack.Attempt
 	for i := 0; i < len(cat); i++ {
 		if cat[i].Phase == attack.PhaseAuditFill {
 			at := cat[i]
@@ -106,6 +106,10 @@ func Run(ctx context.Context, cfg Config) int {
 		if cat[i].Phase == attack.PhaseInitRace {
 			at := cat[i]
 			race = &at
+		}
+		if cat[i].Phase == attack.PhaseSessionBus {
+			at := cat[i]
+			bus = &at
 		}
 		if cat[i].Phase != "" {
 			cat = append(cat[:i:i], cat[i+1:]...)
@@ -209,6 +213,13 @@ func Run(ctx context.Context, cfg Config) int {
 	// (a browser): running the interpreter directly must still be refused.
 	if dyn, interp, ok := attack.DynamicProgram(); ok {
 		args = append(args, "--exec-allow", dyn)
+		// exec-ldso-renamed: a copy of the interpreter under another
+		// name, in a folder the worker may execute from.
+		loaders := filepath.Join(work, attack.LoaderDir)
+		if err := copyLoader(interp, filepath.Join(loaders, attack.RenamedLoader)); err != nil {
+			return errorf("exec-ldso-renamed: %v", err)
+		}
+		args = append(args, "--exec-allow", loaders)
 		ev.Environment.Notes = append(ev.Environment.Notes, "the worker may also execute "+dyn+", so its ELF interpreter "+interp+" is allowed as for any dynamically linked worker")
 	} else {
 		ev.Environment.Notes = append(ev.Environment.Notes, "no dynamically linked /bin/true or /usr/bin/true: exec-ldso runs against a static-only allowlist")
@@ -297,6 +308,14 @@ func Run(ctx context.Context, cfg Config) int {
 		fmt.Fprintf(cfg.Stderr, "nsgate lab: %s: %d runs of their own, each with the racer as its command\n", race.ID, attack.InitRaceRuns)
 		r := runInitRace(ctx, cfg, *race, host, env)
 		rres = &r
+	}
+
+	// The session bus: a run of its own with --allow-unix.
+	var bres *judge.Result
+	if bus != nil {
+		fmt.Fprintf(cfg.Stderr, "nsgate lab: %s: a run of its own with --allow-unix and a session bus outside /run/user\n", bus.ID)
+		r := runSessionBus(ctx, cfg, *bus, host, env)
+		bres = &r
 	}
 
 	// The audit log, checked the way `nsgate audit verify --key` checks
@@ -395,6 +414,15 @@ func Run(ctx context.Context, cfg Config) int {
 		}
 		fmt.Fprintf(cfg.Stderr, "[race]    %-26s %-8s %-10s %s\n", rres.ID, rres.Observed, mark, shorten(rres.Detail, 90))
 		rep.Results = append(rep.Results, *rres)
+	}
+	if bres != nil {
+		mark := "ok"
+		if !bres.Pass {
+			mark = "FAIL"
+			rep.Reasons = append(rep.Reasons, bres.ID+": "+bres.Why)
+		}
+		fmt.Fprintf(cfg.Stderr, "[bus]     %-26s %-8s %-10s %s\n", bres.ID, bres.Observed, mark, shorten(bres.Detail, 90))
+		rep.Results = append(rep.Results, *bres)
 	}
 	ev.Attempts = rep.Results
 	ev.StrayHits = rep.StrayHits
@@ -622,3 +650,20 @@ func labKeyFile(work string) string { return filepath.Join(labNsgateDir(work), "
 // files: nsgate refuses to start when they lie in a folder the worker sees,
 // and hides this one whole.
 func labNsgateDir(work string) string { return filepath.Join(work, "nsgate") }
+
+// copyLoader copies the ELF interpreter interp to to (mode 0755), making
+// its folder (0755).
+func copyLoader(interp, to string) error {
+	b, err := os.ReadFile(interp)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+		return err
+	}
+	os.Chmod(filepath.Dir(to), 0o755)
+	if err := os.WriteFile(to, b, 0o755); err != nil {
+		return err
+	}
+	return os.Chmod(to, 0o755)
+}

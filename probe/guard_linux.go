@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -35,6 +36,11 @@ import (
 //	                                   discipline and ioctl(TIOCEXCL), both of which outlive the worker:
 //	                                   and ioctl(TCXONC, TCOOFF), which stops the terminal's output:
 //	                                   "setd=E excl=E xonc=E"
+//	nsgate __guardprobe binfmt         in a child cloned into a user and mount namespace of its own,
+//	                                   keeping CAP_SYS_ADMIN there (ambient): mount binfmt_misc (per user
+//	                                   namespace since Linux 6.7) on the temporary directory and
+//	                                   fsopen("binfmt_misc"): "mount=E fsopen=E" (without the guard, ok)
+//	nsgate __guardprobe opath DIR      copy nsgate into DIR, open the copy O_PATH, execveat(fd, "", AT_EMPTY_PATH)
 //	nsgate __guardprobe ia32 FILE      run FILE, an i386 program that exits 42 if its int 0x80 getpid works
 //	                                   and executes ud2 (SIGILL) if it got -EPERM: prints ok or EPERM
 
@@ -147,6 +153,50 @@ func GuardMain(args []string, stdout, stderr io.Writer) int {
 		// start character: the caller's shell hangs on its next write.
 		xonc := unix.IoctlSetInt(0, unix.TCXONC, unix.TCOOFF)
 		return out("setd=" + errno(setd) + " excl=" + errno(excl) + " xonc=" + errno(xonc))
+	case "binfmt":
+		// A Go program has threads, and unshare(CLONE_NEWUSER) wants a
+		// single one: the child is cloned into the namespaces. It has no
+		// uid there (no mapping), so it keeps CAP_SYS_ADMIN across its
+		// exec as an ambient capability.
+		cmd := exec.Command(self, "__guardprobe", "binfmt-child")
+		cmd.SysProcAttr = &syscall.SysProcAttr{
+			Cloneflags:  unix.CLONE_NEWUSER | unix.CLONE_NEWNS,
+			AmbientCaps: []uintptr{unix.CAP_SYS_ADMIN},
+		}
+		b, err := cmd.Output()
+		if err != nil {
+			return out("namespaces: " + errno(err))
+		}
+		return out(strings.TrimSpace(string(b)))
+	case "binfmt-child":
+		dir := os.TempDir() // in this mount namespace only
+		m := unix.Mount("binfmt_misc", dir, "binfmt_misc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		if m == nil {
+			unix.Unmount(dir, unix.MNT_DETACH)
+		}
+		fd, f := unix.Fsopen("binfmt_misc", unix.FSOPEN_CLOEXEC)
+		if f == nil {
+			unix.Close(fd)
+		}
+		return out("mount=" + errno(m) + " fsopen=" + errno(f))
+	case "opath":
+		if len(args) != 2 {
+			return exitUsage
+		}
+		b, err := os.ReadFile(self)
+		if err != nil {
+			return out(err.Error())
+		}
+		cp := filepath.Join(args[1], "guardprobe-copy")
+		if err := os.WriteFile(cp, b, 0o755); err != nil {
+			return out("write: " + errno(err))
+		}
+		defer os.Remove(cp)
+		fd, err := unix.Open(cp, unix.O_PATH|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return out("open: " + errno(err))
+		}
+		return out(errno(execveat(fd, "", ranArgv, os.Environ(), unix.AT_EMPTY_PATH)))
 	case "ia32":
 		if len(args) != 2 {
 			return exitUsage

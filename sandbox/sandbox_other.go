@@ -4,6 +4,7 @@ package sandbox
 
 import (
 	"errors"
+	"io/fs"
 	"os"
 )
 
@@ -24,3 +25,6 @@ func (c *Child) Signal(os.Signal) error     { return errors.ErrUnsupported }
 func (c *Child) Wait() int                  { return 125 }
 func (c *Child) Kill()                      {}
 func (c *Child) Pid() int                   { return 0 }
+
+// fileOwner is not known here: no runtime directory is made private.
+func fileOwner(fs.FileInfo) (int, bool) { return 0, false }

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -82,6 +84,19 @@ type ViewConfig struct {
 	HomeDir string
 	// UID is the caller's uid on the host, for /run/user/UID.
 	UID int
+	// RuntimeDir is the caller's $XDG_RUNTIME_DIR. Where it is not
+	// /run/user/UID it becomes private too (when it is what the XDG
+	// specification asks of one: a directory the caller owns, mode 0700):
+	// it holds the session bus ($XDG_RUNTIME_DIR/bus), the Wayland,
+	// PipeWire and agent sockets, which a worker allowed AF_UNIX could
+	// otherwise connect to.
+	RuntimeDir string
+	// SessionBus is the caller's $DBUS_SESSION_BUS_ADDRESS: each unix
+	// socket path it names is hidden (see SessionBusPaths).
+	SessionBus string
+	// SSHAgent is the caller's $SSH_AUTH_SOCK: the socket is hidden, so
+	// that the worker cannot sign with the caller's keys.
+	SSHAgent string
 	// Exec are the canonical files and directories the worker may execute
 	// (the exec guard's allowlist).
 	Exec []string
@@ -189,6 +204,11 @@ func PlanView(cfg ViewConfig) (View, error) {
 			v.Home = c
 		}
 	}
+	// The runtime directory, also where the view would not show it
+	// anyway (below /tmp), since a --ro path may show it again.
+	if rt := privateRuntimeDir(cfg.RuntimeDir, cfg.UID); rt != "" && rt != v.Home && !slices.Contains(v.Writable, rt) && !v.isScratch(rt) {
+		v.Scratch = append(v.Scratch, Scratch{Path: rt, Mode: 0o700})
+	}
 	writable := append([]string(nil), v.Writable...)
 	if cfg.HomeDir != "" {
 		if v.Home == "" {
@@ -270,10 +290,99 @@ func PlanView(cfg ViewConfig) (View, error) {
 	for _, h := range cfg.Hide {
 		v.Hide = append(v.Hide, canonicalOrClean(h))
 	}
+	// The session bus, wherever it is: through it `systemd --user` or
+	// D-Bus activation would start any command outside the sandbox.
+	// A socket is never a directory: a path that names one (a mistake in
+	// the environment, "/" even) is left alone rather than covered.
+	hideSocket := func(p string) {
+		if c := canonicalOrClean(p); !isDir(c) {
+			v.Hide = append(v.Hide, c)
+		}
+	}
+	for _, b := range SessionBusPaths(cfg.SessionBus) {
+		hideSocket(b)
+	}
+	// Where D-Bus clients look without DBUS_SESSION_BUS_ADDRESS, and
+	// `systemd --user`'s own socket, also in a runtime directory that is
+	// not private (not the caller's, or open to others).
+	if filepath.IsAbs(cfg.RuntimeDir) {
+		for _, s := range runtimeSockets {
+			hideSocket(filepath.Join(cfg.RuntimeDir, s))
+		}
+	}
+	if filepath.IsAbs(cfg.SSHAgent) {
+		hideSocket(cfg.SSHAgent)
+	}
 	v.Hide = uniqueSorted(v.Hide)
 	v.ResolvConf = cfg.ResolvConf
 	v.Cwd = cfg.Cwd
 	return v, nil
+}
+
+// isScratch reports whether p is a scratch directory of v.
+func (v View) isScratch(p string) bool {
+	for _, s := range v.Scratch {
+		if s.Path == p {
+			return true
+		}
+	}
+	return false
+}
+
+// runtimeSockets are the sockets in a runtime directory through which a
+// client would have the caller's session run a command: the session bus
+// and the private socket of `systemd --user`.
+var runtimeSockets = []string{"bus", "systemd/private"}
+
+// privateRuntimeDir returns the canonical path of the runtime directory
+// dir when the view should make it private: an absolute path to a
+// directory (not "/") that uid owns and nobody else may enter, as the XDG
+// base directory specification requires of $XDG_RUNTIME_DIR. Anything
+// else ("" when unset) is not a runtime directory and is left as the host
+// has it; its session bus is still hidden through SessionBusPaths.
+func privateRuntimeDir(dir string, uid int) string {
+	if dir == "" || !filepath.IsAbs(dir) {
+		return ""
+	}
+	c, err := canonicalExisting(dir)
+	if err != nil || c == "/" {
+		return ""
+	}
+	fi, err := os.Stat(c)
+	if err != nil || !fi.IsDir() || fi.Mode().Perm()&0o077 != 0 {
+		return ""
+	}
+	if owner, ok := fileOwner(fi); !ok || owner != uid {
+		return ""
+	}
+	return c
+}
+
+// SessionBusPaths returns the unix socket paths a D-Bus address (the
+// value of DBUS_SESSION_BUS_ADDRESS: addresses separated by ';', each
+// "transport:key=value,..." with %-escaped values) names with "path=".
+// Abstract sockets ("abstract=") belong to the host's network namespace
+// and are out of the worker's reach anyway; "dir=" and "tmpdir=" are
+// where a server makes its socket, never where a client connects. A
+// malformed escape drops that path: nothing to hide.
+func SessionBusPaths(addr string) []string {
+	var out []string
+	for _, a := range strings.Split(addr, ";") {
+		transport, params, ok := strings.Cut(a, ":")
+		if !ok || transport != "unix" {
+			continue
+		}
+		for _, kv := range strings.Split(params, ",") {
+			k, val, ok := strings.Cut(kv, "=")
+			if !ok || k != "path" {
+				continue
+			}
+			if p, err := url.PathUnescape(val); err == nil && filepath.IsAbs(p) {
+				out = append(out, filepath.Clean(p))
+			}
+		}
+	}
+	return out
 }
 
 // shows reports whether the worker's view shows the host's path p: true

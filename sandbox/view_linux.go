@@ -3,9 +3,11 @@ package sandbox
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -339,4 +341,13 @@ func viewError(err error) error {
 		return fmt.Errorf("%w: %v", errNoMountAPI, err)
 	}
 	return err
+}
+
+// fileOwner returns the uid that owns the file fi describes.
+func fileOwner(fi fs.FileInfo) (int, bool) {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return 0, false
+	}
+	return int(st.Uid), true
 }

@@ -170,3 +170,130 @@ func TestPlanViewHomeDir(t *testing.T) {
 		t.Errorf("Home = %q from %q, want %q from %q", v.Home, v.HomeFrom, f.home, f.proj)
 	}
 }
+
+// TestPrivateRuntimeDir: only a directory the caller owns, mode 0700, is
+// taken for a runtime directory (the XDG specification's requirements);
+// anything else is left as the host has it.
+func TestPrivateRuntimeDir(t *testing.T) {
+	root := t.TempDir()
+	mk := func(name string, mode os.FileMode) string {
+		p := filepath.Join(root, name)
+		if err := os.Mkdir(p, mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+		return p
+	}
+	rt := mk("rt", 0o700)
+	open := mk("open", 0o755)
+	link := filepath.Join(root, "link")
+	if err := os.Symlink(rt, link); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(root, "file")
+	os.WriteFile(file, nil, 0o600)
+	uid := os.Getuid()
+	for _, tc := range []struct {
+		dir  string
+		uid  int
+		want string
+	}{
+		{rt, uid, rt},
+		{link, uid, rt},
+		{rt, uid + 1, ""}, // another user's
+		{open, uid, ""},   // others may enter
+		{file, uid, ""},
+		{filepath.Join(root, "missing"), uid, ""},
+		{"relative", uid, ""},
+		{"", uid, ""},
+		{"/", 0, ""},
+	} {
+		if got := privateRuntimeDir(tc.dir, tc.uid); got != tc.want {
+			t.Errorf("privateRuntimeDir(%q, %d) = %q, want %q", tc.dir, tc.uid, got, tc.want)
+		}
+	}
+}
+
+func TestSessionBusPaths(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		want []string
+	}{
+		{"", nil},
+		{"unix:path=/run/user/1000/bus", []string{"/run/user/1000/bus"}},
+		{"unix:path=/srv/rt/bus,guid=0123abcd", []string{"/srv/rt/bus"}},
+		{"unix:guid=0123,path=/a%20b/bus", []string{"/a b/bus"}},
+		{"unix:abstract=/tmp/dbus-x;unix:path=/srv/bus;tcp:host=localhost,port=1", []string{"/srv/bus"}},
+		{"unix:tmpdir=/tmp", nil},
+		{"unix:dir=/srv", nil},
+		{"unix:path=relative/bus", nil},
+		{"unix:path=/bad%zz", nil},
+		{"unixexec:path=/usr/bin/prog", nil},
+		{"unix:path=/srv/x/../bus", []string{"/srv/bus"}},
+	} {
+		if got := SessionBusPaths(tc.addr); !slices.Equal(got, tc.want) {
+			t.Errorf("SessionBusPaths(%q) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
+
+// TestPlanViewRuntimeDir: the caller's runtime directory becomes a
+// private tmpfs wherever it lies (here below a --ro path in /tmp, which
+// would show it again), unless the caller made it writable; the session
+// bus socket is hidden wherever it lies.
+func TestPlanViewRuntimeDir(t *testing.T) {
+	f := newViewFixture(t)
+	rt := filepath.Join(f.root, "rt")
+	if err := os.Mkdir(rt, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	bus := filepath.Join(f.proj, "bus")
+	scratch := func(v View) []string {
+		var out []string
+		for _, s := range v.Scratch {
+			out = append(out, s.Path)
+		}
+		return out
+	}
+	agent := filepath.Join(f.proj, "agent.sock")
+	v, err := PlanView(ViewConfig{ReadOnly: []string{f.root}, Home: f.home, UID: os.Getuid(), RuntimeDir: rt, SessionBus: "unix:path=" + bus + ",guid=00", SSHAgent: agent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(scratch(v), rt) {
+		t.Errorf("Scratch = %q, want the runtime directory %q", scratch(v), rt)
+	}
+	if !slices.Contains(v.Hide, bus) || !slices.Contains(v.Hide, agent) {
+		t.Errorf("Hide = %q, want the session bus %q and the SSH agent %q", v.Hide, bus, agent)
+	}
+	v, err = PlanView(ViewConfig{Writable: []string{rt}, Home: f.home, UID: os.Getuid(), RuntimeDir: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(scratch(v), rt) {
+		t.Errorf("Scratch = %q: the runtime directory the caller made writable (--rw) became private", scratch(v))
+	}
+	// Not private (open to others), but its bus and systemd's socket are
+	// hidden all the same.
+	os.Chmod(rt, 0o755)
+	v, err = PlanView(ViewConfig{Home: f.home, UID: os.Getuid(), RuntimeDir: rt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(scratch(v), rt) {
+		t.Errorf("Scratch = %q: a runtime directory of mode 0755 became private", scratch(v))
+	}
+	for _, s := range []string{"bus", "systemd/private"} {
+		if !slices.Contains(v.Hide, filepath.Join(rt, s)) {
+			t.Errorf("Hide = %q, missing %s", v.Hide, filepath.Join(rt, s))
+		}
+	}
+	// Directories are never taken for sockets: "/" would cover the host.
+	v, err = PlanView(ViewConfig{Home: f.home, UID: os.Getuid(), SessionBus: "unix:path=/", SSHAgent: f.proj})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(v.Hide, "/") || slices.Contains(v.Hide, f.proj) {
+		t.Errorf("Hide = %q: a directory named as a socket was hidden", v.Hide)
+	}
+}

@@ -223,6 +223,21 @@ func execLdso(ctx context.Context, a *attacker) result {
 	return a.runMarked(ctx, exec.CommandContext(ctx, interp, append([]string{sh}, a.shellArgs()...)...), "exec "+interp+" "+sh)
 }
 
+func execLdsoRenamed(ctx context.Context, a *attacker) result {
+	sh, err := realShell()
+	if err != nil {
+		return erroredf("%v", err)
+	}
+	if a.cfg.WorkDir == "" {
+		return erroredf("no work directory given to the attacker")
+	}
+	loader := filepath.Join(a.cfg.WorkDir, LoaderDir, RenamedLoader)
+	if _, err := os.Stat(loader); err != nil {
+		return erroredf("the lab placed no renamed loader: %v", err)
+	}
+	return a.runMarked(ctx, exec.CommandContext(ctx, loader, append([]string{sh}, a.shellArgs()...)...), "exec "+loader+" "+sh)
+}
+
 // elfInterp returns the PT_INTERP of an ELF file.
 func elfInterp(path string) (string, error) {
 	f, err := elf.Open(path)

@@ -20,19 +20,20 @@ func (a *attacker) ping(ctx context.Context, dst string, raw bool) result {
 func notLinux(ctx context.Context, a *attacker) result { return erroredf("needs linux") }
 
 var (
-	execShell    = notLinux
-	execCopyTmp  = notLinux
-	execCopyShm  = notLinux
-	execSymlink  = notLinux
-	execShebang  = notLinux
-	execProcFD   = notLinux
-	execMemfd    = notLinux
-	execLdso     = notLinux
-	nsNewUserns  = notLinux
-	nsSetnsPID1  = notLinux
-	nsMount      = notLinux
-	nsPtraceInit = notLinux
-	nsIOUring    = notLinux
+	execShell       = notLinux
+	execCopyTmp     = notLinux
+	execCopyShm     = notLinux
+	execSymlink     = notLinux
+	execShebang     = notLinux
+	execProcFD      = notLinux
+	execMemfd       = notLinux
+	execLdso        = notLinux
+	execLdsoRenamed = notLinux
+	nsNewUserns     = notLinux
+	nsSetnsPID1     = notLinux
+	nsMount         = notLinux
+	nsPtraceInit    = notLinux
+	nsIOUring       = notLinux
 )
 
 // Helper needs Linux.

@@ -5,11 +5,14 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"net/netip"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -561,6 +564,41 @@ func unixAttempt(id, layer, desc string, abstract bool) Attempt {
 			return allowedf("%s said %q", path, b)
 		},
 	}
+}
+
+// LoaderDir is the folder of the work directory the lab allows the worker
+// to execute from, holding a copy of the ELF interpreter named
+// RenamedLoader (exec-ldso-renamed).
+const LoaderDir = "loaders"
+
+// RenamedLoader is the name of that copy: nothing like a loader's.
+const RenamedLoader = "run-elf"
+
+// PhaseSessionBus is the phase of the attempt on the caller's session
+// bus: a run of its own with --allow-unix and a bus of the lab's.
+const PhaseSessionBus = "session-bus"
+
+// SessionBusBanner is what the lab's stand-in for the session bus says to
+// whoever connects, followed by the run's token.
+const SessionBusBanner = "nsgate-lab-session-bus"
+
+// unixSessionBus connects to the socket DBUS_SESSION_BUS_ADDRESS names,
+// as any D-Bus client of the worker would.
+func unixSessionBus(ctx context.Context, a *attacker) result {
+	addr := os.Getenv("DBUS_SESSION_BUS_ADDRESS")
+	path, ok := strings.CutPrefix(addr, "unix:path=")
+	if !ok {
+		return erroredf("DBUS_SESSION_BUS_ADDRESS %q names no unix socket path", addr)
+	}
+	path, _, _ = strings.Cut(path, ",")
+	b, err := a.banner(ctx, "unix", path, nil)
+	if err != nil {
+		if isRefusal(err) || errors.Is(err, fs.ErrNotExist) {
+			return blockedf("%v", err)
+		}
+		return erroredf("%v", err)
+	}
+	return allowedf("the session bus %s said %q", path, b)
 }
 
 func execAttempt(id, desc string, f func(context.Context, *attacker) result) Attempt {

@@ -385,6 +385,14 @@ func Catalogue() []Attempt {
 		unixAttempt("unix-host-socket", LayerExecGuard, "connect to the host-side unix socket (like /var/run/docker.sock)", false),
 		unixAttempt("unix-abstract", LayerNetns, "connect to the host-side abstract unix socket", true),
 		socketAttempt("vsock-socket", "unix", LayerExecGuard, "create an AF_VSOCK socket (never connected)", sockVsock),
+		Attempt{
+			ID: "unix-session-bus", Category: "unix", Layer: LayerView, Phase: PhaseSessionBus,
+			Description: "in a run of its own with --allow-unix, XDG_RUNTIME_DIR outside /run/user/UID (below a --ro path) and DBUS_SESSION_BUS_ADDRESS naming $XDG_RUNTIME_DIR/bus: connect to the caller's session bus, through which systemd --user or D-Bus activation would start any command outside the sandbox",
+			Expect:      Blocked, Audit: AuditNone,
+			HostCheck: "the host-side socket at the bus's path counted no connection",
+			NoRecord:  "the kernel refuses the connect inside the worker (the runtime directory is a private tmpfs in its view); nothing reaches nsgate, so no audit record exists by design: the worker's error and the socket's count are the evidence",
+			run:       unixSessionBus,
+		},
 	)
 
 	// Running other programs.
@@ -397,6 +405,7 @@ func Catalogue() []Attempt {
 		execAttempt("exec-procfd", "exec /proc/self/fd/N of an open /bin/sh", execProcFD),
 		execAttempt("exec-memfd", "memfd_create, copy a program into it, execveat(AT_EMPTY_PATH): no path for Landlock to check", execMemfd),
 		execAttempt("exec-ldso", "exec the ELF interpreter (allowed for dynamic programs) with /bin/sh as its argument", execLdso),
+		execAttempt("exec-ldso-renamed", "exec a renamed copy of the ELF interpreter (LoaderDir/"+RenamedLoader+", in a directory the lab allows with --exec-allow) with /bin/sh as its argument: no loader's name to recognise", execLdsoRenamed),
 	)
 
 	// Leaving the namespaces.

@@ -1,0 +1,128 @@
+package lab
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nsgate/nsgate/lab/attack"
+	"github.com/nsgate/nsgate/lab/internet"
+	"github.com/nsgate/nsgate/lab/judge"
+)
+
+// runSessionBus runs attempt at (attack.PhaseSessionBus) in an `nsgate run
+// --allow-unix` of its own. The caller's environment names a session bus
+// in a runtime directory outside /run/user/UID: a directory of the work
+// tree (0700), which the run shows the worker read-only (--ro, as the
+// main run does), with a host-side socket at $XDG_RUNTIME_DIR/bus that
+// answers attack.SessionBusBanner and counts connections. A session bus
+// there would let the worker ask `systemd --user` or D-Bus activation to
+// run any command outside the sandbox; the view must make the runtime
+// directory private and hide the socket DBUS_SESSION_BUS_ADDRESS names.
+func runSessionBus(ctx context.Context, cfg Config, at attack.Attempt, h *attack.HostEnv, env []string) judge.Result {
+	res := judge.Result{
+		ID: at.ID, Category: at.Category, Layer: at.Layer, Description: at.Description,
+		Expected: at.Expect, AuditSeqs: []uint64{}, Audit: []json.RawMessage{}, Hits: []internet.Hit{},
+		Start: time.Now(), Evidence: at.NoRecord,
+	}
+	defer func() { res.End = time.Now() }()
+	errored := func(why string) judge.Result {
+		res.Observed, res.Detail, res.Why = attack.Errored, why, "could not be carried out: "+why
+		return res
+	}
+	dir := filepath.Join(h.Work, "session-bus")
+	rt := filepath.Join(dir, "runtime")
+	if err := os.MkdirAll(rt, 0o700); err != nil {
+		return errored(err.Error())
+	}
+	os.Chmod(dir, 0o755)
+	os.Chmod(rt, 0o700)
+	bus := filepath.Join(rt, "bus")
+	ln, err := net.Listen("unix", bus)
+	if err != nil {
+		return errored(err.Error())
+	}
+	defer ln.Close()
+	os.Chmod(bus, 0o777) // as a bus's socket is: its own authentication decides
+	var hits atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			hits.Add(1)
+			fmt.Fprintf(c, "%s %s\n", attack.SessionBusBanner, h.Token)
+			c.Close()
+		}
+	}()
+
+	// The run's audit log in a folder of its own: nsgate hides the
+	// folder of its log whole, which must not be the bus's.
+	logDir := filepath.Join(h.Work, "session-bus-audit")
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return errored(err.Error())
+	}
+	args := []string{"run", "--allow-unix", "--policy", h.Policy, "--audit", filepath.Join(logDir, "audit.jsonl"), "--ro", h.Work, "--quiet", "--", cfg.Self}
+	args = append(args, cfg.AttackArgs...)
+	args = append(args, "--json", "--only", at.ID, "--token", h.Token)
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(rctx, cfg.Self, args...)
+	var e []string
+	for _, kv := range withRuntime(env, rt) {
+		if !strings.HasPrefix(kv, "DBUS_SESSION_BUS_ADDRESS=") {
+			e = append(e, kv)
+		}
+	}
+	cmd.Env = append(e, "DBUS_SESSION_BUS_ADDRESS=unix:path="+bus)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr := &tail{max: 4 << 10}
+	cmd.Stderr = stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return errored(err.Error())
+	}
+	if err := cmd.Start(); err != nil {
+		return errored(err.Error())
+	}
+	var obs *attack.Observation
+	sc := bufio.NewScanner(out)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var o attack.Observation
+		if json.Unmarshal(sc.Bytes(), &o) == nil && o.ID == at.ID && !o.Partial {
+			obs = &o
+		}
+	}
+	werr := cmd.Wait()
+	n := hits.Load()
+	res.HostCheck = fmt.Sprintf("%s: %d connections (XDG_RUNTIME_DIR=%s DBUS_SESSION_BUS_ADDRESS=unix:path=%s %s %s)",
+		at.HostCheck, n, rt, bus, cfg.Self, strings.Join(args, " "))
+	switch {
+	case n > 0 || obs != nil && obs.Observed == attack.Allowed:
+		res.Observed = attack.Allowed
+		res.Detail = fmt.Sprintf("the session bus counted %d connections", n)
+		if obs != nil {
+			res.Detail += "; the worker: " + obs.Detail
+		}
+		res.Why = "got through: " + res.Detail
+	case obs == nil:
+		return errored(fmt.Sprintf("the run (exit %d) reported no observation: %s", attack.ExitCode(werr), judge.LastLines(stderr.String(), 3)))
+	case obs.Observed == attack.Blocked:
+		res.Observed, res.Pass = attack.Blocked, true
+		res.Detail = obs.Detail + "; the session bus counted no connection"
+	default:
+		return errored(obs.Detail)
+	}
+	return res
+}
