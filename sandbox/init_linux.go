@@ -14,8 +14,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nsgate/nsgate/bench/profile"
-	"github.com/nsgate/nsgate/tun"
+	"github.com/nsgate/nsgate/bench/starttrace"
+	"github.com/nsgate/nsgate/tun/tundev"
 )
 
 // InitMain is the body of the sandbox init (nsgate re-executed with
@@ -44,18 +44,18 @@ func InitMain(apply ApplyGuard) int {
 		return fail(fmt.Errorf("sandbox spec: %w", err))
 	}
 
-	fd, err := tun.Open(spec.Iface)
+	fd, err := tundev.Open(spec.Iface)
 	if err != nil {
 		return fail(err)
 	}
-	if err := tun.Configure(spec.Iface); err != nil {
+	if err := tundev.Configure(spec.Iface); err != nil {
 		return fail(err)
 	}
 	if err := unix.Sendmsg(int(ctl.Fd()), []byte("tun"), unix.UnixRights(fd), nil, 0); err != nil {
 		return fail(fmt.Errorf("send tun descriptor: %w", err))
 	}
 	unix.Close(fd)
-	profile.Mark("tun-sent")
+	starttrace.Mark("tun-sent")
 
 	buf := make([]byte, 16)
 	n, err := ctl.Read(buf)
@@ -63,20 +63,20 @@ func InitMain(apply ApplyGuard) int {
 		// The parent gave up; leave quietly.
 		return 125
 	}
-	profile.Mark("go")
+	starttrace.Mark("go")
 
 	degraded, err := applyView(&spec.View)
 	if err != nil {
 		return fail(viewError(err))
 	}
-	profile.Mark("view")
+	starttrace.Mark("view")
 	if spec.Hostname != "" {
 		unix.Sethostname([]byte(spec.Hostname))
 	}
 	if err := dropInitCapabilities(); err != nil {
 		return fail(err)
 	}
-	profile.Mark("caps")
+	starttrace.Mark("caps")
 	argv := append([]string(nil), spec.Argv...)
 	var path string
 	if apply != nil {
@@ -103,7 +103,7 @@ func InitMain(apply ApplyGuard) int {
 		path = p
 	}
 
-	profile.Mark("guard")
+	starttrace.Mark("guard")
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT,
 		unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH, unix.SIGCONT)
@@ -139,7 +139,7 @@ func InitMain(apply ApplyGuard) int {
 	if err != nil {
 		return fail(fmt.Errorf("start worker %s: %w", argv[0], err))
 	}
-	profile.Mark("worker-forked")
+	starttrace.Mark("worker-forked")
 	ctl.Write([]byte("started " + strings.Join(degraded, ",")))
 
 	go func() {

@@ -10,9 +10,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/nsgate/nsgate/bench/starttrace"
 	"golang.org/x/sys/unix"
-
-	"github.com/nsgate/nsgate/bench/profile"
 )
 
 // Child is a running sandbox init. Its methods are not safe for concurrent
@@ -94,7 +93,7 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 	}
 	defer specFile.Close()
 	cmd.ExtraFiles = []*os.File{childEnd, specFile} // fds 3 and 4 in init
-	traceFile, traceEnv := profile.TraceFile(5)
+	traceFile, traceEnv := starttrace.TraceFile(5)
 	if traceFile != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, traceFile) // fd 5
 	}
@@ -104,7 +103,7 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 		parentEnd.Close()
 		return nil, usernsError(err)
 	}
-	profile.Mark("init-forked")
+	starttrace.Mark("init-forked")
 	c := &Child{cmd: cmd, ctl: parentEnd, TunFD: -1}
 	fd, err := c.recvTun()
 	if err != nil {
@@ -112,7 +111,7 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 		return nil, err
 	}
 	c.TunFD = fd
-	profile.Mark("tun-received")
+	starttrace.Mark("tun-received")
 	return c, nil
 }
 

@@ -15,7 +15,7 @@ import (
 	"io"
 	"os"
 
-	"github.com/nsgate/nsgate/tun"
+	"github.com/nsgate/nsgate/tun/tundev"
 )
 
 // InitArg is the hidden first argument that makes nsgate act as the
@@ -57,7 +57,7 @@ type Spec struct {
 	// own ids are mapped to themselves.
 	Root bool
 	// Iface is the worker's network interface.
-	Iface tun.Iface
+	Iface tundev.Iface
 	// View is the worker's file system (see View and PlanView).
 	View View
 	// Hostname is set in the worker's UTS namespace when non-empty.
