@@ -431,20 +431,3 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 	}
 	return v, nil
 }
-
-// ApplyGuard is the guard of the sandbox's init (sandbox.InitMain): it
-// decodes the guard.Config that Run wrote, resolves the allowlist inside
-// the worker's mount namespace, restricts every thread of init (Landlock, seccomp) and
-// installs the exec notifier, whose listener init passes to nsgate.
-func ApplyGuard(spec []byte, argv []string) (sandbox.GuardResult, error) {
-	var cfg guard.Config
-	if err := json.Unmarshal(spec, &cfg); err != nil {
-		return sandbox.GuardResult{}, fmt.Errorf("exec guard spec: %w", err)
-	}
-	cfg.Command = argv
-	plan, degraded, listener, err := guard.RestrictSelf(cfg)
-	if err != nil {
-		return sandbox.GuardResult{}, err
-	}
-	return sandbox.GuardResult{Path: plan.Path, Degraded: degraded, ExecListener: listener}, nil
-}
