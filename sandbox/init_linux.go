@@ -18,14 +18,20 @@ import (
 	"github.com/nsgate/nsgate/tun/tundev"
 )
 
-// InitMain is the body of the sandbox init (nsgate re-executed with
-// InitArg). It returns the process exit status: the worker's, or 125 when
+// InitMain is the body of the sandbox init (nsgate-init, or nsgate
+// re-executed, with InitArg). It returns the process exit status: the worker's, or 125 when
 // init fails (after telling the parent why).
 func InitMain(apply ApplyGuard) int {
 	// Capabilities, no_new_privs and the fork of the worker are per thread:
 	// keep all of it on this one. The thread is never unlocked.
 	runtime.LockOSThread()
 
+	// Descriptor 3 is the control socket from the parent; when it is not
+	// (init run by hand), there is nobody to report to.
+	if t, err := unix.GetsockoptInt(3, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || t != unix.SOCK_SEQPACKET {
+		fmt.Fprintf(os.Stderr, "%s: the sandbox's init is started by nsgate run, with its control socket at descriptor 3\n", InitProgram)
+		return 2
+	}
 	unix.CloseOnExec(3)
 	ctl := os.NewFile(3, "nsgate-ctl")
 	fail := func(err error) int {
@@ -42,6 +48,10 @@ func InitMain(apply ApplyGuard) int {
 	}
 	if err := json.Unmarshal(js, &spec); err != nil {
 		return fail(fmt.Errorf("sandbox spec: %w", err))
+	}
+	if spec.Build != buildStamp {
+		self, _ := os.Executable()
+		return fail(fmt.Errorf("%s is from another build than nsgate (build %q, nsgate's %q): install nsgate and %s from one build (make build makes both)", self, buildStamp, spec.Build, InitProgram))
 	}
 
 	fd, err := tundev.Open(spec.Iface)
