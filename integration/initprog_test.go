@@ -16,7 +16,8 @@ import (
 // gateway, so a start costs less); with nsgate alone, nsgate re-executes
 // itself as init, as before. An nsgate-init from another build is refused
 // before the worker runs (its spec could carry what that init does not
-// enforce).
+// enforce), and an init that exits without a word fails the start with a
+// reason instead of leaving nsgate waiting for it.
 func TestInitProgram(t *testing.T) {
 	needSealed(t)
 	shipped := filepath.Join(filepath.Dir(nsgateBin), "nsgate-init")
@@ -75,6 +76,14 @@ func TestInitProgram(t *testing.T) {
 				60*time.Second, "nsgate run with an nsgate-init of another build", nil)
 			if r.code != 125 || strings.Contains(r.stdout, "worker ran") || !strings.Contains(r.stderr, "from another build") {
 				t.Errorf("exit %d, stdout %q, stderr %q; want 125, no worker, and the reason (another build)", r.code, r.stdout, r.stderr)
+			}
+		})
+		t.Run("silent init", func(t *testing.T) {
+			bin := install("silent", "/bin/true")
+			r := runBounded(t, nsgateCmdAt(m, bin, "run", "--quiet", "--", "/bin/sh", "-c", "echo worker ran"),
+				60*time.Second, "nsgate run with an init that exits at once", nil)
+			if r.code != 125 || strings.Contains(r.stdout, "worker ran") || !strings.Contains(r.stderr, "exited before") {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 125, no worker, and the reason (init exited)", r.code, r.stdout, r.stderr)
 			}
 		})
 	})
