@@ -101,7 +101,13 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 	}
 	cmd.Env = slices.Concat(os.Environ(), initEnv, traceEnv)
 	cmd.SysProcAttr = sysProcAttr(spec.Root)
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	// Init holds its end now. Closed here, not when Start returns: while
+	// nsgate held a copy, an init that died without a word (a crash, the
+	// OOM killer, a wrong program installed as nsgate-init) left nsgate
+	// waiting for its message forever instead of seeing end of file.
+	childEnd.Close()
+	if err != nil {
 		parentEnd.Close()
 		return nil, usernsError(err)
 	}
