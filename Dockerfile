@@ -5,8 +5,8 @@
 # Targets (podman build --target NAME / docker build --target NAME):
 #   nsgate    (the default, last) static binary built from source on an
 #             empty base; runs as uid 65532; needs a Go toolchain image
-#   prebuilt  the same image from a binary built on the host
-#             (make build → bin/nsgate); needs no base image at all
+#   prebuilt  the same image from binaries built on the host (make build
+#             → bin/nsgate and bin/nsgate-init); needs no base image at all
 #   worker    headless Chromium behind `nsgate guard`, on a base image that
 #             has Chromium installed (see docs/docker.md)
 #
@@ -28,8 +28,10 @@ ARG WORKER_BASE=localhost/chromium-base:latest
 # before this one would be built too, and the build stage pulls GO_IMAGE.
 # The price: with the legacy builder the other targets need bin/nsgate
 # too (BuildKit and podman build skip the stages a target does not use).
+# nsgate-init is the sandbox's init; nsgate starts it from beside itself
+# when both come from one build (docs/design.md, "Process model").
 FROM scratch AS prebuilt
-COPY bin/nsgate /usr/local/bin/nsgate
+COPY bin/nsgate bin/nsgate-init /usr/local/bin/
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/nsgate"]
 CMD ["version"]
@@ -43,7 +45,11 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 ARG VERSION=dev
-RUN go build -ldflags "-s -w -X main.version=${VERSION}" -o /out/nsgate ./cmd/nsgate \
+# One build stamp, a hash of the sources, in both binaries (as make build).
+RUN stamp=$(find . -name '*.go' | LC_ALL=C sort | xargs cat go.mod go.sum | sha256sum | cut -c1-16) \
+ && ldflags="-s -w -X main.version=${VERSION} -X github.com/nsgate/nsgate/sandbox.buildStamp=${stamp}" \
+ && go build -ldflags "$ldflags" -o /out/nsgate ./cmd/nsgate \
+ && go build -ldflags "$ldflags" -o /out/nsgate-init ./cmd/nsgate-init \
  && /out/nsgate version
 
 # ---- worker: Chromium whose every exec and syscall passes nsgate guard;
@@ -51,7 +57,7 @@ RUN go build -ldflags "-s -w -X main.version=${VERSION}" -o /out/nsgate ./cmd/ns
 # docs/chromium.md says why each relaxation is there.
 FROM ${BIN_STAGE} AS bin
 FROM ${WORKER_BASE} AS worker
-COPY --from=bin /usr/local/bin/nsgate /usr/local/bin/nsgate
+COPY --from=bin /usr/local/bin/nsgate /usr/local/bin/nsgate-init /usr/local/bin/
 USER 65532:65532
 ENV HOME=/tmp
 ENTRYPOINT ["/usr/local/bin/nsgate", "guard", "--allow-unix", \
@@ -63,7 +69,7 @@ CMD ["--dump-dom", "about:blank"]
 
 # ---- nsgate: the default target, built from source.
 FROM scratch AS nsgate
-COPY --from=build /out/nsgate /usr/local/bin/nsgate
+COPY --from=build /out/nsgate /out/nsgate-init /usr/local/bin/
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/nsgate"]
 CMD ["version"]

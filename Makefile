@@ -2,8 +2,13 @@ SHELL := /bin/bash
 # nsgate's build and test entry points. `make test` is what CI runs.
 GO      ?= go
 BIN     ?= bin/nsgate
+INIT_BIN ?= $(dir $(BIN))nsgate-init
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -s -w -X main.version=$(VERSION)
+# The build stamp: a hash of the sources, linked into nsgate and nsgate-init
+# alike. nsgate starts the nsgate-init beside it only when its stamp is its
+# own (package sandbox, buildStamp).
+STAMP   ?= $(shell find . -name '*.go' -not -path './.git/*' | LC_ALL=C sort | xargs cat go.mod go.sum | sha256sum | cut -c1-16)
+LDFLAGS := -s -w -X main.version=$(VERSION) -X github.com/nsgate/nsgate/sandbox.buildStamp=$(STAMP)
 # Integration tests need namespaces; they re-execute themselves inside a
 # sealed network namespace (see integration/harness_test.go).
 ITEST_FLAGS ?= -count=1 -timeout 25m
@@ -12,8 +17,11 @@ ITEST_FLAGS ?= -count=1 -timeout 25m
 
 all: build
 
+# nsgate and the sandbox's init, nsgate-init (cmd/nsgate-init), which nsgate
+# starts from beside itself: install the two together.
 build:
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nsgate
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(INIT_BIN) ./cmd/nsgate-init
 
 # The test command: .ci/preflight first says what this machine lacks (as
 # root it installs it), then vet, the unit tests and the integration tests

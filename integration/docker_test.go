@@ -431,7 +431,7 @@ func busyboxRoot(t *testing.T, dir string) string {
 		}
 	}
 	copyFile(t, "/bin/busybox", filepath.Join(root, "bin/busybox"))
-	copyFile(t, nsgateBin, filepath.Join(root, "bin/nsgate"))
+	installNsgate(t, filepath.Join(root, "bin"))
 	for _, a := range []string{"sh", "cat", "sleep", "true"} {
 		os.Symlink("busybox", filepath.Join(root, "bin", a))
 	}
@@ -544,7 +544,7 @@ func (d *dockerEnv) testBuild(t *testing.T) {
 	}
 	copyFile(t, "../Dockerfile", filepath.Join(ctx, "Dockerfile"))
 	copyFile(t, "../.dockerignore", filepath.Join(ctx, ".dockerignore"))
-	copyFile(t, nsgateBin, filepath.Join(ctx, "bin/nsgate"))
+	installNsgate(t, filepath.Join(ctx, "bin"))
 	cmd := d.cmd("build", "--target", "prebuilt", "-t", "nsgate", ".")
 	cmd.Dir = ctx
 	r := runBounded(t, cmd, 3*time.Minute, "docker build", nil)
@@ -713,7 +713,7 @@ func (d *dockerEnv) testLab(t *testing.T) {
 // dockerfileLab is docs/docker.md's lab image.
 const dockerfileLab = `ARG BASE=debian:12-slim
 FROM ${BASE}
-COPY --from=nsgate /usr/local/bin/nsgate /usr/local/bin/nsgate
+COPY --from=nsgate /usr/local/bin/nsgate /usr/local/bin/nsgate-init /usr/local/bin/
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/nsgate"]
 `

@@ -70,13 +70,14 @@ func enterSealed(m *testing.M) int {
 	defer os.RemoveAll(dir)
 	os.Chmod(dir, 0o755)
 	bin := filepath.Join(dir, "nsgate")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/nsgate")
-	build.Dir = ".."
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	build.Stdout, build.Stderr = os.Stderr, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintf(os.Stderr, "integration: build nsgate: %v\n", err)
-		return 1
+	// As make build does: nsgate and nsgate-init from one build, with one
+	// build stamp (the sandbox's init is nsgate-init, as installed).
+	stamp := fmt.Sprintf("it-%d-%d", os.Getpid(), time.Now().UnixNano())
+	for _, pkg := range []string{"nsgate", "nsgate-init"} {
+		if err := buildStamped(filepath.Join(dir, pkg), "./cmd/"+pkg, stamp); err != nil {
+			fmt.Fprintf(os.Stderr, "integration: build %s: %v\n", pkg, err)
+			return 1
+		}
 	}
 	code, err := sealed.Enter(os.Args, append(os.Environ(), "NSGATE_BIN="+bin), sealed.Stdio{})
 	if err != nil {
@@ -86,6 +87,16 @@ func enterSealed(m *testing.M) int {
 		return m.Run()
 	}
 	return code
+}
+
+// buildStamped builds the command pkg (./cmd/...) into out with the
+// sandbox's build stamp set to stamp.
+func buildStamped(out, pkg, stamp string) error {
+	build := exec.Command("go", "build", "-ldflags", "-X github.com/nsgate/nsgate/sandbox.buildStamp="+stamp, "-o", out, pkg)
+	build.Dir = ".."
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	return build.Run()
 }
 
 // The fake internet's addresses (internet.DefaultLayout).
@@ -217,13 +228,13 @@ func writeFile(t *testing.T, dir, name, content string) string {
 }
 
 // nsgateCmd builds an exec.Cmd running nsgate with args in mode m.
-func nsgateCmd(m mode, args ...string) *exec.Cmd {
-	var cmd *exec.Cmd
+func nsgateCmd(m mode, args ...string) *exec.Cmd { return nsgateCmdAt(m, nsgateBin, args...) }
+
+// nsgateCmdAt is nsgateCmd for the nsgate binary at bin.
+func nsgateCmdAt(m mode, bin string, args ...string) *exec.Cmd {
+	cmd := exec.Command(bin, args...)
 	if m.uid >= 0 {
-		cmd = exec.Command(nsgateBin, args...)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(m.uid), Gid: uint32(m.gid)}}
-	} else {
-		cmd = exec.Command(nsgateBin, args...)
 	}
 	cmd.Env = append(os.Environ(), "HOME=/tmp")
 	return cmd

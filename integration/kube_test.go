@@ -141,7 +141,7 @@ runroot = %q
 	// The images: nsgate from the Dockerfile's prebuilt target, then the
 	// agent image from deploy/kubernetes/Containerfile.
 	copyFile(t, "../Dockerfile", filepath.Join(dir, "ctx/Dockerfile"))
-	copyFile(t, nsgateBin, filepath.Join(dir, "ctx/bin/nsgate"))
+	installNsgate(t, filepath.Join(dir, "ctx/bin"))
 	k.agentBase(t)
 	if rootless {
 		for _, d := range []string{"home", "config", "data", "storage", "runroot", "run", "tmp", "ctx", "actx", "base.tar"} {

@@ -89,7 +89,7 @@ func newPodman5Env(t *testing.T) *podman5Env {
 	}
 	// The helper: a link named pasta to the nsgate binary; the runtime:
 	// the host's runc (crun refuses this machine's hybrid cgroups).
-	copyFile(t, nsgateBin, filepath.Join(dir, "bin/nsgate"))
+	installNsgate(t, filepath.Join(dir, "bin"))
 	if err := os.Symlink("nsgate", filepath.Join(dir, "bin/pasta")); err != nil {
 		t.Fatal(err)
 	}

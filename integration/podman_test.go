@@ -139,7 +139,7 @@ func (pm *podmanEnv) rootfsTar(t *testing.T) string {
 		}
 	}
 	copyFile(t, "/bin/busybox", filepath.Join(root, "bin/busybox"))
-	copyFile(t, nsgateBin, filepath.Join(root, "bin/nsgate"))
+	installNsgate(t, filepath.Join(root, "bin"))
 	for _, a := range []string{"sh", "ip", "cat", "grep", "ls", "sleep", "true"} {
 		os.Symlink("busybox", filepath.Join(root, "bin", a))
 	}
@@ -160,6 +160,14 @@ func copyFile(t *testing.T, src, dst string) {
 	if err := os.WriteFile(dst, b, 0o755); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// installNsgate copies nsgate and nsgate-init, as built together for the
+// tests, into dir, as make build leaves them in bin/.
+func installNsgate(t *testing.T, dir string) {
+	t.Helper()
+	copyFile(t, nsgateBin, filepath.Join(dir, "nsgate"))
+	copyFile(t, filepath.Join(filepath.Dir(nsgateBin), "nsgate-init"), filepath.Join(dir, "nsgate-init"))
 }
 
 func chownR(dir string, uid, gid int) error {
@@ -460,7 +468,7 @@ func (pm *podmanEnv) testDockerfile(t *testing.T) {
 		t.Fatal(err)
 	}
 	copyFile(t, dockerfile, filepath.Join(ctx, "Dockerfile"))
-	copyFile(t, nsgateBin, filepath.Join(ctx, "bin/nsgate"))
+	installNsgate(t, filepath.Join(ctx, "bin"))
 	if err := chownR(ctx, pm.uid, pm.gid); err != nil {
 		t.Fatal(err)
 	}

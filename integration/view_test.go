@@ -480,11 +480,12 @@ func (h *heldWorker) release() error {
 	return h.cmd.Wait()
 }
 
-// childEnviron is the environment of the one child process of pid.
-func childEnviron(pid int) ([]string, error) {
+// onlyChild is the process id of the one child process of nsgate's
+// process pid (the sandbox's init).
+func onlyChild(pid int) (string, error) {
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
 	if err != nil {
-		return nil, err
+		return "", err
 	}
 	var kids []string
 	for _, f := range tasks {
@@ -494,9 +495,18 @@ func childEnviron(pid int) ([]string, error) {
 		}
 	}
 	if len(kids) != 1 {
-		return nil, fmt.Errorf("nsgate (pid %d) has children %v, want one", pid, kids)
+		return "", fmt.Errorf("nsgate (pid %d) has children %v, want one", pid, kids)
 	}
-	b, err := os.ReadFile("/proc/" + kids[0] + "/environ")
+	return kids[0], nil
+}
+
+// childEnviron is the environment of the one child process of pid.
+func childEnviron(pid int) ([]string, error) {
+	kid, err := onlyChild(pid)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile("/proc/" + kid + "/environ")
 	if err != nil {
 		return nil, err
 	}

@@ -7,7 +7,7 @@ import (
 
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/sandbox"
-	"github.com/nsgate/nsgate/tun"
+	"github.com/nsgate/nsgate/tun/tundev"
 )
 
 // HostNet is the part of the host's network pasta copies into the
@@ -70,7 +70,7 @@ func (c Config) TAPSpec(plan netplan.Plan, ifname string) sandbox.TAPSpec {
 		NetnsPath:  c.Netns,
 		UsernsPath: c.Userns,
 		Configure:  c.ConfigNet,
-		Iface: tun.Iface{
+		Iface: tundev.Iface{
 			Name:     ifname,
 			TAP:      true,
 			MTU:      uint32(c.MTU),

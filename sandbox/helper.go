@@ -8,7 +8,7 @@ package sandbox
 import (
 	"time"
 
-	"github.com/nsgate/nsgate/tun"
+	"github.com/nsgate/nsgate/tun/tundev"
 )
 
 // JoinArg is the hidden first argument of the short-lived child that
@@ -36,7 +36,7 @@ type TAPSpec struct {
 	UsernsPath string
 	// Iface is the device: Iface.TAP must be set; Name, and, when
 	// Configure is set, MTU, MAC, addresses and default routes.
-	Iface tun.Iface
+	Iface tundev.Iface
 	// Configure brings up lo and the device and applies Iface (slirp4netns
 	// -c); otherwise the device is only created.
 	Configure bool

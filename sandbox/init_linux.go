@@ -14,18 +14,24 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nsgate/nsgate/bench/profile"
-	"github.com/nsgate/nsgate/tun"
+	"github.com/nsgate/nsgate/bench/starttrace"
+	"github.com/nsgate/nsgate/tun/tundev"
 )
 
-// InitMain is the body of the sandbox init (nsgate re-executed with
-// InitArg). It returns the process exit status: the worker's, or 125 when
+// InitMain is the body of the sandbox init (nsgate-init, or nsgate
+// re-executed, with InitArg). It returns the process exit status: the worker's, or 125 when
 // init fails (after telling the parent why).
 func InitMain(apply ApplyGuard) int {
 	// Capabilities, no_new_privs and the fork of the worker are per thread:
 	// keep all of it on this one. The thread is never unlocked.
 	runtime.LockOSThread()
 
+	// Descriptor 3 is the control socket from the parent; when it is not
+	// (init run by hand), there is nobody to report to.
+	if t, err := unix.GetsockoptInt(3, unix.SOL_SOCKET, unix.SO_TYPE); err != nil || t != unix.SOCK_SEQPACKET {
+		fmt.Fprintf(os.Stderr, "%s: the sandbox's init is started by nsgate run, with its control socket at descriptor 3\n", InitProgram)
+		return 2
+	}
 	unix.CloseOnExec(3)
 	ctl := os.NewFile(3, "nsgate-ctl")
 	fail := func(err error) int {
@@ -43,19 +49,23 @@ func InitMain(apply ApplyGuard) int {
 	if err := json.Unmarshal(js, &spec); err != nil {
 		return fail(fmt.Errorf("sandbox spec: %w", err))
 	}
+	if spec.Build != buildStamp {
+		self, _ := os.Executable()
+		return fail(fmt.Errorf("%s is from another build than nsgate (build %q, nsgate's %q): install nsgate and %s from one build (make build makes both)", self, buildStamp, spec.Build, InitProgram))
+	}
 
-	fd, err := tun.Open(spec.Iface)
+	fd, err := tundev.Open(spec.Iface)
 	if err != nil {
 		return fail(err)
 	}
-	if err := tun.Configure(spec.Iface); err != nil {
+	if err := tundev.Configure(spec.Iface); err != nil {
 		return fail(err)
 	}
 	if err := unix.Sendmsg(int(ctl.Fd()), []byte("tun"), unix.UnixRights(fd), nil, 0); err != nil {
 		return fail(fmt.Errorf("send tun descriptor: %w", err))
 	}
 	unix.Close(fd)
-	profile.Mark("tun-sent")
+	starttrace.Mark("tun-sent")
 
 	buf := make([]byte, 16)
 	n, err := ctl.Read(buf)
@@ -63,20 +73,20 @@ func InitMain(apply ApplyGuard) int {
 		// The parent gave up; leave quietly.
 		return 125
 	}
-	profile.Mark("go")
+	starttrace.Mark("go")
 
 	degraded, err := applyView(&spec.View)
 	if err != nil {
 		return fail(viewError(err))
 	}
-	profile.Mark("view")
+	starttrace.Mark("view")
 	if spec.Hostname != "" {
 		unix.Sethostname([]byte(spec.Hostname))
 	}
 	if err := dropInitCapabilities(); err != nil {
 		return fail(err)
 	}
-	profile.Mark("caps")
+	starttrace.Mark("caps")
 	argv := append([]string(nil), spec.Argv...)
 	var path string
 	if apply != nil {
@@ -103,7 +113,7 @@ func InitMain(apply ApplyGuard) int {
 		path = p
 	}
 
-	profile.Mark("guard")
+	starttrace.Mark("guard")
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, unix.SIGINT, unix.SIGTERM, unix.SIGHUP, unix.SIGQUIT,
 		unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH, unix.SIGCONT)
@@ -139,7 +149,7 @@ func InitMain(apply ApplyGuard) int {
 	if err != nil {
 		return fail(fmt.Errorf("start worker %s: %w", argv[0], err))
 	}
-	profile.Mark("worker-forked")
+	starttrace.Mark("worker-forked")
 	ctl.Write([]byte("started " + strings.Join(degraded, ",")))
 
 	go func() {

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nsgate/nsgate/tun"
+	"github.com/nsgate/nsgate/tun/tundev"
 )
 
 // OpenTAP creates the TAP device spec.Iface.Name in the network namespace
@@ -295,13 +295,13 @@ func JoinMain() int {
 	if err := json.Unmarshal([]byte(os.Getenv(joinEnv)), &spec); err != nil {
 		return fail(fmt.Errorf("join spec: %w", err))
 	}
-	fd, err := tun.Open(spec.Iface)
+	fd, err := tundev.Open(spec.Iface)
 	if err != nil {
 		return fail(err)
 	}
 	defer unix.Close(fd)
 	if spec.Configure {
-		if err := tun.Configure(spec.Iface); err != nil {
+		if err := tundev.Configure(spec.Iface); err != nil {
 			return fail(err)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nsgate/nsgate/tun"
+	"github.com/nsgate/nsgate/tun/tundev"
 )
 
 // OpenTAP re-executes /proc/self/exe with JoinArg: in this test binary,
@@ -59,7 +59,7 @@ func TestOpenTAPInAnotherProcessNamespaces(t *testing.T) {
 	spec := TAPSpec{
 		NetnsPath:  proc + "/ns/net",
 		UsernsPath: proc + "/ns/user",
-		Iface: tun.Iface{
+		Iface: tundev.Iface{
 			Name: "tap7", TAP: true, MTU: 1500, MAC: "02:00:00:00:00:07",
 			Addrs:    []netip.Prefix{netip.MustParsePrefix("10.0.2.100/24")},
 			Gateways: []netip.Addr{netip.MustParseAddr("10.0.2.2")},
@@ -110,10 +110,10 @@ func TestOpenTAPErrors(t *testing.T) {
 		spec TAPSpec
 		want string
 	}{
-		{"a missing path names the path", TAPSpec{NetnsPath: "/nonexistent/netns", Iface: tun.Iface{Name: "tap0", TAP: true}}, "/nonexistent/netns"},
-		{"a regular file is not a namespace", TAPSpec{NetnsPath: file, Iface: tun.Iface{Name: "tap0", TAP: true}}, "is not a network namespace"},
-		{"a user namespace path that is a network namespace is refused", TAPSpec{NetnsPath: "/proc/self/ns/net", UsernsPath: "/proc/self/ns/net", Iface: tun.Iface{Name: "tap0", TAP: true}}, "is not a user namespace"},
-		{"only TAP devices", TAPSpec{NetnsPath: "/proc/self/ns/net", Iface: tun.Iface{Name: "tun0"}}, "TAP"},
+		{"a missing path names the path", TAPSpec{NetnsPath: "/nonexistent/netns", Iface: tundev.Iface{Name: "tap0", TAP: true}}, "/nonexistent/netns"},
+		{"a regular file is not a namespace", TAPSpec{NetnsPath: file, Iface: tundev.Iface{Name: "tap0", TAP: true}}, "is not a network namespace"},
+		{"a user namespace path that is a network namespace is refused", TAPSpec{NetnsPath: "/proc/self/ns/net", UsernsPath: "/proc/self/ns/net", Iface: tundev.Iface{Name: "tap0", TAP: true}}, "is not a user namespace"},
+		{"only TAP devices", TAPSpec{NetnsPath: "/proc/self/ns/net", Iface: tundev.Iface{Name: "tun0"}}, "TAP"},
 	} {
 		fd, err := OpenTAP(tc.spec)
 		if err == nil {
@@ -134,7 +134,7 @@ func TestOpenTAPChildErrorComesBack(t *testing.T) {
 	pid := targetProcess(t)
 	proc := "/proc/" + strconv.Itoa(pid)
 	_, err := OpenTAP(TAPSpec{NetnsPath: proc + "/ns/net", UsernsPath: proc + "/ns/user",
-		Iface: tun.Iface{Name: "this-name-is-far-too-long", TAP: true}})
+		Iface: tundev.Iface{Name: "this-name-is-far-too-long", TAP: true}})
 	if err == nil || !strings.Contains(err.Error(), "this-name-is-far-too-long") {
 		t.Fatalf("got %v, want the join child's error about the name", err)
 	}

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
 
+	"github.com/nsgate/nsgate/bench/starttrace"
 	"golang.org/x/sys/unix"
-
-	"github.com/nsgate/nsgate/bench/profile"
 )
 
 // Child is a running sandbox init. Its methods are not safe for concurrent
@@ -58,6 +58,7 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 		// spelled out.
 		spec.Env = os.Environ()
 	}
+	spec.Build = buildStamp
 	js, err := json.Marshal(spec)
 	if err != nil {
 		return nil, fmt.Errorf("encode sandbox spec: %w", err)
@@ -70,13 +71,13 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 	childEnd := os.NewFile(uintptr(pair[1]), "nsgate-ctl-child")
 	defer childEnd.Close()
 
-	self, err := os.Executable()
+	prog, err := initProgram()
 	if err != nil {
 		parentEnd.Close()
-		return nil, fmt.Errorf("find own executable: %w", err)
+		return nil, err
 	}
-	cmd := exec.Command(self, InitArg)
-	cmd.Args[0] = "nsgate-init"
+	cmd := exec.Command(prog, InitArg)
+	cmd.Args[0] = InitProgram
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdio.Stdin, stdio.Stdout, stdio.Stderr
 	if cmd.Stdin == nil {
 		cmd.Stdin = os.Stdin
@@ -94,17 +95,23 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 	}
 	defer specFile.Close()
 	cmd.ExtraFiles = []*os.File{childEnd, specFile} // fds 3 and 4 in init
-	traceFile, traceEnv := profile.TraceFile(5)
+	traceFile, traceEnv := starttrace.TraceFile(5)
 	if traceFile != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, traceFile) // fd 5
 	}
 	cmd.Env = slices.Concat(os.Environ(), initEnv, traceEnv)
 	cmd.SysProcAttr = sysProcAttr(spec.Root)
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	// Init holds its end now. Closed here, not when Start returns: while
+	// nsgate held a copy, an init that died without a word (a crash, the
+	// OOM killer, a wrong program installed as nsgate-init) left nsgate
+	// waiting for its message forever instead of seeing end of file.
+	childEnd.Close()
+	if err != nil {
 		parentEnd.Close()
 		return nil, usernsError(err)
 	}
-	profile.Mark("init-forked")
+	starttrace.Mark("init-forked")
 	c := &Child{cmd: cmd, ctl: parentEnd, TunFD: -1}
 	fd, err := c.recvTun()
 	if err != nil {
@@ -112,8 +119,32 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 		return nil, err
 	}
 	c.TunFD = fd
-	profile.Mark("tun-received")
+	starttrace.Mark("tun-received")
 	return c, nil
+}
+
+// initProgram returns the program init is started from: nsgate-init from
+// the same build when it is installed beside nsgate (or in
+// ../libexec/nsgate), else nsgate itself. The small program is the
+// faster: it links none of the gateway (gVisor, the policy, the audit,
+// the lab), so its start costs about half a start of nsgate's
+// (docs/performance.md, "Density"). The two differ in nothing else: both
+// run InitMain with the same guard.
+func initProgram() (string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return "", fmt.Errorf("find own executable: %w", err)
+	}
+	if buildStamp == "" {
+		return self, nil
+	}
+	dir := filepath.Dir(self)
+	for _, p := range []string{filepath.Join(dir, InitProgram), filepath.Join(dir, "..", "libexec", "nsgate", InitProgram)} {
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return self, nil
 }
 
 // specMemfd returns a sealed memory file holding the JSON spec, for init

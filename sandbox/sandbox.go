@@ -2,8 +2,10 @@
 // and UTS namespaces, and brings its TUN descriptor back to the nsgate
 // parent.
 //
-// The namespace work happens in a re-executed copy of nsgate (the "init"
-// child, PID 1 of the worker's PID namespace): it configures the network,
+// The namespace work happens in the "init" child, PID 1 of the worker's PID
+// namespace: the small program nsgate-init (cmd/nsgate-init) installed
+// beside nsgate from the same build, or else nsgate re-executed. It
+// configures the network,
 // opens the TUN device, sends the descriptor to the parent over SCM_RIGHTS,
 // waits for the parent's go-ahead, then mounts, drops every capability, sets
 // no_new_privs, applies the exec guard, sends the parent the exec
@@ -15,12 +17,25 @@ import (
 	"io"
 	"os"
 
-	"github.com/nsgate/nsgate/tun"
+	"github.com/nsgate/nsgate/tun/tundev"
 )
 
-// InitArg is the hidden first argument that makes nsgate act as the
-// sandbox's init. cmd/nsgate dispatches it to InitMain before flag parsing.
+// InitArg is the hidden first argument that makes nsgate (or nsgate-init)
+// act as the sandbox's init. cmd/nsgate dispatches it to InitMain before
+// flag parsing.
 const InitArg = "__nsgate-sandbox-init"
+
+// InitProgram is the name of init's own program, looked for beside nsgate
+// (and in ../libexec/nsgate from nsgate's directory).
+const InitProgram = "nsgate-init"
+
+// buildStamp names the build nsgate and nsgate-init came from; the linker
+// sets it in both (-X, see the Makefile: a hash of the sources). Init
+// refuses a spec from another build: a spec field an older init does not
+// know would otherwise be dropped in silence, and what it carries (a path
+// to hide, a guard rule) would not be enforced. An nsgate without a stamp
+// (a plain go build) never uses nsgate-init; it re-executes itself.
+var buildStamp string
 
 // specFD is init's descriptor of the sealed memory file that carries the
 // JSON Spec from the parent (specMemfd); init reads and closes it first.
@@ -57,7 +72,7 @@ type Spec struct {
 	// own ids are mapped to themselves.
 	Root bool
 	// Iface is the worker's network interface.
-	Iface tun.Iface
+	Iface tundev.Iface
 	// View is the worker's file system (see View and PlanView).
 	View View
 	// Hostname is set in the worker's UTS namespace when non-empty.
@@ -65,6 +80,9 @@ type Spec struct {
 	// GuardSpec is opaque data for the guard that cmd installs with
 	// SetGuardFactory; sandbox only carries it.
 	GuardSpec []byte
+	// Build is the parent's buildStamp; init refuses a spec whose Build
+	// is not its own.
+	Build string
 }
 
 // Stdio are the worker's standard streams (nil: nsgate's own).

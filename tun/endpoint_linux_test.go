@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nsgate/nsgate/tun/tundev"
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/buffer"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -126,7 +127,7 @@ func ipv6Packet(n int) []byte {
 func mustEndpoint(t testing.TB, fd int, o endpointConfig) *Endpoint {
 	t.Helper()
 	if o.mtu == 0 {
-		o.mtu = DefaultMTU
+		o.mtu = tundev.DefaultMTU
 	}
 	e, err := newEndpoint(fd, o)
 	if err != nil {

@@ -1,28 +1,7 @@
-// Package tun opens the worker's TUN (or TAP) device inside its network
-// namespace, configures its addresses and routes, and turns the device's
-// file descriptor into a gVisor link endpoint on the gateway side.
+// Package tun turns the worker's TUN (or TAP) device's file descriptor
+// into a gVisor link endpoint on the gateway side.
 //
-// Opening and configuring happen in the sandboxed child (which holds
-// CAP_NET_ADMIN over the worker's network namespace); the descriptor then
-// travels to the nsgate parent over SCM_RIGHTS, where NewEndpoint wraps it.
+// The device is opened and configured in the sandboxed child (package
+// tundev, which holds nothing of gVisor); the descriptor then travels to
+// the nsgate parent over SCM_RIGHTS, where NewEndpoint wraps it.
 package tun
-
-import "net/netip"
-
-// DefaultMTU is the MTU of the worker's device unless --mtu says otherwise.
-// It matches slirp4netns's largest practical value.
-const DefaultMTU = 65520
-
-// Iface describes how the worker's interface is configured.
-type Iface struct {
-	Name  string         // device name, e.g. "tun0"
-	MTU   uint32         // link MTU
-	Addrs []netip.Prefix // addresses with their prefix length, e.g. 10.0.2.100/24
-	// Gateways are the next hops of the default routes, one per family
-	// present in Addrs (e.g. 10.0.2.2 and fd00::2).
-	Gateways []netip.Addr
-	// TAP selects an Ethernet (L2) device instead of an IP (L3) one.
-	TAP bool
-	// MAC sets the TAP device's hardware address when non-empty.
-	MAC string
-}

@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nsgate/nsgate/tun/tundev"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	"gvisor.dev/gvisor/pkg/tcpip"
@@ -97,17 +98,17 @@ func childSkip(format string, err error) {
 // openTestTUN creates tun0 (10.99.0.1/24, fd99::1/64) in the child's
 // namespace with the given MTU.
 func openTestTUN(t *testing.T, mtu uint32) int {
-	ifc := Iface{
+	ifc := tundev.Iface{
 		Name:  "tun0",
 		MTU:   mtu,
 		Addrs: []netip.Prefix{netip.MustParsePrefix("10.99.0.1/24"), netip.MustParsePrefix("fd99::1/64")},
 	}
-	fd, err := Open(ifc)
+	fd, err := tundev.Open(ifc)
 	if err != nil {
 		childSkip("open tun", err)
 	}
 	t.Cleanup(func() { unix.Close(fd) })
-	if err := Configure(ifc); err != nil {
+	if err := tundev.Configure(ifc); err != nil {
 		t.Fatalf("configure: %v", err)
 	}
 	return fd
@@ -154,8 +155,8 @@ func TestTUNDevice(t *testing.T) {
 		inNamespace(t, "TestTUNDevice")
 		return
 	}
-	for _, mtu := range []uint32{1500, DefaultMTU} {
-		t.Run(map[uint32]string{1500: "mtu1500", DefaultMTU: "mtu65520"}[mtu], func(t *testing.T) {
+	for _, mtu := range []uint32{1500, tundev.DefaultMTU} {
+		t.Run(map[uint32]string{1500: "mtu1500", tundev.DefaultMTU: "mtu65520"}[mtu], func(t *testing.T) {
 			fd := openTestTUN(t, mtu)
 			ep, err := NewEndpoint(fd, EndpointOptions{MTU: mtu})
 			if err != nil {
@@ -290,8 +291,8 @@ func TestTUNFloodBounded(t *testing.T) {
 		inNamespace(t, "TestTUNFloodBounded")
 		return
 	}
-	fd := openTestTUN(t, DefaultMTU)
-	ep, err := NewEndpoint(fd, EndpointOptions{MTU: DefaultMTU})
+	fd := openTestTUN(t, tundev.DefaultMTU)
+	ep, err := NewEndpoint(fd, EndpointOptions{MTU: tundev.DefaultMTU})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -347,20 +348,20 @@ func TestConfigureIPv6UsableAtOnce(t *testing.T) {
 		inNamespace(t, "TestConfigureIPv6UsableAtOnce")
 		return
 	}
-	ifc := Iface{
+	ifc := tundev.Iface{
 		Name:     "tun0",
 		Addrs:    []netip.Prefix{netip.MustParsePrefix("10.99.0.1/24"), netip.MustParsePrefix("fd99::1/64")},
 		Gateways: []netip.Addr{netip.MustParseAddr("10.99.0.2"), netip.MustParseAddr("fd99::2")},
 	}
-	fd, err := Open(ifc)
+	fd, err := tundev.Open(ifc)
 	if err != nil {
 		childSkip("open tun", err)
 	}
 	defer unix.Close(fd)
-	if !ipv6Enabled(ifc.Name) {
+	if b, err := os.ReadFile("/proc/sys/net/ipv6/conf/" + ifc.Name + "/disable_ipv6"); err != nil || len(b) == 0 || b[0] != '0' {
 		childSkip("ipv6", errors.New("IPv6 is disabled on tun0"))
 	}
-	if err := Configure(ifc); err != nil {
+	if err := tundev.Configure(ifc); err != nil {
 		t.Fatalf("configure: %v", err)
 	}
 	// At once, before anything else can settle.

@@ -33,7 +33,7 @@ import (
 	"time"
 
 	"github.com/nsgate/nsgate/audit"
-	"github.com/nsgate/nsgate/bench/profile"
+	"github.com/nsgate/nsgate/bench/starttrace"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/learn"
@@ -42,6 +42,7 @@ import (
 	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/session"
 	"github.com/nsgate/nsgate/tun"
+	"github.com/nsgate/nsgate/tun/tundev"
 )
 
 // ExitFailure is Run's status when nsgate itself failed (set-up, the audit
@@ -218,11 +219,11 @@ func (r *run) run() int {
 	if r.s, err = session.Open(scfg); err != nil {
 		return r.fail(err)
 	}
-	profile.Mark("session-open")
+	starttrace.Mark("session-open")
 	// From here until the worker runs is what the start gate spaces out
 	// (not session.Open, which may wait for a reader of a FIFO log).
 	r.slot = startSlot()
-	profile.Mark("slot")
+	starttrace.Mark("slot")
 
 	gcfg := guard.Config{
 		Command:     cfg.Argv,
@@ -264,7 +265,7 @@ func (r *run) run() int {
 		Hostname:  "nsgate",
 		GuardSpec: gspec,
 	}
-	profile.Mark("planned")
+	starttrace.Mark("planned")
 	child, err := sandbox.Start(spec, cfg.Stdio)
 	if err != nil {
 		return r.fail(err)
@@ -281,7 +282,7 @@ func (r *run) run() int {
 	if err := r.s.Attach(link); err != nil {
 		return r.fail(err)
 	}
-	profile.Mark("attached")
+	starttrace.Mark("attached")
 	for _, rule := range cfg.Publish {
 		if _, err := r.s.Inbound().Add(rule); err != nil {
 			return r.fail(fmt.Errorf("--publish %s: %w", rule.Listen(), err))
@@ -303,7 +304,7 @@ func (r *run) run() int {
 		return r.fail(err)
 	}
 	r.slot()
-	profile.Mark("released")
+	starttrace.Mark("released")
 	if len(d) > 0 {
 		r.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + strings.Join(d, ", ")})
 		if !cfg.Quiet {
@@ -366,8 +367,8 @@ func (r *run) writeLearned(base *policy.Policy, code int) int {
 }
 
 // Iface is the worker's TUN device on plan.
-func Iface(plan netplan.Plan, mtu uint32, ipv6 bool) tun.Iface {
-	ifc := tun.Iface{Name: "tun0", MTU: mtu, Addrs: []netip.Prefix{plan.GuestPrefix4()}, Gateways: []netip.Addr{plan.Gateway4()}}
+func Iface(plan netplan.Plan, mtu uint32, ipv6 bool) tundev.Iface {
+	ifc := tundev.Iface{Name: "tun0", MTU: mtu, Addrs: []netip.Prefix{plan.GuestPrefix4()}, Gateways: []netip.Addr{plan.Gateway4()}}
 	if ipv6 {
 		ifc.Addrs = append(ifc.Addrs, plan.GuestPrefix6())
 		ifc.Gateways = append(ifc.Gateways, plan.Gateway6())
@@ -432,21 +433,4 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 		r.errorf("warning: %s", w)
 	}
 	return v, nil
-}
-
-// ApplyGuard is the guard of the sandbox's init (sandbox.InitMain): it
-// decodes the guard.Config that Run wrote, resolves the allowlist inside
-// the worker's mount namespace, restricts every thread of init (Landlock, seccomp) and
-// installs the exec notifier, whose listener init passes to nsgate.
-func ApplyGuard(spec []byte, argv []string) (sandbox.GuardResult, error) {
-	var cfg guard.Config
-	if err := json.Unmarshal(spec, &cfg); err != nil {
-		return sandbox.GuardResult{}, fmt.Errorf("exec guard spec: %w", err)
-	}
-	cfg.Command = argv
-	plan, degraded, listener, err := guard.RestrictSelf(cfg)
-	if err != nil {
-		return sandbox.GuardResult{}, err
-	}
-	return sandbox.GuardResult{Path: plan.Path, Degraded: degraded, ExecListener: listener}, nil
 }

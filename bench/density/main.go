@@ -7,6 +7,10 @@
 // sandbox (unshare-go, with -gostub: what one Go runtime start per
 // sandbox adds in a burst) and for the peers pasta and slirp4netns.
 //
+// The nsgate binaries are copied with the nsgate-init beside each, if
+// any: -nsgate-b naming a copy of nsgate alone measures the sandboxes
+// with nsgate re-executed as their init, beside nsgate-init, in one run.
+//
 //	density -nsgate bin/nsgate -connbench PATH [-gostub PATH] [-n 100,500,1000]
 //	        [-cases unshare,unshare-go,nsgate,pasta,slirp4netns] [-reps 1] [-out DIR]
 //
@@ -248,14 +252,14 @@ func run(cfg config) error {
 	if u, err := user.LookupId(strconv.Itoa(uid)); err == nil {
 		b.env = append(b.env, "USER="+u.Username, "LOGNAME="+u.Username)
 	}
-	if b.nsgate, err = copyInto(b.work, cfg.nsgate); err != nil && slices.Contains(cfg.cases, "nsgate") {
+	if b.nsgate, err = copyNsgate(b.work, cfg.nsgate); err != nil && slices.Contains(cfg.cases, "nsgate") {
 		return fmt.Errorf("nsgate binary: %w", err)
 	}
 	if slices.Contains(cfg.cases, "nsgate-b") {
 		if err := os.Mkdir(filepath.Join(b.work, "b"), 0o755); err != nil {
 			return err
 		}
-		if b.nsgateB, err = copyInto(filepath.Join(b.work, "b"), cfg.nsgateB); err != nil {
+		if b.nsgateB, err = copyNsgate(filepath.Join(b.work, "b"), cfg.nsgateB); err != nil {
 			return fmt.Errorf("-nsgate-b: %w", err)
 		}
 	}
@@ -1107,6 +1111,27 @@ func rate(v float64, r *result) string {
 }
 
 // copyInto copies the file src into dir (mode 0755) and returns the copy.
+// copyNsgate copies the nsgate binary src into dir, with the nsgate-init
+// beside it when there is one (nsgate starts its sandbox's init from
+// there; without it, nsgate re-executes itself as init).
+func copyNsgate(dir, src string) (string, error) {
+	dst, err := copyInto(dir, src)
+	if err != nil || src == "" {
+		return dst, err
+	}
+	if init := filepath.Join(filepath.Dir(src), "nsgate-init"); fileExists(init) {
+		if _, err := copyInto(dir, init); err != nil {
+			return "", err
+		}
+	}
+	return dst, nil
+}
+
+func fileExists(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
 func copyInto(dir, src string) (string, error) {
 	if src == "" {
 		return "", errors.New("not given")

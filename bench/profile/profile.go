@@ -9,15 +9,17 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"time"
+
+	"github.com/nsgate/nsgate/bench/starttrace"
 )
 
 // Start writes a CPU profile of this process to the file named by
 // NSGATE_CPUPROFILE, and a heap profile to NSGATE_MEMPROFILE every 2 s,
 // for the measurements in docs/performance.md; and opens the start-up
-// trace named by NSGATE_STARTTRACE (see Mark). The returned func
+// trace named by NSGATE_STARTTRACE (see starttrace.Mark). The returned func
 // stops and flushes them.
 func Start() (stop func()) {
-	startTrace()
+	starttrace.Start()
 	cpu, mem := os.Getenv("NSGATE_CPUPROFILE"), os.Getenv("NSGATE_MEMPROFILE")
 	os.Unsetenv("NSGATE_CPUPROFILE")
 	os.Unsetenv("NSGATE_MEMPROFILE")

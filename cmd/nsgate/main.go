@@ -18,7 +18,6 @@ import (
 	"github.com/nsgate/nsgate/pasta"
 	"github.com/nsgate/nsgate/probe"
 	"github.com/nsgate/nsgate/sandbox"
-	"github.com/nsgate/nsgate/worker"
 )
 
 func main() {
@@ -98,7 +97,7 @@ var commands = []command{
 	{"help", nil, "", "this list"}, // Main prints usage (a run func here would be an initialization cycle)
 
 	// Hidden: nsgate's own children.
-	{sandbox.InitArg, func(env, []string) int { return sandbox.InitMain(worker.ApplyGuard) }, "", ""},
+	{sandbox.InitArg, func(env, []string) int { return sandbox.InitMain(guard.ApplySandbox) }, "", ""},
 	{sandbox.JoinArg, func(env, []string) int { return sandbox.JoinMain() }, "", ""},
 	{guard.ChildArg, func(e env, _ []string) int { return guard.ChildMain(e.stderr) }, "", ""},
 	// Hidden: what tests and the lab run as the worker.

@@ -17,7 +17,7 @@ import (
 	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/session"
-	"github.com/nsgate/nsgate/tun"
+	"github.com/nsgate/nsgate/tun/tundev"
 	"github.com/nsgate/nsgate/worker"
 )
 
@@ -55,7 +55,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.allowUserns, "allow-userns", false, "let the worker create namespaces (Chromium's own sandbox)")
 	fs.BoolVar(&f.allowUnix, "allow-unix", false, "let the worker create AF_UNIX sockets")
 	fs.BoolVar(&f.root, "root", false, "map the caller to uid 0 inside the sandbox")
-	fs.UintVar(&f.mtu, "mtu", tun.DefaultMTU, "MTU of the worker's TUN device")
+	fs.UintVar(&f.mtu, "mtu", tundev.DefaultMTU, "MTU of the worker's TUN device")
 	fs.IntVar(&f.maxFlows, "max-flows", netstack.DefaultMaxFlows, "concurrent TCP flows the worker may hold open; more are refused (audited)")
 	fs.BoolVar(&f.ipv6, "ipv6", true, "give the worker IPv6 (--ipv6=false: IPv4 only)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no human-readable denial lines on stderr")

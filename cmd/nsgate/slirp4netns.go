@@ -14,7 +14,7 @@ import (
 	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/session"
 	"github.com/nsgate/nsgate/slirp"
-	"github.com/nsgate/nsgate/tun"
+	"github.com/nsgate/nsgate/tun/tundev"
 )
 
 // `nsgate slirp4netns ...`: a drop-in for the slirp4netns 1.x
@@ -139,8 +139,8 @@ func slirpConfig(e env, cfg slirp.Config, getenv func(string) string) podnet.Con
 // slirpIface is the TAP device -c configures: slirp4netns's addresses,
 // plus fd00::100/64 and a default route via fd00::2 with -6 (slirp4netns
 // leaves IPv6 to router advertisements, which nsgate does not send).
-func slirpIface(cfg slirp.Config) tun.Iface {
-	ifc := tun.Iface{
+func slirpIface(cfg slirp.Config) tundev.Iface {
+	ifc := tundev.Iface{
 		Name:     cfg.TapName,
 		TAP:      true,
 		MTU:      uint32(cfg.MTU),

@@ -1,4 +1,9 @@
-package profile
+// Package starttrace writes the start-up trace of `nsgate run` and its
+// sandbox's init (one line per phase), asked for through the environment,
+// for the density benchmark and docs/performance.md. It is apart from
+// package profile so that init, a small program, does not link the
+// profiler.
+package starttrace
 
 import (
 	"fmt"
@@ -36,9 +41,9 @@ var trace struct {
 	who string
 }
 
-// startTrace opens the trace file named in the environment, if any, and
+// Start opens the trace file named in the environment, if any, and
 // removes the variables from the environment.
-func startTrace() {
+func Start() {
 	path := os.Getenv(traceEnv)
 	id := os.Getenv(traceIDEnv)
 	os.Unsetenv(traceEnv)
