@@ -46,21 +46,31 @@ func TestAuditIntactEndsAsBefore(t *testing.T) {
 	}
 }
 
-// TestAuditWatchEndsTheWorker: a log that fails ends the worker at once, or
-// when it is attached if the log failed before; the run ends with one line
-// naming the cause and status 125.
-func TestAuditWatchEndsTheWorker(t *testing.T) {
+// openOnBrokenStderr opens a session whose audit log ("-", standard error) is written to
+// a pipe nobody reads (the process's standard error, swapped while the
+// log opens): its first write fails with EPIPE. stderr gets the session's
+// own messages.
+func openOnBrokenStderr(t *testing.T, stderr *bytes.Buffer) *Session {
+	t.Helper()
 	r, wpipe, _ := os.Pipe()
 	r.Close() // a write to wpipe now fails with EPIPE
-	defer wpipe.Close()
+	t.Cleanup(func() { wpipe.Close() })
 	old := os.Stderr
 	os.Stderr = wpipe
-	var stderr bytes.Buffer
-	s, err := Open(Config{AuditPath: "-", Stderr: &stderr})
+	s, err := Open(Config{AuditPath: "-", Stderr: stderr})
 	os.Stderr = old
 	if err != nil {
 		t.Fatal(err)
 	}
+	return s
+}
+
+// TestAuditWatchEndsTheWorker: a log that fails ends the worker at once, or
+// when it is attached if the log failed before; the run ends with one line
+// naming the cause and status 125.
+func TestAuditWatchEndsTheWorker(t *testing.T) {
+	var stderr bytes.Buffer
+	s := openOnBrokenStderr(t, &stderr)
 	killed := make(chan struct{})
 	s.StopOnAuditFailure(func() { close(killed) })
 	s.Log().Log(audit.Start{})
@@ -87,16 +97,7 @@ func TestAuditWatchEndsTheWorker(t *testing.T) {
 // TestExecAuditRefusesOnceFailed: with the log failed, an exec the server
 // would let through is stopped by ending its caller.
 func TestExecAuditRefusesOnceFailed(t *testing.T) {
-	r, wpipe, _ := os.Pipe()
-	r.Close()
-	defer wpipe.Close()
-	old := os.Stderr
-	os.Stderr = wpipe
-	s, err := Open(Config{AuditPath: "-", Stderr: &bytes.Buffer{}})
-	os.Stderr = old
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openOnBrokenStderr(t, &bytes.Buffer{})
 	defer s.Close(0)
 	l := s.Log()
 	s.ExecAudit(guard.Plan{})
@@ -133,16 +134,7 @@ func TestExecAuditRefusesOnceFailed(t *testing.T) {
 // forward opens (an add_hostfwd or a pasta -t could not be recorded), and
 // its port stays free.
 func TestInboundForwardRefusedOnceFailed(t *testing.T) {
-	r, wpipe, _ := os.Pipe()
-	r.Close()
-	defer wpipe.Close()
-	old := os.Stderr
-	os.Stderr = wpipe
-	s, err := Open(Config{AuditPath: "-", Stderr: &bytes.Buffer{}})
-	os.Stderr = old
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := openOnBrokenStderr(t, &bytes.Buffer{})
 	defer s.Close(0)
 	l := s.Log()
 	l.Log(audit.Start{})
