@@ -65,18 +65,20 @@ type labEvidence struct {
 		Hits   int64  `json:"hits"`
 	} `json:"targets"`
 	Attempts []struct {
-		ID        string   `json:"id"`
-		Category  string   `json:"category"`
-		Layer     string   `json:"layer"`
-		Control   bool     `json:"control"`
-		Expected  string   `json:"expected"`
-		Observed  string   `json:"observed"`
-		Pass      bool     `json:"pass"`
-		Why       string   `json:"why"`
-		Detail    string   `json:"detail"`
-		AuditSeqs []uint64 `json:"audit_seqs"`
-		HostCheck string   `json:"host_check"`
-		Evidence  string   `json:"evidence"`
+		ID        string    `json:"id"`
+		Category  string    `json:"category"`
+		Layer     string    `json:"layer"`
+		Control   bool      `json:"control"`
+		Expected  string    `json:"expected"`
+		Observed  string    `json:"observed"`
+		Pass      bool      `json:"pass"`
+		Why       string    `json:"why"`
+		Detail    string    `json:"detail"`
+		AuditSeqs []uint64  `json:"audit_seqs"`
+		HostCheck string    `json:"host_check"`
+		Evidence  string    `json:"evidence"`
+		Start     time.Time `json:"start"`
+		End       time.Time `json:"end"`
 		Decision  *struct {
 			Seq    uint64 `json:"seq"`
 			Event  string `json:"event"`
@@ -144,6 +146,9 @@ func TestLab(t *testing.T) {
 			cats[a.Category] = true
 			if !a.Control {
 				attacks++
+			}
+			if a.Start.IsZero() || a.End.Before(a.Start) {
+				t.Errorf("%s: evidence times start %v end %v; want an end at or after the start", a.ID, a.Start, a.End)
 			}
 			if !a.Pass {
 				why := a.Why
