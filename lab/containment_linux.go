@@ -115,23 +115,34 @@ func runAuditFill(ctx context.Context, cfg Config, h *attack.HostEnv, breakArgs,
 	return fr
 }
 
+// ownRunResult is the result of attempt at, which runs in an nsgate run
+// of its own (runInitRace, runSessionBus), as it starts.
+func ownRunResult(at attack.Attempt) judge.Result {
+	return judge.Result{
+		ID: at.ID, Category: at.Category, Layer: at.Layer, Description: at.Description,
+		Expected: at.Expect, AuditSeqs: []uint64{}, Audit: []json.RawMessage{}, Hits: []internet.Hit{},
+		Start: time.Now(), Evidence: at.NoRecord,
+	}
+}
+
+// erroredResult is res of an attempt that could not be carried out, and
+// why.
+func erroredResult(res judge.Result, why string) judge.Result {
+	res.Observed, res.Detail, res.Why = attack.Errored, why, "could not be carried out: "+why
+	return res
+}
+
 // runInitRace runs attempt at (attack.PhaseInitRace): attack.InitRaceRuns
 // sandboxes of their own, each with the racer (attack.InitRaceProgram) as
 // its command, since only a sandbox's first program can race its init.
 // Each run's exit status is what the racer saw: every open refused, or
 // init's memory opened read-write. The runs write to an audit log of
 // their own in the work directory (only the racer's exec is in it).
-func runInitRace(ctx context.Context, cfg Config, at attack.Attempt, h *attack.HostEnv, env []string) judge.Result {
-	res := judge.Result{
-		ID: at.ID, Category: at.Category, Layer: at.Layer, Description: at.Description,
-		Expected: at.Expect, AuditSeqs: []uint64{}, Audit: []json.RawMessage{}, Hits: []internet.Hit{},
-		Start: time.Now(), Evidence: at.NoRecord,
-	}
+func runInitRace(ctx context.Context, cfg Config, at attack.Attempt, h *attack.HostEnv, env []string) (res judge.Result) {
+	res = ownRunResult(at)
+	// res is the named result: the end is stamped on what is returned.
 	defer func() { res.End = time.Now() }()
-	errored := func(why string) judge.Result {
-		res.Observed, res.Detail, res.Why = attack.Errored, why, "could not be carried out: "+why
-		return res
-	}
+	errored := func(why string) judge.Result { return erroredResult(res, why) }
 	prog, ok := attack.InitRaceProgram()
 	if !ok {
 		return errored("the racer has no code for " + runtime.GOARCH)

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/nsgate/nsgate/lab/attack"
-	"github.com/nsgate/nsgate/lab/internet"
 	"github.com/nsgate/nsgate/lab/judge"
 )
 
@@ -28,17 +27,11 @@ import (
 // there would let the worker ask `systemd --user` or D-Bus activation to
 // run any command outside the sandbox; the view must make the runtime
 // directory private and hide the socket DBUS_SESSION_BUS_ADDRESS names.
-func runSessionBus(ctx context.Context, cfg Config, at attack.Attempt, h *attack.HostEnv, env []string) judge.Result {
-	res := judge.Result{
-		ID: at.ID, Category: at.Category, Layer: at.Layer, Description: at.Description,
-		Expected: at.Expect, AuditSeqs: []uint64{}, Audit: []json.RawMessage{}, Hits: []internet.Hit{},
-		Start: time.Now(), Evidence: at.NoRecord,
-	}
+func runSessionBus(ctx context.Context, cfg Config, at attack.Attempt, h *attack.HostEnv, env []string) (res judge.Result) {
+	res = ownRunResult(at)
+	// res is the named result: the end is stamped on what is returned.
 	defer func() { res.End = time.Now() }()
-	errored := func(why string) judge.Result {
-		res.Observed, res.Detail, res.Why = attack.Errored, why, "could not be carried out: "+why
-		return res
-	}
+	errored := func(why string) judge.Result { return erroredResult(res, why) }
 	dir := filepath.Join(h.Work, "session-bus")
 	rt := filepath.Join(dir, "runtime")
 	if err := os.MkdirAll(rt, 0o700); err != nil {
