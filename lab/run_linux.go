@@ -406,23 +406,21 @@ func Run(ctx context.Context, cfg Config) int {
 			ev.Environment.Notes = append(ev.Environment.Notes, fill.ID+" run output (tail): "+judge.LastLines(frun.Stderr, 10))
 		}
 	}
-	if rres != nil {
-		mark := "ok"
-		if !rres.Pass {
-			mark = "FAIL"
-			rep.Reasons = append(rep.Reasons, rres.ID+": "+rres.Why)
+	// The attempts run in sandboxes of their own, judged already.
+	for _, o := range []struct {
+		tag string
+		res *judge.Result
+	}{{"[race]", rres}, {"[bus]", bres}} {
+		if o.res == nil {
+			continue
 		}
-		fmt.Fprintf(cfg.Stderr, "[race]    %-26s %-8s %-10s %s\n", rres.ID, rres.Observed, mark, shorten(rres.Detail, 90))
-		rep.Results = append(rep.Results, *rres)
-	}
-	if bres != nil {
 		mark := "ok"
-		if !bres.Pass {
+		if !o.res.Pass {
 			mark = "FAIL"
-			rep.Reasons = append(rep.Reasons, bres.ID+": "+bres.Why)
+			rep.Reasons = append(rep.Reasons, o.res.ID+": "+o.res.Why)
 		}
-		fmt.Fprintf(cfg.Stderr, "[bus]     %-26s %-8s %-10s %s\n", bres.ID, bres.Observed, mark, shorten(bres.Detail, 90))
-		rep.Results = append(rep.Results, *bres)
+		fmt.Fprintf(cfg.Stderr, "%-9s %-26s %-8s %-10s %s\n", o.tag, o.res.ID, o.res.Observed, mark, shorten(o.res.Detail, 90))
+		rep.Results = append(rep.Results, *o.res)
 	}
 	ev.Attempts = rep.Results
 	ev.StrayHits = rep.StrayHits
