@@ -97,6 +97,15 @@ type ViewConfig struct {
 	// SSHAgent is the caller's $SSH_AUTH_SOCK: the socket is hidden, so
 	// that the worker cannot sign with the caller's keys.
 	SSHAgent string
+	// SystemBus is the caller's $DBUS_SYSTEM_BUS_ADDRESS: each unix socket
+	// path it names is hidden, like the system bus's usual place (see
+	// hostDaemonPlaces).
+	SystemBus string
+	// EngineHosts are the values of the variables that tell container
+	// clients where their engine listens ($DOCKER_HOST, $CONTAINER_HOST,
+	// $CONTAINERD_ADDRESS, $BUILDKIT_HOST): each unix socket they name is
+	// hidden (see EngineSocketPaths).
+	EngineHosts []string
 	// Exec are the canonical files and directories the worker may execute
 	// (the exec guard's allowlist).
 	Exec []string
@@ -313,6 +322,47 @@ func PlanView(cfg ViewConfig) (View, error) {
 	if filepath.IsAbs(cfg.SSHAgent) {
 		hideSocket(cfg.SSHAgent)
 	}
+	// The host's daemons that run a command for whoever connects (a
+	// container engine starts a privileged container; systemd, over the
+	// system bus or its private socket, a unit of uid 0's) or write what
+	// they get into the host's logs: their usual places and where the
+	// environment says they are. Hidden with or without --allow-unix:
+	// without it, a socketpair(2) datagram socket still reaches the
+	// datagram ones before Landlock ABI 9.
+	for _, b := range SessionBusPaths(cfg.SystemBus) {
+		hideSocket(b)
+	}
+	for _, h := range cfg.EngineHosts {
+		for _, p := range EngineSocketPaths(h) {
+			hideSocket(p)
+		}
+	}
+	places := hostDaemonPlaces
+	if filepath.IsAbs(cfg.RuntimeDir) && cfg.RuntimeDir != "/" {
+		for _, p := range runtimeDaemonPlaces {
+			places = append(places, filepath.Join(cfg.RuntimeDir, p))
+		}
+	}
+	for _, p := range places {
+		c, err := canonicalExisting(p)
+		if err != nil || c == "/" {
+			continue // nothing there: nothing to hide
+		}
+		// A directory is covered whole (the sockets a daemon makes in
+		// it change names), unless the worker needs something in it;
+		// then the sockets it holds, one by one.
+		if !isDir(c) {
+			v.Hide = append(v.Hide, c)
+			continue
+		}
+		if !holdsAny(c, needed) {
+			v.Hide = append(v.Hide, c)
+			continue
+		}
+		socks, _ := socketsIn(c)
+		v.Hide = append(v.Hide, socks...)
+		v.Warnings = append(v.Warnings, fmt.Sprintf("%s holds a host daemon's sockets and a path the worker needs: the sockets in it now are hidden, not those made later", c))
+	}
 	v.Hide = uniqueSorted(v.Hide)
 	v.ResolvConf = cfg.ResolvConf
 	v.Cwd = cfg.Cwd
@@ -333,6 +383,67 @@ func (v View) isScratch(p string) bool {
 // client would have the caller's session run a command: the session bus
 // and the private socket of `systemd --user`.
 var runtimeSockets = []string{"bus", "systemd/private"}
+
+// hostDaemonPlaces are the usual places of the sockets through which a
+// host daemon runs what a client asks outside the sandbox, or writes it
+// into the host's logs: the container engines' (Docker, Podman, containerd
+// and its shims, BuildKit, CRI-O, k3s, cri-dockerd), the system bus's,
+// systemd's private and notify sockets, and journald's directory (its
+// native, syslog and stdout sockets). A directory is covered whole.
+var hostDaemonPlaces = []string{
+	"/run/docker.sock", "/var/run/docker.sock", "/run/docker", "/var/run/docker",
+	"/run/dockershim.sock", "/run/cri-dockerd.sock",
+	"/run/podman", "/var/run/podman",
+	"/run/containerd", "/var/run/containerd",
+	"/run/buildkit", "/var/run/buildkit",
+	"/run/crio", "/var/run/crio",
+	"/run/k3s", "/var/run/k3s",
+	"/run/dbus", "/var/run/dbus",
+	"/run/systemd/private", "/run/systemd/notify", "/run/systemd/journal",
+	"/var/run/systemd/private", "/var/run/systemd/notify", "/var/run/systemd/journal",
+}
+
+// runtimeDaemonPlaces are the same in a runtime directory (rootless
+// engines, the GnuPG agent), for one that stays as the host has it.
+var runtimeDaemonPlaces = []string{
+	"docker.sock", "docker", "podman", "containerd", "containerd-rootless", "buildkit", "gnupg",
+}
+
+// socketsIn returns the unix sockets below dir.
+func socketsIn(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.Type()&fs.ModeSocket != 0 {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// EngineSocketPaths returns the unix socket path a container client's
+// engine address names: "unix:///path" or "unix:/path" ($DOCKER_HOST,
+// $CONTAINER_HOST, $BUILDKIT_HOST) or a plain absolute path
+// ($CONTAINERD_ADDRESS). Other transports (tcp, ssh, npipe) name no local
+// socket.
+func EngineSocketPaths(addr string) []string {
+	if filepath.IsAbs(addr) {
+		return []string{filepath.Clean(addr)}
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Scheme != "unix" {
+		return nil
+	}
+	for _, p := range []string{u.Path, u.Opaque} {
+		if filepath.IsAbs(p) {
+			return []string{filepath.Clean(p)}
+		}
+	}
+	return nil
+}
 
 // privateRuntimeDir returns the canonical path of the runtime directory
 // dir when the view should make it private: an absolute path to a
