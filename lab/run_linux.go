@@ -97,7 +97,8 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	// The attempts that need a run of their own (Attempt.Phase) leave the
 	// main run's list.
-	var fill, race, bus *attack.Attempt
+	var fill, race *attack.Attempt
+	var socks []attack.Attempt // PhaseSessionBus, PhaseEngineSocket
 	for i := 0; i < len(cat); i++ {
 		if cat[i].Phase == attack.PhaseAuditFill {
 			at := cat[i]
@@ -107,9 +108,8 @@ func Run(ctx context.Context, cfg Config) int {
 			at := cat[i]
 			race = &at
 		}
-		if cat[i].Phase == attack.PhaseSessionBus {
-			at := cat[i]
-			bus = &at
+		if cat[i].Phase == attack.PhaseSessionBus || cat[i].Phase == attack.PhaseEngineSocket {
+			socks = append(socks, cat[i])
 		}
 		if cat[i].Phase != "" {
 			cat = append(cat[:i:i], cat[i+1:]...)
@@ -310,12 +310,12 @@ func Run(ctx context.Context, cfg Config) int {
 		rres = &r
 	}
 
-	// The session bus: a run of its own with --allow-unix.
-	var bres *judge.Result
-	if bus != nil {
-		fmt.Fprintf(cfg.Stderr, "nsgate lab: %s: a run of its own with --allow-unix and a session bus outside /run/user\n", bus.ID)
-		r := runSessionBus(ctx, cfg, *bus, host, env)
-		bres = &r
+	// The session bus and the container engine: runs of their own with
+	// --allow-unix.
+	var sres []judge.Result
+	for _, at := range socks {
+		fmt.Fprintf(cfg.Stderr, "nsgate lab: %s: a run of its own with --allow-unix and the socket outside every private directory\n", at.ID)
+		sres = append(sres, runUnixPhase(ctx, cfg, at, host, env))
 	}
 
 	// The audit log, checked the way `nsgate audit verify --key` checks
@@ -415,14 +415,14 @@ func Run(ctx context.Context, cfg Config) int {
 		fmt.Fprintf(cfg.Stderr, "[race]    %-26s %-8s %-10s %s\n", rres.ID, rres.Observed, mark, shorten(rres.Detail, 90))
 		rep.Results = append(rep.Results, *rres)
 	}
-	if bres != nil {
+	for _, bres := range sres {
 		mark := "ok"
 		if !bres.Pass {
 			mark = "FAIL"
 			rep.Reasons = append(rep.Reasons, bres.ID+": "+bres.Why)
 		}
 		fmt.Fprintf(cfg.Stderr, "[bus]     %-26s %-8s %-10s %s\n", bres.ID, bres.Observed, mark, shorten(bres.Detail, 90))
-		rep.Results = append(rep.Results, *bres)
+		rep.Results = append(rep.Results, bres)
 	}
 	ev.Attempts = rep.Results
 	ev.StrayHits = rep.StrayHits
