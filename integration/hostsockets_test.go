@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bufio"
 	"fmt"
 	"net"
 	"os"
@@ -216,4 +217,99 @@ func countDgram(t *testing.T, path string) *atomic.Int64 {
 		}
 	}()
 	return &n
+}
+
+// TestHiddenSocketRestart: a daemon that makes its socket again while the
+// worker runs (a restart: unlink, bind) must not reappear in the worker's
+// view. The kernel detaches every mount on a file that is unlinked, in
+// every mount namespace, so a cover over the socket alone goes with the
+// old socket. Here DOCKER_HOST names a socket in a directory of its own;
+// the worker tries it, the "daemon" restarts, the worker tries again.
+func TestHiddenSocketRestart(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir, err := os.MkdirTemp("/run", "nsgate-it-eng-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(dir) })
+		os.Chmod(dir, 0o755)
+		sock := filepath.Join(dir, "docker.sock")
+		var hits atomic.Int64
+		listen := func() net.Listener {
+			os.Remove(sock)
+			ln, err := net.Listen("unix", sock)
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.Chmod(sock, 0o777)
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					hits.Add(1)
+					c.Close()
+				}
+			}()
+			return ln
+		}
+		ln := listen()
+		defer func() { ln.Close() }()
+
+		cmd := nsgateCmd(m, "run", "--allow-unix", "--exec-allow", nsgateBin, "--", "/bin/sh", "-c",
+			fmt.Sprintf("%s __guardprobe unix %s; read x; %s __guardprobe unix %s", nsgateBin, sock, nsgateBin, sock))
+		cmd.Env = append(cmd.Env, "DOCKER_HOST=unix://"+sock)
+		stdin, err := cmd.StdinPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var stderr strings.Builder
+		cmd.Stderr = &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan struct{})
+		defer close(done)
+		go func() {
+			select {
+			case <-done:
+			case <-time.After(60 * time.Second):
+				cmd.Process.Kill()
+			}
+		}()
+		lines := make(chan string, 2)
+		go func() {
+			sc := bufio.NewScanner(stdout)
+			for sc.Scan() {
+				lines <- sc.Text()
+			}
+			close(lines)
+		}()
+		before, ok := <-lines
+		if !ok {
+			cmd.Wait()
+			t.Fatalf("the worker printed nothing: %s", stderr.String())
+		}
+		// The restart.
+		ln.Close()
+		ln = listen()
+		fmt.Fprintln(stdin, "go")
+		after := <-lines
+		cmd.Wait()
+		t.Logf("before the restart: %q, after: %q\nstderr: %s", before, after, stderr.String())
+		if before == "ok" {
+			t.Errorf("the worker reached the engine socket before its restart")
+		}
+		if after == "ok" || after == "" {
+			t.Errorf("after the engine made its socket again the worker's connect: %q, want a refusal", after)
+		}
+		if n := hits.Load(); n != 0 {
+			t.Errorf("the engine socket saw %d connections from the worker, want 0", n)
+		}
+	})
 }
