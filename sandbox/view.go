@@ -303,9 +303,11 @@ func PlanView(cfg ViewConfig) (View, error) {
 	// D-Bus activation would start any command outside the sandbox.
 	// A socket is never a directory: a path that names one (a mistake in
 	// the environment, "/" even) is left alone rather than covered.
+	var sockets []string // hidden one by one
 	hideSocket := func(p string) {
 		if c := canonicalOrClean(p); !isDir(c) {
 			v.Hide = append(v.Hide, c)
+			sockets = append(sockets, c)
 		}
 	}
 	for _, b := range SessionBusPaths(cfg.SessionBus) {
@@ -353,6 +355,7 @@ func PlanView(cfg ViewConfig) (View, error) {
 		// then the sockets it holds, one by one.
 		if !isDir(c) {
 			v.Hide = append(v.Hide, c)
+			sockets = append(sockets, c)
 			continue
 		}
 		if !holdsAny(c, needed) {
@@ -361,7 +364,19 @@ func PlanView(cfg ViewConfig) (View, error) {
 		}
 		socks, _ := socketsIn(c)
 		v.Hide = append(v.Hide, socks...)
+		sockets = append(sockets, socks...)
 		v.Warnings = append(v.Warnings, fmt.Sprintf("%s holds a host daemon's sockets and a path the worker needs: the sockets in it now are hidden, not those made later", c))
+	}
+	// A cover over a socket goes when the socket is unlinked (the kernel
+	// detaches every mount on it, in every namespace): a daemon that
+	// makes its socket again while the worker runs (a restart) would show
+	// the new one. The directory that holds a hidden socket is covered
+	// too where that takes nothing else from the worker: it holds
+	// sockets alone and nothing the worker needs.
+	for _, c := range sockets {
+		if d := filepath.Dir(c); d != "/" && v.shows(d) && !holdsAny(d, needed) && onlySockets(d) {
+			v.Hide = append(v.Hide, d)
+		}
 	}
 	v.Hide = uniqueSorted(v.Hide)
 	v.ResolvConf = cfg.ResolvConf
@@ -407,6 +422,21 @@ var hostDaemonPlaces = []string{
 // engines, the GnuPG agent), for one that stays as the host has it.
 var runtimeDaemonPlaces = []string{
 	"docker.sock", "docker", "podman", "containerd", "containerd-rootless", "buildkit", "gnupg",
+}
+
+// onlySockets reports whether dir holds at least one entry, and unix
+// sockets alone.
+func onlySockets(dir string) bool {
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) == 0 {
+		return false
+	}
+	for _, e := range ents {
+		if e.Type()&fs.ModeSocket == 0 {
+			return false
+		}
+	}
+	return true
 }
 
 // socketsIn returns the unix sockets below dir.

@@ -374,3 +374,37 @@ func TestPlanViewHostDaemons(t *testing.T) {
 		t.Errorf("no warning that sockets made later in %s stay visible", podman)
 	}
 }
+
+// TestPlanViewSocketDir: the directory of a socket hidden one by one is
+// hidden too when it holds sockets alone (a daemon's restart would undo
+// the cover of the socket), and left when it holds anything else.
+func TestPlanViewSocketDir(t *testing.T) {
+	f := newViewFixture(t)
+	alone := filepath.Join(f.root, "eng")
+	mixed := filepath.Join(f.root, "srv")
+	for _, d := range []string{alone, mixed} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("unix", filepath.Join(d, "d.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+	}
+	if err := os.WriteFile(filepath.Join(mixed, "data"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Shown read-only (--ro): the temporary directory is private in a view.
+	v, err := PlanView(ViewConfig{ReadOnly: []string{f.root}, Home: f.home, UID: os.Getuid(),
+		EngineHosts: []string{"unix://" + filepath.Join(alone, "d.sock"), filepath.Join(mixed, "d.sock")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(v.Hide, alone) {
+		t.Errorf("Hide = %q, want the directory %s, which holds the socket alone", v.Hide, alone)
+	}
+	if slices.Contains(v.Hide, mixed) || !slices.Contains(v.Hide, filepath.Join(mixed, "d.sock")) {
+		t.Errorf("Hide = %q, want %s/d.sock and not the directory, which holds a file too", v.Hide, mixed)
+	}
+}
