@@ -41,7 +41,8 @@
 //     performs every memfd_create with MFD_NOEXEC_SEAL, which closes this
 //     race-free (Linux 6.3 and later).
 //   - Before Landlock ABI 9, a socketpair datagram socket can still send to
-//     unconnected pathname unix datagram sockets (e.g. /dev/log).
+//     unconnected pathname unix datagram sockets the worker's view shows
+//     (journald's are hidden there; see sandbox.View).
 //   - Landlock trusts the allowlist's contents: entries the worker can
 //     write to let it plant programs there (see Plan.Writable).
 package guard

@@ -97,7 +97,8 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	// The attempts that need a run of their own (Attempt.Phase) leave the
 	// main run's list.
-	var fill, race, bus *attack.Attempt
+	var fill, race *attack.Attempt
+	var socks []attack.Attempt // PhaseSessionBus, PhaseEngineSocket
 	for i := 0; i < len(cat); i++ {
 		if cat[i].Phase == attack.PhaseAuditFill {
 			at := cat[i]
@@ -107,9 +108,8 @@ func Run(ctx context.Context, cfg Config) int {
 			at := cat[i]
 			race = &at
 		}
-		if cat[i].Phase == attack.PhaseSessionBus {
-			at := cat[i]
-			bus = &at
+		if cat[i].Phase == attack.PhaseSessionBus || cat[i].Phase == attack.PhaseEngineSocket {
+			socks = append(socks, cat[i])
 		}
 		if cat[i].Phase != "" {
 			cat = append(cat[:i:i], cat[i+1:]...)
@@ -310,12 +310,12 @@ func Run(ctx context.Context, cfg Config) int {
 		rres = &r
 	}
 
-	// The session bus: a run of its own with --allow-unix.
-	var bres *judge.Result
-	if bus != nil {
-		fmt.Fprintf(cfg.Stderr, "nsgate lab: %s: a run of its own with --allow-unix and a session bus outside /run/user\n", bus.ID)
-		r := runSessionBus(ctx, cfg, *bus, host, env)
-		bres = &r
+	// The session bus and the container engine: runs of their own with
+	// --allow-unix.
+	var sres []judge.Result
+	for _, at := range socks {
+		fmt.Fprintf(cfg.Stderr, "nsgate lab: %s: a run of its own with --allow-unix and the socket outside every private directory\n", at.ID)
+		sres = append(sres, runUnixPhase(ctx, cfg, at, host, env))
 	}
 
 	// The audit log, checked the way `nsgate audit verify --key` checks
@@ -407,20 +407,25 @@ func Run(ctx context.Context, cfg Config) int {
 		}
 	}
 	// The attempts run in sandboxes of their own, judged already.
-	for _, o := range []struct {
+	type ownRun struct {
 		tag string
-		res *judge.Result
-	}{{"[race]", rres}, {"[bus]", bres}} {
-		if o.res == nil {
-			continue
-		}
+		res judge.Result
+	}
+	var own []ownRun
+	if rres != nil {
+		own = append(own, ownRun{"[race]", *rres})
+	}
+	for _, r := range sres {
+		own = append(own, ownRun{"[bus]", r})
+	}
+	for _, o := range own {
 		mark := "ok"
 		if !o.res.Pass {
 			mark = "FAIL"
 			rep.Reasons = append(rep.Reasons, o.res.ID+": "+o.res.Why)
 		}
 		fmt.Fprintf(cfg.Stderr, "%-9s %-26s %-8s %-10s %s\n", o.tag, o.res.ID, o.res.Observed, mark, shorten(o.res.Detail, 90))
-		rep.Results = append(rep.Results, *o.res)
+		rep.Results = append(rep.Results, o.res)
 	}
 	ev.Attempts = rep.Results
 	ev.StrayHits = rep.StrayHits

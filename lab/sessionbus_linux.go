@@ -18,28 +18,41 @@ import (
 	"github.com/nsgate/nsgate/lab/judge"
 )
 
-// runSessionBus runs attempt at (attack.PhaseSessionBus) in an `nsgate run
-// --allow-unix` of its own. The caller's environment names a session bus
-// in a runtime directory outside /run/user/UID: a directory of the work
-// tree (0700), which the run shows the worker read-only (--ro, as the
-// main run does), with a host-side socket at $XDG_RUNTIME_DIR/bus that
-// answers attack.SessionBusBanner and counts connections. A session bus
-// there would let the worker ask `systemd --user` or D-Bus activation to
-// run any command outside the sandbox; the view must make the runtime
-// directory private and hide the socket DBUS_SESSION_BUS_ADDRESS names.
-func runSessionBus(ctx context.Context, cfg Config, at attack.Attempt, h *attack.HostEnv, env []string) (res judge.Result) {
+// runUnixPhase runs attempt at (attack.PhaseSessionBus or
+// attack.PhaseEngineSocket) in an `nsgate run --allow-unix` of its own,
+// with a host-side socket that answers attack.SessionBusBanner and counts
+// connections, in a directory of the work tree, which the run shows the
+// worker read-only (--ro, as the main run does).
+//
+// PhaseSessionBus: the caller's environment names a session bus in a
+// runtime directory outside /run/user/UID (0700) at $XDG_RUNTIME_DIR/bus.
+// A session bus there would let the worker ask `systemd --user` or D-Bus
+// activation to run any command outside the sandbox; the view must make
+// the runtime directory private and hide the socket
+// DBUS_SESSION_BUS_ADDRESS names.
+//
+// PhaseEngineSocket: DOCKER_HOST names a container engine's socket in a
+// directory open to all. An engine would start a privileged container for
+// the worker; the view must hide the socket DOCKER_HOST names.
+func runUnixPhase(ctx context.Context, cfg Config, at attack.Attempt, h *attack.HostEnv, env []string) (res judge.Result) {
 	res = ownRunResult(at)
 	// res is the named result: the end is stamped on what is returned.
 	defer func() { res.End = time.Now() }()
 	errored := func(why string) judge.Result { return erroredResult(res, why) }
-	dir := filepath.Join(h.Work, "session-bus")
+	dir := filepath.Join(h.Work, at.Phase)
 	rt := filepath.Join(dir, "runtime")
 	if err := os.MkdirAll(rt, 0o700); err != nil {
 		return errored(err.Error())
 	}
 	os.Chmod(dir, 0o755)
 	os.Chmod(rt, 0o700)
-	bus := filepath.Join(rt, "bus")
+	bus, envKey, envVal := filepath.Join(rt, "bus"), "DBUS_SESSION_BUS_ADDRESS", ""
+	if at.Phase == attack.PhaseEngineSocket {
+		bus, envKey = filepath.Join(dir, "docker.sock"), "DOCKER_HOST"
+		envVal = "unix://" + bus
+	} else {
+		envVal = "unix:path=" + bus
+	}
 	ln, err := net.Listen("unix", bus)
 	if err != nil {
 		return errored(err.Error())
@@ -61,7 +74,7 @@ func runSessionBus(ctx context.Context, cfg Config, at attack.Attempt, h *attack
 
 	// The run's audit log in a folder of its own: nsgate hides the
 	// folder of its log whole, which must not be the bus's.
-	logDir := filepath.Join(h.Work, "session-bus-audit")
+	logDir := filepath.Join(h.Work, at.Phase+"-audit")
 	if err := os.MkdirAll(logDir, 0o755); err != nil {
 		return errored(err.Error())
 	}
@@ -73,11 +86,11 @@ func runSessionBus(ctx context.Context, cfg Config, at attack.Attempt, h *attack
 	cmd := exec.CommandContext(rctx, cfg.Self, args...)
 	var e []string
 	for _, kv := range withRuntime(env, rt) {
-		if !strings.HasPrefix(kv, "DBUS_SESSION_BUS_ADDRESS=") {
+		if !strings.HasPrefix(kv, envKey+"=") {
 			e = append(e, kv)
 		}
 	}
-	cmd.Env = append(e, "DBUS_SESSION_BUS_ADDRESS=unix:path="+bus)
+	cmd.Env = append(e, envKey+"="+envVal)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr := &tail{max: 4 << 10}
 	cmd.Stderr = stderr
@@ -99,12 +112,12 @@ func runSessionBus(ctx context.Context, cfg Config, at attack.Attempt, h *attack
 	}
 	werr := cmd.Wait()
 	n := hits.Load()
-	res.HostCheck = fmt.Sprintf("%s: %d connections (XDG_RUNTIME_DIR=%s DBUS_SESSION_BUS_ADDRESS=unix:path=%s %s %s)",
-		at.HostCheck, n, rt, bus, cfg.Self, strings.Join(args, " "))
+	res.HostCheck = fmt.Sprintf("%s: %d connections (XDG_RUNTIME_DIR=%s %s=%s %s %s)",
+		at.HostCheck, n, rt, envKey, envVal, cfg.Self, strings.Join(args, " "))
 	switch {
 	case n > 0 || obs != nil && obs.Observed == attack.Allowed:
 		res.Observed = attack.Allowed
-		res.Detail = fmt.Sprintf("the session bus counted %d connections", n)
+		res.Detail = fmt.Sprintf("the socket counted %d connections", n)
 		if obs != nil {
 			res.Detail += "; the worker: " + obs.Detail
 		}
@@ -113,7 +126,7 @@ func runSessionBus(ctx context.Context, cfg Config, at attack.Attempt, h *attack
 		return errored(fmt.Sprintf("the run (exit %d) reported no observation: %s", attack.ExitCode(werr), judge.LastLines(stderr.String(), 3)))
 	case obs.Observed == attack.Blocked:
 		res.Observed, res.Pass = attack.Blocked, true
-		res.Detail = obs.Detail + "; the session bus counted no connection"
+		res.Detail = obs.Detail + "; the socket counted no connection"
 	default:
 		return errored(obs.Detail)
 	}

@@ -30,6 +30,10 @@ import (
 //	nsgate __guardprobe io_uring       io_uring_setup (EFAULT without the guard)
 //	nsgate __guardprobe bpf            bpf(BPF_PROG_LOAD, NULL)
 //	nsgate __guardprobe unix PATH      socket(AF_UNIX) and connect to PATH
+//	nsgate __guardprobe unixeach PATH...
+//	                                   the same for each PATH: one line "PATH RESULT" each
+//	nsgate __guardprobe dgram PATH...  from a socketpair(AF_UNIX, SOCK_DGRAM) socket (which needs no
+//	                                   socket(AF_UNIX)), sendto each PATH: one line "PATH RESULT" each
 //	nsgate __guardprobe packet         socket(AF_PACKET, SOCK_RAW)
 //	nsgate __guardprobe tiocsti        ioctl(TIOCSTI) on /dev/null (ENOTTY without the guard)
 //	nsgate __guardprobe ttystate       on standard input, a terminal: ioctl(TIOCSETD) to the null line
@@ -127,6 +131,36 @@ func GuardMain(args []string, stdout, stderr io.Writer) int {
 			return out("connect: " + errno(err))
 		}
 		return out("ok")
+	case "unixeach":
+		for _, p := range args[1:] {
+			res := "ok"
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				res = "socket: " + errno(err)
+			} else {
+				if err := unix.Connect(fd, &unix.SockaddrUnix{Name: p}); err != nil {
+					res = "connect: " + errno(err)
+				}
+				unix.Close(fd)
+			}
+			fmt.Fprintln(e.stdout, p, res)
+		}
+		return 0
+	case "dgram":
+		pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return out("socketpair: " + errno(err))
+		}
+		defer unix.Close(pair[0])
+		defer unix.Close(pair[1])
+		for _, p := range args[1:] {
+			res := "ok"
+			if err := unix.Sendto(pair[0], []byte("nsgate-probe"), 0, &unix.SockaddrUnix{Name: p}); err != nil {
+				res = "sendto: " + errno(err)
+			}
+			fmt.Fprintln(e.stdout, p, res)
+		}
+		return 0
 	case "packet":
 		fd, err := unix.Socket(unix.AF_PACKET, unix.SOCK_RAW|unix.SOCK_CLOEXEC, 0)
 		if err == nil {

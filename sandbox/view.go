@@ -97,6 +97,15 @@ type ViewConfig struct {
 	// SSHAgent is the caller's $SSH_AUTH_SOCK: the socket is hidden, so
 	// that the worker cannot sign with the caller's keys.
 	SSHAgent string
+	// SystemBus is the caller's $DBUS_SYSTEM_BUS_ADDRESS: each unix socket
+	// path it names is hidden, like the system bus's usual place (see
+	// hostDaemonPlaces).
+	SystemBus string
+	// EngineHosts are the values of the variables that tell container
+	// clients where their engine listens ($DOCKER_HOST, $CONTAINER_HOST,
+	// $CONTAINERD_ADDRESS, $BUILDKIT_HOST): each unix socket they name is
+	// hidden (see EngineSocketPaths).
+	EngineHosts []string
 	// Exec are the canonical files and directories the worker may execute
 	// (the exec guard's allowlist).
 	Exec []string
@@ -294,9 +303,11 @@ func PlanView(cfg ViewConfig) (View, error) {
 	// D-Bus activation would start any command outside the sandbox.
 	// A socket is never a directory: a path that names one (a mistake in
 	// the environment, "/" even) is left alone rather than covered.
+	var sockets []string // hidden one by one
 	hideSocket := func(p string) {
 		if c := canonicalOrClean(p); !isDir(c) {
 			v.Hide = append(v.Hide, c)
+			sockets = append(sockets, c)
 		}
 	}
 	for _, b := range SessionBusPaths(cfg.SessionBus) {
@@ -312,6 +323,60 @@ func PlanView(cfg ViewConfig) (View, error) {
 	}
 	if filepath.IsAbs(cfg.SSHAgent) {
 		hideSocket(cfg.SSHAgent)
+	}
+	// The host's daemons that run a command for whoever connects (a
+	// container engine starts a privileged container; systemd, over the
+	// system bus or its private socket, a unit of uid 0's) or write what
+	// they get into the host's logs: their usual places and where the
+	// environment says they are. Hidden with or without --allow-unix:
+	// without it, a socketpair(2) datagram socket still reaches the
+	// datagram ones before Landlock ABI 9.
+	for _, b := range SessionBusPaths(cfg.SystemBus) {
+		hideSocket(b)
+	}
+	for _, h := range cfg.EngineHosts {
+		for _, p := range EngineSocketPaths(h) {
+			hideSocket(p)
+		}
+	}
+	places := hostDaemonPlaces
+	if filepath.IsAbs(cfg.RuntimeDir) && cfg.RuntimeDir != "/" {
+		for _, p := range runtimeDaemonPlaces {
+			places = append(places, filepath.Join(cfg.RuntimeDir, p))
+		}
+	}
+	for _, p := range places {
+		c, err := canonicalExisting(p)
+		if err != nil || c == "/" {
+			continue // nothing there: nothing to hide
+		}
+		// A directory is covered whole (the sockets a daemon makes in
+		// it change names), unless the worker needs something in it;
+		// then the sockets it holds, one by one.
+		if !isDir(c) {
+			v.Hide = append(v.Hide, c)
+			sockets = append(sockets, c)
+			continue
+		}
+		if !holdsAny(c, needed) {
+			v.Hide = append(v.Hide, c)
+			continue
+		}
+		socks, _ := socketsIn(c)
+		v.Hide = append(v.Hide, socks...)
+		sockets = append(sockets, socks...)
+		v.Warnings = append(v.Warnings, fmt.Sprintf("%s holds a host daemon's sockets and a path the worker needs: the sockets in it now are hidden, not those made later", c))
+	}
+	// A cover over a socket goes when the socket is unlinked (the kernel
+	// detaches every mount on it, in every namespace): a daemon that
+	// makes its socket again while the worker runs (a restart) would show
+	// the new one. The directory that holds a hidden socket is covered
+	// too where that takes nothing else from the worker: it holds
+	// sockets alone and nothing the worker needs.
+	for _, c := range sockets {
+		if d := filepath.Dir(c); d != "/" && v.shows(d) && !holdsAny(d, needed) && onlySockets(d) {
+			v.Hide = append(v.Hide, d)
+		}
 	}
 	v.Hide = uniqueSorted(v.Hide)
 	v.ResolvConf = cfg.ResolvConf
@@ -333,6 +398,82 @@ func (v View) isScratch(p string) bool {
 // client would have the caller's session run a command: the session bus
 // and the private socket of `systemd --user`.
 var runtimeSockets = []string{"bus", "systemd/private"}
+
+// hostDaemonPlaces are the usual places of the sockets through which a
+// host daemon runs what a client asks outside the sandbox, or writes it
+// into the host's logs: the container engines' (Docker, Podman, containerd
+// and its shims, BuildKit, CRI-O, k3s, cri-dockerd), the system bus's,
+// systemd's private and notify sockets, and journald's directory (its
+// native, syslog and stdout sockets). A directory is covered whole.
+var hostDaemonPlaces = []string{
+	"/run/docker.sock", "/var/run/docker.sock", "/run/docker", "/var/run/docker",
+	"/run/dockershim.sock", "/run/cri-dockerd.sock",
+	"/run/podman", "/var/run/podman",
+	"/run/containerd", "/var/run/containerd",
+	"/run/buildkit", "/var/run/buildkit",
+	"/run/crio", "/var/run/crio",
+	"/run/k3s", "/var/run/k3s",
+	"/run/dbus", "/var/run/dbus",
+	"/run/systemd/private", "/run/systemd/notify", "/run/systemd/journal",
+	"/var/run/systemd/private", "/var/run/systemd/notify", "/var/run/systemd/journal",
+}
+
+// runtimeDaemonPlaces are the same in a runtime directory (rootless
+// engines, the GnuPG agent), for one that stays as the host has it.
+var runtimeDaemonPlaces = []string{
+	"docker.sock", "docker", "podman", "containerd", "containerd-rootless", "buildkit", "gnupg",
+}
+
+// onlySockets reports whether dir holds at least one entry, and unix
+// sockets alone.
+func onlySockets(dir string) bool {
+	ents, err := os.ReadDir(dir)
+	if err != nil || len(ents) == 0 {
+		return false
+	}
+	for _, e := range ents {
+		if e.Type()&fs.ModeSocket == 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// socketsIn returns the unix sockets below dir.
+func socketsIn(dir string) ([]string, error) {
+	var out []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if d.Type()&fs.ModeSocket != 0 {
+			out = append(out, p)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// EngineSocketPaths returns the unix socket path a container client's
+// engine address names: "unix:///path" or "unix:/path" ($DOCKER_HOST,
+// $CONTAINER_HOST, $BUILDKIT_HOST) or a plain absolute path
+// ($CONTAINERD_ADDRESS). Other transports (tcp, ssh, npipe) name no local
+// socket.
+func EngineSocketPaths(addr string) []string {
+	if filepath.IsAbs(addr) {
+		return []string{filepath.Clean(addr)}
+	}
+	u, err := url.Parse(addr)
+	if err != nil || u.Scheme != "unix" {
+		return nil
+	}
+	for _, p := range []string{u.Path, u.Opaque} {
+		if filepath.IsAbs(p) {
+			return []string{filepath.Clean(p)}
+		}
+	}
+	return nil
+}
 
 // privateRuntimeDir returns the canonical path of the runtime directory
 // dir when the view should make it private: an absolute path to a

@@ -1,6 +1,7 @@
 package sandbox
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -295,5 +296,115 @@ func TestPlanViewRuntimeDir(t *testing.T) {
 	}
 	if slices.Contains(v.Hide, "/") || slices.Contains(v.Hide, f.proj) {
 		t.Errorf("Hide = %q: a directory named as a socket was hidden", v.Hide)
+	}
+}
+
+func TestEngineSocketPaths(t *testing.T) {
+	for _, tc := range []struct {
+		addr string
+		want []string
+	}{
+		{"", nil},
+		{"unix:///var/run/docker.sock", []string{"/var/run/docker.sock"}},
+		{"unix:/run/podman/podman.sock", []string{"/run/podman/podman.sock"}},
+		{"unix:///run/x/../docker.sock", []string{"/run/docker.sock"}},
+		{"/run/containerd/containerd.sock", []string{"/run/containerd/containerd.sock"}},
+		{"tcp://127.0.0.1:2375", nil},
+		{"ssh://user@host.test/run/podman/podman.sock", nil},
+		{"npipe:////./pipe/docker_engine", nil},
+		{"unix://relative.sock", nil},
+		{"docker.sock", nil},
+	} {
+		if got := EngineSocketPaths(tc.addr); !slices.Equal(got, tc.want) {
+			t.Errorf("EngineSocketPaths(%q) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
+
+// TestPlanViewHostDaemons: the sockets the container-engine variables and
+// DBUS_SYSTEM_BUS_ADDRESS name are hidden, and so are the engines' places
+// in a runtime directory left as the host has it: a directory whole,
+// unless the worker needs a path in it; then each socket it holds.
+func TestPlanViewHostDaemons(t *testing.T) {
+	f := newViewFixture(t)
+	rt := filepath.Join(f.root, "rt")
+	podman := filepath.Join(rt, "podman")
+	if err := os.MkdirAll(podman, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(rt, 0o755) // not private: the view leaves it as it is
+	sock := filepath.Join(podman, "podman.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	docker := filepath.Join(rt, "docker.sock")
+	if err := os.WriteFile(docker, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	named := []string{filepath.Join(f.proj, "d.sock"), filepath.Join(f.proj, "c.sock"), filepath.Join(f.proj, "k.sock"), filepath.Join(f.proj, "sys.sock")}
+	v, err := PlanView(ViewConfig{
+		Home: f.home, UID: os.Getuid(), RuntimeDir: rt,
+		EngineHosts: []string{"unix://" + named[0], "unix:" + named[1], named[2], "tcp://127.0.0.1:2375"},
+		SystemBus:   "unix:path=" + named[3],
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range append(named, podman, docker) {
+		if !slices.Contains(v.Hide, want) {
+			t.Errorf("Hide = %q, missing %s", v.Hide, want)
+		}
+	}
+	// A program the worker may run lies in the engine's directory: the
+	// directory stays, its socket is hidden.
+	tool := filepath.Join(podman, "tool")
+	if err := os.WriteFile(tool, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	v, err = PlanView(ViewConfig{Home: f.home, UID: os.Getuid(), RuntimeDir: rt, Exec: []string{tool}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(v.Hide, podman) || !slices.Contains(v.Hide, sock) {
+		t.Errorf("Hide = %q, want %s and not %s", v.Hide, sock, podman)
+	}
+	if len(v.Warnings) == 0 {
+		t.Errorf("no warning that sockets made later in %s stay visible", podman)
+	}
+}
+
+// TestPlanViewSocketDir: the directory of a socket hidden one by one is
+// hidden too when it holds sockets alone (a daemon's restart would undo
+// the cover of the socket), and left when it holds anything else.
+func TestPlanViewSocketDir(t *testing.T) {
+	f := newViewFixture(t)
+	alone := filepath.Join(f.root, "eng")
+	mixed := filepath.Join(f.root, "srv")
+	for _, d := range []string{alone, mixed} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ln, err := net.Listen("unix", filepath.Join(d, "d.sock"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+	}
+	if err := os.WriteFile(filepath.Join(mixed, "data"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Shown read-only (--ro): the temporary directory is private in a view.
+	v, err := PlanView(ViewConfig{ReadOnly: []string{f.root}, Home: f.home, UID: os.Getuid(),
+		EngineHosts: []string{"unix://" + filepath.Join(alone, "d.sock"), filepath.Join(mixed, "d.sock")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(v.Hide, alone) {
+		t.Errorf("Hide = %q, want the directory %s, which holds the socket alone", v.Hide, alone)
+	}
+	if slices.Contains(v.Hide, mixed) || !slices.Contains(v.Hide, filepath.Join(mixed, "d.sock")) {
+		t.Errorf("Hide = %q, want %s/d.sock and not the directory, which holds a file too", v.Hide, mixed)
 	}
 }

@@ -601,6 +601,28 @@ func unixSessionBus(ctx context.Context, a *attacker) result {
 	return allowedf("the session bus %s said %q", path, b)
 }
 
+// PhaseEngineSocket is the phase of the attempt on a container engine's
+// socket that DOCKER_HOST names: a run of its own with --allow-unix.
+const PhaseEngineSocket = "engine-socket"
+
+// unixEngineSocket connects to the socket DOCKER_HOST names, as a Docker
+// client of the worker would (and then asks for a privileged container).
+func unixEngineSocket(ctx context.Context, a *attacker) result {
+	addr := os.Getenv("DOCKER_HOST")
+	path, ok := strings.CutPrefix(addr, "unix://")
+	if !ok {
+		return erroredf("DOCKER_HOST %q names no unix socket path", addr)
+	}
+	b, err := a.banner(ctx, "unix", path, nil)
+	if err != nil {
+		if isRefusal(err) || errors.Is(err, fs.ErrNotExist) {
+			return blockedf("%v", err)
+		}
+		return erroredf("%v", err)
+	}
+	return allowedf("the engine socket %s said %q", path, b)
+}
+
 func execAttempt(id, desc string, f func(context.Context, *attacker) result) Attempt {
 	return Attempt{
 		ID: id, Category: "exec", Layer: LayerExecGuard, Description: desc,

@@ -393,6 +393,14 @@ func Catalogue() []Attempt {
 			NoRecord:  "the kernel refuses the connect inside the worker (the runtime directory is a private tmpfs in its view); nothing reaches nsgate, so no audit record exists by design: the worker's error and the socket's count are the evidence",
 			run:       unixSessionBus,
 		},
+		Attempt{
+			ID: "unix-engine-socket", Category: "unix", Layer: LayerView, Phase: PhaseEngineSocket,
+			Description: "in a run of its own with --allow-unix and DOCKER_HOST naming a socket in a directory open to all (below a --ro path): connect to the container engine, which would start a privileged container for the worker",
+			Expect:      Blocked, Audit: AuditNone,
+			HostCheck: "the host-side socket DOCKER_HOST names counted no connection",
+			NoRecord:  "the kernel refuses the connect inside the worker (the socket is covered by an empty file of mode 0 in its view); nothing reaches nsgate, so no audit record exists by design: the worker's error and the socket's count are the evidence",
+			run:       unixEngineSocket,
+		},
 	)
 
 	// Running other programs.
