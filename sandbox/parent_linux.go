@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -135,11 +134,7 @@ func initProgram() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find own executable: %w", err)
 	}
-	if buildStamp == "" {
-		return self, nil
-	}
-	dir := filepath.Dir(self)
-	for _, p := range []string{filepath.Join(dir, InitProgram), filepath.Join(dir, "..", "libexec", "nsgate", InitProgram)} {
+	for _, p := range initCandidates(self) {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 			return p, nil
 		}
