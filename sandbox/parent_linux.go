@@ -268,6 +268,11 @@ func (c *Child) recvTun() (int, error) {
 // the worker (init then exits 125).
 func (c *Child) Release() (degraded []string, err error) {
 	if _, err := c.ctl.Write([]byte("go")); err != nil {
+		if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) {
+			// Init is gone (killed from the host, the OOM killer) since
+			// it sent the TUN: the same failure as its silence below.
+			return nil, errors.New("sandbox init exited before starting the worker")
+		}
 		return nil, fmt.Errorf("sandbox control: %w", err)
 	}
 	buf := make([]byte, 4096)
