@@ -313,6 +313,15 @@ func TestPlanViewPrograms(t *testing.T) {
 	}
 	progs := []string{filepath.Join(root, "bin", "nsgate"), filepath.Join(root, "bin", "nsgate-init"), filepath.Join(root, "bin", "..", "libexec", "nsgate", "nsgate-init")}
 	linked := []string{filepath.Join(root, "link", "nsgate", "nsgate-init")} // below a link into proj, not made yet
+	// nsgate-init beside nsgate as a link to a build in proj, as a
+	// developer might install it.
+	if err := os.WriteFile(filepath.Join(root, "proj", "nsgate-init"), []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "proj", "nsgate-init"), filepath.Join(root, "other", "nsgate-init")); err != nil {
+		t.Fatal(err)
+	}
+	toProj := []string{filepath.Join(root, "other", "nsgate"), filepath.Join(root, "other", "nsgate-init")}
 	for _, c := range []struct {
 		name  string
 		cfg   ViewConfig
@@ -324,6 +333,7 @@ func TestPlanViewPrograms(t *testing.T) {
 		{"rw libexec, not made", ViewConfig{Writable: []string{filepath.Join(root, "libexec")}}, progs, true},
 		{"home", ViewConfig{Home: "/home/x", HomeDir: filepath.Join(root, "bin")}, progs, true},
 		{"through a link", ViewConfig{Writable: []string{filepath.Join(root, "proj")}}, linked, true},
+		{"a link to a writable path", ViewConfig{Writable: []string{filepath.Join(root, "proj")}}, toProj, true},
 		{"elsewhere", ViewConfig{Writable: []string{filepath.Join(root, "other")}}, progs, false},
 		{"below the directory", ViewConfig{Writable: []string{filepath.Join(root, "proj")}}, []string{filepath.Join(root, "nsgate")}, false},
 	} {
