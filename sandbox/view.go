@@ -262,8 +262,16 @@ func PlanView(cfg ViewConfig) (View, error) {
 	// there the worker could rename another file over the program, or
 	// make the nsgate-init that nsgate would take before itself.
 	for _, p := range cfg.Programs {
-		d := canonicalPrefix(filepath.Dir(p))
-		if w := within(d, writable); w != "" {
+		// Where the name is, and where a link there leads.
+		dirs := []string{canonicalPrefix(filepath.Dir(p))}
+		if c, err := canonicalExisting(p); err == nil {
+			dirs = append(dirs, filepath.Dir(c))
+		}
+		for _, d := range dirs {
+			w := within(d, writable)
+			if w == "" {
+				continue
+			}
 			return View{}, fmt.Errorf("nsgate starts %s outside the sandbox, and it lies in the writable path %s: the worker could put a program of its own there that a later nsgate run executes on the host; install nsgate (and nsgate-init) outside the paths the worker may write, or do not make %s writable", p, w, w)
 		}
 	}
