@@ -78,6 +78,23 @@ func TestInitProgram(t *testing.T) {
 				t.Errorf("exit %d, stdout %q, stderr %q; want 125, no worker, and the reason (another build)", r.code, r.stdout, r.stderr)
 			}
 		})
+		t.Run("not for the caller", func(t *testing.T) {
+			if m.uid < 0 {
+				return // root may execute any file with an x bit
+			}
+			// An nsgate-init the caller may not execute (root's, mode
+			// 0700): the start fails naming that file, not the kernel's
+			// user namespaces, which it used to blame for the EACCES.
+			bin := install("private", shipped)
+			if err := os.Chmod(filepath.Join(filepath.Dir(bin), "nsgate-init"), 0o700); err != nil {
+				t.Fatal(err)
+			}
+			r := runBounded(t, nsgateCmdAt(m, bin, "run", "--quiet", "--", "/bin/sh", "-c", "echo worker ran"),
+				60*time.Second, "nsgate run with an nsgate-init the caller may not execute", nil)
+			if r.code != 125 || strings.Contains(r.stdout, "worker ran") || !strings.Contains(r.stderr, "nsgate-init") || strings.Contains(r.stderr, "user namespaces") {
+				t.Errorf("exit %d, stdout %q, stderr %q; want 125, no worker, and the reason (nsgate-init not executable), not user namespaces", r.code, r.stdout, r.stderr)
+			}
+		})
 		t.Run("silent init", func(t *testing.T) {
 			bin := install("silent", "/bin/true")
 			r := runBounded(t, nsgateCmdAt(m, bin, "run", "--quiet", "--", "/bin/sh", "-c", "echo worker ran"),
