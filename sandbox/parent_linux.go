@@ -136,6 +136,12 @@ func initProgram() (string, error) {
 	}
 	for _, p := range initCandidates(self) {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			// Installed, but perhaps not for this caller (root's, mode
+			// 0700; a noexec mount): the exec's EACCES would otherwise
+			// read as the kernel refusing the user namespace.
+			if err := unix.Access(p, unix.X_OK); err != nil {
+				return "", fmt.Errorf("the sandbox's init %s: %w (install it executable by whoever runs nsgate, mode 0755 like nsgate)", p, err)
+			}
 			return p, nil
 		}
 	}
