@@ -334,6 +334,7 @@ func TestPlanViewPrograms(t *testing.T) {
 		{"home", ViewConfig{Home: "/home/x", HomeDir: filepath.Join(root, "bin")}, progs, true},
 		{"through a link", ViewConfig{Writable: []string{filepath.Join(root, "proj")}}, linked, true},
 		{"a link to a writable path", ViewConfig{Writable: []string{filepath.Join(root, "proj")}}, toProj, true},
+		{"the file itself", ViewConfig{Writable: []string{filepath.Join(root, "proj", "nsgate-init")}}, toProj, true},
 		{"elsewhere", ViewConfig{Writable: []string{filepath.Join(root, "other")}}, progs, false},
 		{"below the directory", ViewConfig{Writable: []string{filepath.Join(root, "proj")}}, []string{filepath.Join(root, "nsgate")}, false},
 	} {
