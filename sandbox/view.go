@@ -262,10 +262,11 @@ func PlanView(cfg ViewConfig) (View, error) {
 	// there the worker could rename another file over the program, or
 	// make the nsgate-init that nsgate would take before itself.
 	for _, p := range cfg.Programs {
-		// Where the name is, and where a link there leads.
+		// Where the name is, and where a link there leads: the
+		// directory, and the file itself (a --rw of the file alone).
 		dirs := []string{canonicalPrefix(filepath.Dir(p))}
 		if c, err := canonicalExisting(p); err == nil {
-			dirs = append(dirs, filepath.Dir(c))
+			dirs = append(dirs, filepath.Dir(c), c)
 		}
 		for _, d := range dirs {
 			w := within(d, writable)
