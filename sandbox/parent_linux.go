@@ -134,6 +134,9 @@ func initProgram() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("find own executable: %w", err)
 	}
+	if buildStamp == "" {
+		return self, nil
+	}
 	for _, p := range initCandidates(self) {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
 			// Installed, but perhaps not for this caller (root's, mode

@@ -39,11 +39,8 @@ const InitProgram = "nsgate-init"
 var buildStamp string
 
 // initCandidates are the paths, in order, where nsgate with executable
-// self looks for nsgate-init: none without a build stamp.
+// self looks for nsgate-init (only with a build stamp: initProgram).
 func initCandidates(self string) []string {
-	if buildStamp == "" {
-		return nil
-	}
 	dir := filepath.Dir(self)
 	return []string{filepath.Join(dir, InitProgram), filepath.Join(dir, "..", "libexec", "nsgate", InitProgram)}
 }
@@ -51,7 +48,9 @@ func initCandidates(self string) []string {
 // Programs returns the programs nsgate (the running executable) may
 // start outside the sandbox: itself (init when no nsgate-init is found,
 // and its other helpers) and each place it looks for nsgate-init,
-// whether a file is there or not. Whoever may write one of them, or
+// whether a file is there or not, and also in a build without a stamp,
+// which does not look there (a file planted now would run once a stamped
+// nsgate is installed in its place). Whoever may write one of them, or
 // create it, decides what the caller's next start runs before any of the
 // sandbox exists; ViewConfig.Programs keeps them out of the worker's
 // writable paths.
