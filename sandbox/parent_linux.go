@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"slices"
 	"strings"
 	"syscall"
@@ -138,9 +137,14 @@ func initProgram() (string, error) {
 	if buildStamp == "" {
 		return self, nil
 	}
-	dir := filepath.Dir(self)
-	for _, p := range []string{filepath.Join(dir, InitProgram), filepath.Join(dir, "..", "libexec", "nsgate", InitProgram)} {
+	for _, p := range initCandidates(self) {
 		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			// Installed, but perhaps not for this caller (root's, mode
+			// 0700; a noexec mount): the exec's EACCES would otherwise
+			// read as the kernel refusing the user namespace.
+			if err := unix.Access(p, unix.X_OK); err != nil {
+				return "", fmt.Errorf("the sandbox's init %s: %w (install it executable by whoever runs nsgate, mode 0755 like nsgate)", p, err)
+			}
 			return p, nil
 		}
 	}
@@ -273,6 +277,11 @@ func (c *Child) recvTun() (int, error) {
 // the worker (init then exits 125).
 func (c *Child) Release() (degraded []string, err error) {
 	if _, err := c.ctl.Write([]byte("go")); err != nil {
+		if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) {
+			// Init is gone (killed from the host, the OOM killer) since
+			// it sent the TUN: the same failure as its silence below.
+			return nil, errors.New("sandbox init exited before starting the worker")
+		}
 		return nil, fmt.Errorf("sandbox control: %w", err)
 	}
 	buf := make([]byte, 4096)

@@ -16,6 +16,7 @@ package sandbox
 import (
 	"io"
 	"os"
+	"path/filepath"
 
 	"github.com/nsgate/nsgate/tun/tundev"
 )
@@ -36,6 +37,30 @@ const InitProgram = "nsgate-init"
 // to hide, a guard rule) would not be enforced. An nsgate without a stamp
 // (a plain go build) never uses nsgate-init; it re-executes itself.
 var buildStamp string
+
+// initCandidates are the paths, in order, where nsgate with executable
+// self looks for nsgate-init (only with a build stamp: initProgram).
+func initCandidates(self string) []string {
+	dir := filepath.Dir(self)
+	return []string{filepath.Join(dir, InitProgram), filepath.Join(dir, "..", "libexec", "nsgate", InitProgram)}
+}
+
+// Programs returns the programs nsgate (the running executable) may
+// start outside the sandbox: itself (init when no nsgate-init is found,
+// and its other helpers) and each place it looks for nsgate-init,
+// whether a file is there or not, and also in a build without a stamp,
+// which does not look there (a file planted now would run once a stamped
+// nsgate is installed in its place). Whoever may write one of them, or
+// create it, decides what the caller's next start runs before any of the
+// sandbox exists; ViewConfig.Programs keeps them out of the worker's
+// writable paths.
+func Programs() ([]string, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	return append([]string{self}, initCandidates(self)...), nil
+}
 
 // specFD is init's descriptor of the sealed memory file that carries the
 // JSON Spec from the parent (specMemfd); init reads and closes it first.

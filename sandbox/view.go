@@ -114,6 +114,11 @@ type ViewConfig struct {
 	// each file where hiding it takes nothing from the worker (see
 	// PlanView), and refused when they lie in a writable path.
 	Own []string
+	// Programs are the programs nsgate starts outside the sandbox
+	// (Programs): refused when one, or the directory that holds it, lies
+	// in a writable path, where the worker could replace it or put one
+	// where none is yet.
+	Programs []string
 	// Hide are further paths to hide (the policy's filesystem.hide).
 	Hide []string
 	// ResolvConf is the worker's /etc/resolv.conf content.
@@ -260,6 +265,26 @@ func PlanView(cfg ViewConfig) (View, error) {
 		}
 	}
 	v.ReadOnly = uniqueSorted(v.ReadOnly)
+
+	// nsgate's programs: the worker must not choose what a later start
+	// (or this run's helpers) executes on the host. The directory counts:
+	// there the worker could rename another file over the program, or
+	// make the nsgate-init that nsgate would take before itself.
+	for _, p := range cfg.Programs {
+		// Where the name is, and where a link there leads: the
+		// directory, and the file itself (a --rw of the file alone).
+		dirs := []string{canonicalPrefix(filepath.Dir(p))}
+		if c, err := canonicalExisting(p); err == nil {
+			dirs = append(dirs, filepath.Dir(c), c)
+		}
+		for _, d := range dirs {
+			w := within(d, writable)
+			if w == "" {
+				continue
+			}
+			return View{}, fmt.Errorf("nsgate starts %s outside the sandbox, and it lies in the writable path %s: the worker could put a program of its own there that a later nsgate run executes on the host; install nsgate (and nsgate-init) outside the paths the worker may write, or do not make %s writable", p, w, w)
+		}
+	}
 
 	// nsgate's own files: refused in a writable path; otherwise the
 	// directory holding each is hidden whole wherever the worker would see
@@ -581,6 +606,22 @@ func canonicalOrClean(p string) string {
 		return filepath.Clean(p)
 	}
 	return a
+}
+
+// canonicalPrefix is p, absolute and clean, with the links of the
+// longest part of it that exists resolved: where p would be once made.
+func canonicalPrefix(p string) string {
+	p = canonicalOrClean(p)
+	var rest []string
+	for d := p; ; d = filepath.Dir(d) {
+		if c, err := filepath.EvalSymlinks(d); err == nil {
+			return filepath.Join(append([]string{c}, rest...)...)
+		}
+		if d == filepath.Dir(d) {
+			return p
+		}
+		rest = append([]string{filepath.Base(d)}, rest...)
+	}
 }
 
 func isDir(p string) bool {

@@ -408,3 +408,54 @@ func TestPlanViewSocketDir(t *testing.T) {
 		t.Errorf("Hide = %q, want %s/d.sock and not the directory, which holds a file too", v.Hide, mixed)
 	}
 }
+
+// TestPlanViewPrograms: the places nsgate starts programs from on the
+// host must not be writable for the worker, also where no file is yet
+// (nsgate-init in ../libexec/nsgate), through a link, or by --home.
+func TestPlanViewPrograms(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"bin", "libexec", "other", "proj"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(root, "proj"), filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	progs := []string{filepath.Join(root, "bin", "nsgate"), filepath.Join(root, "bin", "nsgate-init"), filepath.Join(root, "bin", "..", "libexec", "nsgate", "nsgate-init")}
+	linked := []string{filepath.Join(root, "link", "nsgate", "nsgate-init")} // below a link into proj, not made yet
+	// nsgate-init beside nsgate as a link to a build in proj, as a
+	// developer might install it.
+	if err := os.WriteFile(filepath.Join(root, "proj", "nsgate-init"), []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "proj", "nsgate-init"), filepath.Join(root, "other", "nsgate-init")); err != nil {
+		t.Fatal(err)
+	}
+	toProj := []string{filepath.Join(root, "other", "nsgate"), filepath.Join(root, "other", "nsgate-init")}
+	for _, c := range []struct {
+		name  string
+		cfg   ViewConfig
+		progs []string
+		bad   bool
+	}{
+		{"rw beside", ViewConfig{Writable: []string{filepath.Join(root, "bin")}}, progs, true},
+		{"rw above", ViewConfig{Writable: []string{root}}, progs, true},
+		{"rw libexec, not made", ViewConfig{Writable: []string{filepath.Join(root, "libexec")}}, progs, true},
+		{"home", ViewConfig{Home: "/home/x", HomeDir: filepath.Join(root, "bin")}, progs, true},
+		{"through a link", ViewConfig{Writable: []string{filepath.Join(root, "proj")}}, linked, true},
+		{"a link to a writable path", ViewConfig{Writable: []string{filepath.Join(root, "proj")}}, toProj, true},
+		{"the file itself", ViewConfig{Writable: []string{filepath.Join(root, "proj", "nsgate-init")}}, toProj, true},
+		{"elsewhere", ViewConfig{Writable: []string{filepath.Join(root, "other")}}, progs, false},
+		{"below the directory", ViewConfig{Writable: []string{filepath.Join(root, "proj")}}, []string{filepath.Join(root, "nsgate")}, false},
+	} {
+		c.cfg.Programs = c.progs
+		_, err := PlanView(c.cfg)
+		if c.bad && (err == nil || !strings.Contains(err.Error(), "outside the sandbox")) {
+			t.Errorf("%s: err %v; want a refusal (the worker could write where nsgate starts programs from)", c.name, err)
+		}
+		if !c.bad && err != nil {
+			t.Errorf("%s: %v; want no refusal", c.name, err)
+		}
+	}
+}

@@ -410,6 +410,10 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 	if d, err := gateDir(); err == nil {
 		hide = append(slices.Clone(hide), d)
 	}
+	progs, err := sandbox.Programs()
+	if err != nil {
+		return sandbox.View{}, fmt.Errorf("run: find own executable: %w", err)
+	}
 	cwd, _ := os.Getwd()
 	v, err := sandbox.PlanView(sandbox.ViewConfig{
 		Writable:   append(slices.Clone(cfg.Writable), fs.Write...),
@@ -426,6 +430,7 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 			os.Getenv("CONTAINERD_ADDRESS"), os.Getenv("BUILDKIT_HOST")},
 		Exec:       plan.Allow,
 		Own:        own,
+		Programs:   progs,
 		ResolvConf: scfg.Plan.ResolvConf(scfg.IPv6),
 		Cwd:        cwd,
 	})
