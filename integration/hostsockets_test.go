@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nsgate/nsgate/lab/internet"
 )
 
 // TestHostDaemonSocketsHidden: the host's daemon sockets through which a
@@ -176,23 +178,12 @@ func settled(n *atomic.Int64) bool {
 // and counts the connections it accepts.
 func countStream(t *testing.T, path string) *atomic.Int64 {
 	t.Helper()
-	ln, err := net.Listen("unix", path)
+	var n atomic.Int64
+	ln, err := internet.ListenUnixCounting(path, &n, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	os.Chmod(path, 0o777)
-	var n atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			n.Add(1)
-			c.Close()
-		}
-	}()
 	return &n
 }
 
@@ -237,21 +228,10 @@ func TestHiddenSocketRestart(t *testing.T) {
 		var hits atomic.Int64
 		listen := func() net.Listener {
 			os.Remove(sock)
-			ln, err := net.Listen("unix", sock)
+			ln, err := internet.ListenUnixCounting(sock, &hits, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			os.Chmod(sock, 0o777)
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					hits.Add(1)
-					c.Close()
-				}
-			}()
 			return ln
 		}
 		ln := listen()

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/nsgate/nsgate/lab/internet"
 )
 
 // TestAllowUnixHidesSessionBus: with --allow-unix the worker may connect
@@ -160,32 +162,20 @@ func startSessionBus(t *testing.T, daemon, dir string) {
 // to, counting them.
 func relayUnix(t *testing.T, path, to string) *atomic.Int64 {
 	t.Helper()
-	ln, err := net.Listen("unix", path)
+	var hits atomic.Int64
+	ln, err := internet.ListenUnixCounting(path, &hits, func(c net.Conn) {
+		u, err := net.Dial("unix", to)
+		if err != nil {
+			return
+		}
+		defer u.Close()
+		go io.Copy(u, c)
+		io.Copy(c, u)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	os.Chmod(path, 0o777)
-	var hits atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			hits.Add(1)
-			go func() {
-				defer c.Close()
-				u, err := net.Dial("unix", to)
-				if err != nil {
-					return
-				}
-				defer u.Close()
-				go io.Copy(u, c)
-				io.Copy(c, u)
-			}()
-		}
-	}()
 	return &hits
 }
 

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/nsgate/nsgate/lab/attack"
+	"github.com/nsgate/nsgate/lab/internet"
 	"github.com/nsgate/nsgate/lab/judge"
 )
 
@@ -53,24 +54,14 @@ func runUnixPhase(ctx context.Context, cfg Config, at attack.Attempt, h *attack.
 	} else {
 		envVal = "unix:path=" + bus
 	}
-	ln, err := net.Listen("unix", bus)
+	var hits atomic.Int64
+	ln, err := internet.ListenUnixCounting(bus, &hits, func(c net.Conn) {
+		fmt.Fprintf(c, "%s %s\n", attack.SessionBusBanner, h.Token)
+	})
 	if err != nil {
 		return errored(err.Error())
 	}
 	defer ln.Close()
-	os.Chmod(bus, 0o777) // as a bus's socket is: its own authentication decides
-	var hits atomic.Int64
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			hits.Add(1)
-			fmt.Fprintf(c, "%s %s\n", attack.SessionBusBanner, h.Token)
-			c.Close()
-		}
-	}()
 
 	// The run's audit log in a folder of its own: nsgate hides the
 	// folder of its log whole, which must not be the bus's.
