@@ -67,3 +67,50 @@ func TestExecSuggestionNoBroaderThanSeen(t *testing.T) {
 		}
 	}
 }
+
+// TestSuggestionShowsPathsInVisibleASCII: a program the worker tried to
+// run under a name with escapes, a bidi override or an invisible rune is
+// written into the suggestion and the learned file with ASCII escapes
+// (YAML reads them back to the same path), so the file the operator
+// reviews before applying it says exactly which file it allows.
+func TestSuggestionShowsPathsInVisibleASCII(t *testing.T) {
+	paths := []string{
+		"/tmp/\x1b]52;c;cm0K\x07\nallow",
+		"/tmp/sudo\u202e\ufe0f",
+		"/tmp/\u0430pp\u3164",
+	}
+	c := NewCollector(Denied)
+	for _, p := range paths {
+		c.Observe(audit.Exec{Action: "deny", Path: p, Reason: p + audit.ExecNotListed})
+	}
+	res := c.Result(nil)
+	sugg, err := Suggestions(res, SuggestInput{Log: "a.jsonl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	learned, err := LearnedPolicy(res, Run{Time: time.Unix(0, 0)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, out := range map[string]string{"suggestion": sugg, "learned file": string(learned)} {
+		for i := 0; i < len(out); i++ {
+			if c := out[i]; c != '\n' && (c < 0x20 || c > 0x7e) {
+				t.Errorf("the %s holds byte %#x:\n%s", name, c, out)
+				break
+			}
+		}
+	}
+	p, err := policy.Parse("suggestion", []byte(sugg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]bool{}
+	for _, e := range p.ExecAllow() {
+		got[e] = true
+	}
+	for _, want := range paths {
+		if !got[want] {
+			t.Errorf("the suggestion's exec.allow %q lacks %q", p.ExecAllow(), want)
+		}
+	}
+}
