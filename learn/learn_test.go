@@ -228,7 +228,7 @@ filesystem: {write: [/tmp/work], hide: ["~/.aws"]}
 		"not learned: 3 refused by the cloud-metadata set",
 		"1 by the TLS SNI",
 		"they now get NXDOMAIN): lookup-only.test",
-		"#   tcp gone.test:443: resolve: no such host second line",
+		`#   tcp gone.test:443: resolve: no such host\nsecond line`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("learned file lacks %q", want)
