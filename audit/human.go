@@ -3,6 +3,7 @@ package audit
 import (
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // FormatHuman renders ev as one line for a person, without a newline:
@@ -213,4 +214,27 @@ func clean(s string, noSpace bool) string {
 		}
 	}
 	return s
+}
+
+// TermText renders free text for a terminal line: printable ASCII as it
+// is, every other rune (control characters, line breaks, bidi overrides,
+// invisible and lookalike runes) as its Go escape, and invalid UTF-8 as
+// \xNN. Unlike a field value it is not quoted as a whole: it is for
+// sentences that quote worker strings (a lab attempt's detail).
+func TermText(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			b.WriteString(`\x` + strconv.FormatUint(uint64(s[i])>>4, 16) + strconv.FormatUint(uint64(s[i])&15, 16))
+		case r >= ' ' && r <= '~':
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += n
+	}
+	return b.String()
 }

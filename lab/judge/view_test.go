@@ -12,7 +12,7 @@ import (
 // line of its own (a forged "PASS").
 func TestTableShowsDetailsInVisibleASCII(t *testing.T) {
 	ev := &Evidence{
-		Verdict: "fail",
+		Verdict:  "fail",
 		Attempts: []Result{{ID: "x\x1b[1Ay", Category: "dns", Layer: "dns", Detail: "saw \x1b]52;c;cm0K\x07"}},
 		Reasons:  []string{"x: the host check failed: \x1b[2K\x1b[1A\u202e\ufe0f\nPASS: every attack was blocked and every control succeeded."},
 	}
