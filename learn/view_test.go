@@ -114,3 +114,36 @@ func TestSuggestionShowsPathsInVisibleASCII(t *testing.T) {
 		}
 	}
 }
+
+// TestHostileNamesMakeNoRule: a name the worker chose that is not a plain
+// host name (a wildcard, YAML syntax, a second line, a lookalike that
+// with a bidi override) never becomes a rule or a name in the suggestion;
+// a name with a trailing dot becomes the rule for that name only. An exec
+// reason clipped by the log (audit.MaxField) is not an entry either.
+func TestHostileNamesMakeNoRule(t *testing.T) {
+	c := NewCollector(Denied)
+	for _, h := range []string{"*.evil.test", "a:b.test", "a#b.test", "- a.test", "&x.test", "*x.test", "a\nversion: 2", "a\u202e.test"} {
+		c.Observe(audit.Flow{Action: "deny", Proto: "tcp", Dst: "198.18.0.9:443", Host: h, Rule: policy.RuleDefault})
+		c.Observe(audit.DNS{Action: "deny", QName: h, Rule: policy.RuleDefault})
+	}
+	c.Observe(audit.DNS{Action: "deny", QName: "seen.test.", Rule: policy.RuleDefault})
+	c.Observe(audit.Exec{Action: "deny", Path: "/usr/x", Reason: "/usr" + audit.ExecNotListed + "…(600 more bytes)"})
+	res := c.Result(nil)
+	sugg, err := Suggestions(res, SuggestInput{Log: "a.jsonl"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := policy.Parse("suggestion", []byte(sugg))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rules := p.AllowRules()
+	if len(rules) != 1 || rules[0].Host != "seen.test" || len(p.ExecAllow()) != 0 {
+		t.Errorf("suggestion:\n%s\nwant one rule, for seen.test, and no exec.allow", sugg)
+	}
+	for _, n := range []string{"x.evil.test", "evil.test", "other.test"} {
+		if d := p.NameAllowed(n); d.Verdict == policy.Allow {
+			t.Errorf("the suggestion allows %s", n)
+		}
+	}
+}
