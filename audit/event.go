@@ -97,6 +97,14 @@ type Exec struct {
 	Count   uint64 `json:"count,omitempty"`
 }
 
+// ExecNotListed ends the reason of an exec refusal whose only cause is
+// that no exec.allow entry names the file: the reason is the canonical
+// path of the regular file the guard checked, then this. It is the one
+// refusal an exec.allow entry for that path lifts for that file alone,
+// so the only one package learn turns into an entry (a directory would
+// allow its tree; a loader refused by what it is would then run anything).
+const ExecNotListed = " is not in the exec allowlist"
+
 // Inbound records a connection through a --publish forward.
 type Inbound struct {
 	Action string `json:"action"`

@@ -3,7 +3,7 @@ package audit
 import (
 	"strconv"
 	"strings"
-	"unicode"
+	"unicode/utf8"
 )
 
 // FormatHuman renders ev as one line for a person, without a newline:
@@ -11,9 +11,10 @@ import (
 //	nsgate: deny tcp 10.0.2.100:41234 -> 169.254.169.254:80 rule=builtin:metadata: 169.254.169.254 is a cloud metadata address
 //
 // A non-zero Count is rendered as " (N more like this)". Strings that come
-// from the worker (names, paths, addresses) are quoted when they hold
-// control characters, spaces or anything not printable, so a hostile name
-// cannot forge a second line or restyle the terminal.
+// from the worker (names, paths, addresses) are quoted with ASCII escapes
+// when they hold control characters, spaces or anything but printable
+// ASCII, so a hostile name cannot forge a second line, restyle the
+// terminal or pass for another name.
 func FormatHuman(ev Event) string {
 	ev = normalize(ev)
 	if ev == nil {
@@ -199,14 +200,41 @@ func word(s string) string {
 	return clean(s, true)
 }
 
-// clean returns s, or s quoted with Go escapes when it holds a control
-// character, invalid UTF-8, a non-printable rune, a quote, or (when
-// noSpace) a space.
+// clean returns s, or s quoted with Go's ASCII escapes when it holds
+// anything but printable ASCII (a control character, invalid UTF-8, any
+// rune past '~'), a quote, or (when noSpace) a space. Printable non-ASCII
+// is escaped too: a variation selector, a Hangul filler or a Braille
+// blank is invisible, a combining mark or a Cyrillic letter looks like
+// another name, and the operator must see the exact name a worker chose.
+// Names nsgate decides on are ASCII already (punycode).
 func clean(s string, noSpace bool) string {
-	for _, r := range s {
-		if r == unicode.ReplacementChar || r == '"' || !unicode.IsPrint(r) || (noSpace && unicode.IsSpace(r)) {
-			return strconv.Quote(s)
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < ' ' || c > '~' || c == '"' || noSpace && c == ' ' {
+			return strconv.QuoteToASCII(s)
 		}
 	}
 	return s
+}
+
+// TermText renders free text for a terminal line: printable ASCII as it
+// is, every other rune (control characters, line breaks, bidi overrides,
+// invisible and lookalike runes) as its Go escape, and invalid UTF-8 as
+// \xNN. Unlike a field value it is not quoted as a whole: it is for
+// sentences that quote worker strings (a lab attempt's detail).
+func TermText(s string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		switch {
+		case r == utf8.RuneError && n == 1:
+			b.WriteString(`\x` + strconv.FormatUint(uint64(s[i])>>4, 16) + strconv.FormatUint(uint64(s[i])&15, 16))
+		case r >= ' ' && r <= '~':
+			b.WriteRune(r)
+		default:
+			q := strconv.QuoteRuneToASCII(r)
+			b.WriteString(q[1 : len(q)-1])
+		}
+		i += n
+	}
+	return b.String()
 }

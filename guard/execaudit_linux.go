@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nsgate/nsgate/audit"
 )
 
 // InstallExecNotifier installs the exec notifier on every thread of the
@@ -367,7 +369,7 @@ func (s *ExecServer) verdict(w *walker, fd, depth int) (canon, why string) {
 		return canon, "direct invocation of " + canon + ", a program that loads other programs itself (it would run any readable program)"
 	}
 	if !s.plan.Allows(canon) {
-		return canon, canon + " is not in the exec allowlist"
+		return canon, canon + audit.ExecNotListed
 	}
 
 	// What the kernel loads next. When we cannot read the file, Landlock

@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/lab/attack"
 )
@@ -157,7 +158,7 @@ func runBrowser(ctx context.Context, cfg Config, polFile, auditPath, work string
 		if o.Observed != at.Expect {
 			mark = "UNEXPECTED"
 		}
-		fmt.Fprintf(cfg.Stderr, "[%3d/%d] %-26s %-8s %-10s %s\n", i+1, n, o.ID, o.Observed, mark, shorten(o.Detail, 90))
+		fmt.Fprintf(cfg.Stderr, "[%3d/%d] %-26s %-8s %-10s %s\n", i+1, n, audit.TermText(o.ID), o.Observed, mark, shorten(audit.TermText(o.Detail), 90))
 	})
 	br.obs = obs
 	if err != nil {

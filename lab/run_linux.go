@@ -558,7 +558,7 @@ func runMain(ctx context.Context, cfg Config, args, env []string, cat []attack.A
 		if o.Observed != expect[o.ID] {
 			mark = "UNEXPECTED"
 		}
-		fmt.Fprintf(cfg.Stderr, "[%3d/%d] %-26s %-8s %-10s %s\n", len(m.obs), len(cat), o.ID, o.Observed, mark, shorten(o.Detail, 90))
+		fmt.Fprintf(cfg.Stderr, "[%3d/%d] %-26s %-8s %-10s %s\n", len(m.obs), len(cat), audit.TermText(o.ID), o.Observed, mark, shorten(audit.TermText(o.Detail), 90))
 	}
 	m.code = attack.ExitCode(cmd.Wait())
 	m.stderr = stderr.String()

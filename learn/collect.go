@@ -307,8 +307,8 @@ func (c *Collector) exec(e audit.Exec, n uint64) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	p := filepath.Clean(e.Path)
-	if !filepath.IsAbs(e.Path) || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
+	p, ok := listable(e.Reason)
+	if !ok {
 		c.counts.Invalid += n
 		return
 	}
@@ -318,6 +318,21 @@ func (c *Collector) exec(e audit.Exec, n uint64) {
 	}
 	c.execs[p] += n
 	c.counts.ExecRefusals += n
+}
+
+// listable returns the file an exec refusal's reason names when the
+// refusal is one an exec.allow entry for that file lifts, and for nothing
+// else (audit.ExecNotListed): the canonical path of a regular file. The
+// path the worker asked for is not used: it may name a directory ("/",
+// which exec.allow reads as its whole tree), a symbolic link the worker
+// can point elsewhere before the next run, or a loader the guard refuses
+// whatever the list says unless it is listed itself.
+func listable(reason string) (string, bool) {
+	p, ok := strings.CutSuffix(reason, audit.ExecNotListed)
+	if !ok || p == "/" || !filepath.IsAbs(p) || filepath.Clean(p) != p || strings.IndexByte(p, 0) >= 0 || !utf8.ValidString(p) {
+		return "", false
+	}
+	return p, true
 }
 
 func (c *Collector) l7(e audit.L7, n uint64) {

@@ -28,7 +28,7 @@ func FuzzLearnedParses(f *testing.F) {
 		}
 		for _, c := range []*Collector{learned, denied} {
 			c.Observe(audit.Exec{Action: "deny", Path: path})
-			c.Observe(audit.Exec{Action: "deny", Path: "/" + path})
+			c.Observe(audit.Exec{Action: "deny", Path: "/" + path, Reason: "/" + path + audit.ExecNotListed})
 		}
 		if _, err := LearnedPolicy(learned.Result(nil), Run{Argv: []string{host, path}, Time: time.Now(), BasePath: path, ExecAllow: []string{path, "/" + path}}); err != nil {
 			t.Fatalf("learned: %v", err)

@@ -150,7 +150,7 @@ filesystem: {write: [/tmp/work], hide: ["~/.aws"]}
 	// Allowed but failed upstream.
 	c.Observe(audit.Flow{Action: "deny", Proto: "tcp", Dst: "198.18.0.12:443", Host: "gone.test", Rule: policy.RuleLearn, Reason: "resolve: no such host\nsecond line"})
 	c.Observe(audit.L7{Action: "deny", Host: "js.assets.test", SNI: "other.test"})
-	c.Observe(audit.Exec{Action: "deny", Path: "/usr/bin/git", PID: 7})
+	c.Observe(audit.Exec{Action: "deny", Path: "/usr/bin/git", PID: 7, Reason: "/usr/bin/git" + audit.ExecNotListed})
 	c.Observe(audit.Exec{Action: "deny", Path: "/usr/local/bin/git", PID: 7, Missing: true})
 	c.Observe(audit.Exec{Action: "allow", Path: "/usr/lib/chromium/chromium", PID: 8})
 
@@ -228,7 +228,7 @@ filesystem: {write: [/tmp/work], hide: ["~/.aws"]}
 		"not learned: 3 refused by the cloud-metadata set",
 		"1 by the TLS SNI",
 		"they now get NXDOMAIN): lookup-only.test",
-		"#   tcp gone.test:443: resolve: no such host second line",
+		`#   tcp gone.test:443: resolve: no such host\nsecond line`,
 	} {
 		if !strings.Contains(text, want) {
 			t.Errorf("learned file lacks %q", want)
@@ -256,7 +256,7 @@ func TestLearnedEmpty(t *testing.T) {
 	}
 	// Only refused programs: exec stays commented out.
 	c := NewCollector(Learned)
-	c.Observe(audit.Exec{Action: "deny", Path: "/bin/sh"})
+	c.Observe(audit.Exec{Action: "deny", Path: "/bin/sh", Reason: "/bin/sh" + audit.ExecNotListed})
 	out, err = LearnedPolicy(c.Result(nil), Run{Argv: []string{"x"}, Time: time.Now()})
 	if err != nil {
 		t.Fatal(err)
@@ -340,7 +340,7 @@ func suggestLog(t *testing.T) string {
 		audit.DNS{Action: "deny", Rule: "builtin:dns-malformed"},
 		audit.DNS{Action: "deny", QName: "zone.evil.test", QType: "SOA", Rule: "builtin:dns-opcode"},
 		audit.L7{Action: "deny", FlowSeq: 2, Host: "app.test", SNI: "evil.test", Reason: "sni mismatch"},
-		audit.Exec{Action: "deny", Path: "/usr/bin/git", PID: 3},
+		audit.Exec{Action: "deny", Path: "/usr/bin/git", PID: 3, Reason: "/usr/bin/git" + audit.ExecNotListed},
 		audit.Exec{Action: "deny", Path: "/usr/local/sbin/git", PID: 3, Missing: true},
 		audit.Exit{Code: 0},
 	)

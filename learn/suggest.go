@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strconv"
 	"strings"
 
 	"github.com/nsgate/nsgate/audit"
@@ -163,7 +162,7 @@ func Suggestions(res Result, in SuggestInput) (string, error) {
 	}
 	var execs []string
 	for _, e := range res.Execs {
-		execs = append(execs, strconv.Quote(e.Path)+"  # refused "+plural(e.Count, "time"))
+		execs = append(execs, yamlString(e.Path)+"  # refused "+plural(e.Count, "time"))
 	}
 	if len(allow)+len(execs) == 0 {
 		w("# nothing to suggest: no denial here is one an allow rule would open")
@@ -215,7 +214,7 @@ func Suggestions(res Result, in SuggestInput) (string, error) {
 		} else {
 			w(" exec:\n   allow:\n")
 			for _, e := range curExec {
-				w("     - %s\n", strconv.Quote(e))
+				w("     - %s\n", yamlString(e))
 			}
 		}
 		for _, l := range execs {

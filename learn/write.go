@@ -116,7 +116,7 @@ func LearnedPolicy(res Result, run Run) ([]byte, error) {
 	case len(execs) > 0:
 		w("exec:\n  allow:\n")
 		for _, e := range execs {
-			w("    - %s  # %s\n", strconv.Quote(e.path), e.from)
+			w("    - %s  # %s\n", yamlString(e.path), e.from)
 		}
 	case len(res.Execs) > 0:
 		w("# exec:\n#   allow:\n")
@@ -125,7 +125,7 @@ func LearnedPolicy(res Result, run Run) ([]byte, error) {
 	if len(res.Execs) > 0 {
 		w("%srefused during learning (the worker did not run them); uncomment to allow:\n", prefix)
 		for _, e := range res.Execs {
-			w("%s- %s  # refused %s\n", prefix, commentText(strconv.Quote(e.Path)), plural(e.Count, "time"))
+			w("%s- %s  # refused %s\n", prefix, yamlString(e.Path), plural(e.Count, "time"))
 		}
 	}
 	if write, hide := base.FilesystemPaths(); len(write)+len(hide) > 0 {
@@ -137,7 +137,7 @@ func LearnedPolicy(res Result, run Run) ([]byte, error) {
 			if len(sec.paths) > 0 {
 				w("  %s:\n", sec.key)
 				for _, p := range sec.paths {
-					w("    - %s\n", strconv.Quote(p))
+					w("    - %s\n", yamlString(p))
 				}
 			}
 		}
@@ -191,7 +191,7 @@ func writeDNS(b *strings.Builder, p *policy.Policy) {
 			if i > 0 {
 				b.WriteString(", ")
 			}
-			b.WriteString(strconv.Quote(u))
+			b.WriteString(yamlString(u))
 		}
 		b.WriteString("]\n")
 	}
@@ -199,12 +199,12 @@ func writeDNS(b *strings.Builder, p *policy.Policy) {
 		b.WriteString("  hosts:\n")
 		for _, n := range names {
 			addrs, _ := p.StaticHosts(n)
-			b.WriteString("    " + strconv.Quote(n) + ": [")
+			b.WriteString("    " + yamlString(n) + ": [")
 			for i, a := range addrs {
 				if i > 0 {
 					b.WriteString(", ")
 				}
-				b.WriteString(strconv.Quote(a.String()))
+				b.WriteString(yamlString(a.String()))
 			}
 			b.WriteString("]\n")
 		}
@@ -227,20 +227,29 @@ func quoteArgv(argv []string) string {
 	return strings.Join(out, " ")
 }
 
-// commentText makes s safe inside a YAML comment: one line, only
-// characters YAML allows in a stream (no control characters, no line
-// breaks such as NEL or U+2028, no byte-order mark); the others become
-// spaces.
+// yamlString writes s as a YAML double-quoted string in printable ASCII:
+// Go's escapes with every rune past '~' as \uXXXX, which YAML reads back
+// to the same string (s is valid UTF-8: package learn takes no path or
+// name that is not). A path the worker chose then shows, in the file the
+// operator reviews, every escape, bidi override, invisible or lookalike
+// rune it holds as its code.
+func yamlString(s string) string { return strconv.QuoteToASCII(s) }
+
+// commentText makes s safe inside a YAML comment and plain to read: one
+// line of printable ASCII, with every other rune (control characters,
+// line breaks such as NEL or U+2028, a byte-order mark, bidi overrides,
+// invisible and lookalike runes) written as its Go escape.
 func commentText(s string) string {
-	return strings.Map(func(r rune) rune {
-		switch {
-		case r == 0x85 || r == 0x2028 || r == 0x2029 || r == 0xfeff:
-			return ' '
-		case r >= 0x20 && r <= 0x7e, r >= 0xa0 && r <= 0xd7ff, r >= 0xe000 && r <= 0xfffd, r >= 0x10000 && r <= 0x10ffff:
-			return r
+	var b strings.Builder
+	for _, r := range s {
+		if r >= 0x20 && r <= 0x7e {
+			b.WriteRune(r)
+			continue
 		}
-		return ' '
-	}, s)
+		q := strconv.QuoteRuneToASCII(r)
+		b.WriteString(q[1 : len(q)-1])
+	}
+	return b.String()
 }
 
 // OpenOutput opens the learned file's path for writing without changing

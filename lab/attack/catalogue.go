@@ -427,6 +427,7 @@ func Catalogue() []Attempt {
 
 	// The worker's file system view and the audit log (containment.go).
 	add(containmentAttempts()...)
+	add(viewAttempts()...)
 	return c
 }
 

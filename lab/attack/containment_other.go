@@ -31,6 +31,8 @@ var (
 	fsHoldStartSlots     = notLinux
 	fsReadInit           = notLinux
 	ttyOutliveWorker     = notLinux
+	viewHostileStrings   = notLinux
+	viewExecSuggestTree  = notLinux
 )
 
 func fsExec(id string, dir func(*attacker) (string, error)) func(context.Context, *attacker) result {

@@ -12,6 +12,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/lab/attack"
 	"github.com/nsgate/nsgate/lab/internet"
 )
@@ -273,14 +274,15 @@ func (ev *Evidence) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ATTACK\tCATEGORY\tLAYER\tEXPECTED\tOBSERVED\tAUDIT SEQ\tRESULT")
 	for _, r := range ev.Attempts {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.ID, r.Category, r.Layer, r.Expected, r.Observed, seqList(r.AuditSeqs), passWord(r.Pass))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", audit.TermText(r.ID), audit.TermText(r.Category), audit.TermText(r.Layer),
+			audit.TermText(string(r.Expected)), audit.TermText(string(r.Observed)), seqList(r.AuditSeqs), passWord(r.Pass))
 	}
 	tw.Flush()
 	fmt.Fprintln(w)
 	if len(ev.Reasons) > 0 {
 		fmt.Fprintln(w, "Failures:")
 		for _, r := range ev.Reasons {
-			fmt.Fprintln(w, "  "+r)
+			fmt.Fprintln(w, "  "+audit.TermText(r))
 		}
 		fmt.Fprintln(w)
 	}
