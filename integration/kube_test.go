@@ -410,6 +410,11 @@ func (k *kubeEnv) testLab(t *testing.T) {
 	copyFile(t, "../deploy/kubernetes/nsgate-lab.yaml", manifest)
 	os.Chmod(manifest, 0o644)
 	k.play(t, manifest)
+	// The pod goes at the end, also when the lab failed (its volume
+	// stays): its user namespace's ids are free again for the next pod,
+	// which otherwise cannot start ("could not find enough available
+	// IDs").
+	defer k.removePod(t, "nsgate-lab")
 	const ctr = "nsgate-lab-lab"
 	code := k.wait(t, ctr)
 	stdout, stderr := k.logs(t, ctr)
@@ -429,17 +434,20 @@ func (k *kubeEnv) testLab(t *testing.T) {
 	if v.code != 0 {
 		t.Errorf("nsgate audit verify of the lab's log on the volume: exit %d %s", v.code, v.stderr)
 	}
-	// The pod goes (its volume stays): its user namespace's ids are
-	// free again for the next pod. Podman's own clean-up of the exited
-	// container (conmon runs it) may still hold its /dev/shm mount for a
-	// moment ("device or resource busy"): try again, boundedly.
+}
+
+// removePod removes the pod name. Podman's own clean-up of an exited
+// container (conmon runs it) may still hold its /dev/shm mount for a
+// moment ("device or resource busy"): it tries again, boundedly.
+func (k *kubeEnv) removePod(t *testing.T, name string) {
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(500 * time.Millisecond) {
-		r := k.run(t, "pod", "rm", "-f", "-t", "0", "nsgate-lab")
+		r := k.run(t, "pod", "rm", "-f", "-t", "0", name)
 		if r.code == 0 {
-			break
+			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("podman pod rm nsgate-lab: exit %d %s", r.code, r.stderr)
+			t.Errorf("podman pod rm %s: exit %d %s", name, r.code, r.stderr)
+			return
 		}
 	}
 }

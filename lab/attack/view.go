@@ -39,7 +39,7 @@ func viewAttempts() []Attempt {
 		},
 		{
 			ID: "view-exec-suggest-tree", Category: "containment", Layer: LayerExecGuard,
-			Description: "try to run / (a directory: an exec.allow entry for it allows every file), /usr/bin/. and the dynamic loader itself, so that policy suggest proposes them as exec.allow entries",
+			Description: "try to run / (a directory: an exec.allow entry for it allows every file), the shell's directory spelled DIR/. and the dynamic loader itself, so that policy suggest proposes them as exec.allow entries",
 			Expect:      Blocked, Audit: AuditDeny,
 			HostCheck: "no exec.allow entry policy suggest makes of the run's log is a directory on the host, the root or a dynamic loader",
 			run:       viewExecSuggestTree,

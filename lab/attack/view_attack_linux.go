@@ -75,7 +75,9 @@ func viewExecSuggestTree(ctx context.Context, a *attacker) result {
 		return erroredf("precondition: the ELF interpreter of %s: %v", sh, err)
 	}
 	var seen []string
-	for _, p := range []string{"/", "/usr/bin/.", interp} {
+	// The shell's own directory, spelled with a trailing "/.": every
+	// image has it (a pod's agent image may have no /usr/bin).
+	for _, p := range []string{"/", filepath.Dir(sh) + "/.", interp} {
 		err := startWait(p, "--version")
 		var ee *exec.ExitError
 		switch {
