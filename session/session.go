@@ -68,9 +68,11 @@ type Config struct {
 	// Reload is the reload behaviour (default NoReload).
 	Reload Reload
 	// OnReload, when set, is called after a policy was reloaded and put
-	// in force, with the new policy (e.g. to say that a change of its
-	// filesystem section applies only to the next run).
-	OnReload func(*policy.Policy)
+	// in force. It returns what of the new policy is not in force (the
+	// sections fixed at the worker's start), or "": when it says
+	// something, Reload records it as a policy record with action
+	// degraded, after the reload's own record.
+	OnReload func(*policy.Policy) (notInForce string)
 	// WithoutMetadataStep removes the cloud-metadata step from every
 	// policy put in force. Only `nsgate lab --break metadata` sets it, to
 	// show that the lab notices.
@@ -331,7 +333,9 @@ func (s *Session) Reload() error {
 	s.store(p)
 	s.sink.Log(audit.Policy{Action: "allow", PolicySHA256: p.SHA256()})
 	if s.cfg.OnReload != nil {
-		s.cfg.OnReload(p)
+		if note := s.cfg.OnReload(p); note != "" {
+			s.sink.Log(audit.Policy{Action: "degraded", PolicySHA256: p.SHA256(), Error: note})
+		}
 	}
 	return nil
 }
