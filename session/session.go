@@ -317,13 +317,17 @@ func (s *Session) Inbound() *inbound.Forwarder {
 
 // Reload re-reads the policy file and puts it in force; a bad file is
 // refused, the old policy kept and the error returned. Both outcomes are
-// audited. It refuses under NoReload.
+// audited. It refuses under NoReload, and when there is no policy file.
 func (s *Session) Reload() error {
 	if s.cfg.Reload == NoReload {
 		return errors.New("reload is off for this session")
 	}
 	if s.cfg.PolicyPath == "" {
-		return nil
+		// Nothing to read: say so rather than "reloaded", which would
+		// suggest a file was read and put in force.
+		err := errors.New("no policy file was given (deny-all): nothing to reload")
+		s.sink.Log(audit.Policy{Action: "deny", Error: err.Error()})
+		return err
 	}
 	p, err := Load(s.cfg.PolicyPath)
 	if err != nil {

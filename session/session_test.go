@@ -131,6 +131,28 @@ func TestReloadNotInForce(t *testing.T) {
 	}
 }
 
+// TestReloadWithoutFile: with no policy file (deny-all) a reload is
+// refused and recorded, not reported as a reload; deny-all stays.
+func TestReloadWithoutFile(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	s, err := Open(Config{AuditPath: log, Stderr: &bytes.Buffer{}, Reload: ReloadOnSIGHUP, Start: audit.Start{Version: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.Policy().SHA256()
+	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), "no policy file") {
+		t.Errorf("Reload without a file = %v, want a refusal naming the missing file", err)
+	}
+	if s.Policy().SHA256() != before {
+		t.Errorf("the policy changed")
+	}
+	s.Close(0)
+	data, _ := os.ReadFile(log)
+	if !strings.Contains(string(data), `"event":"policy"`) || !strings.Contains(string(data), "nothing to reload") {
+		t.Errorf("no refused-reload record in %s", data)
+	}
+}
+
 func TestNoReloadRefuses(t *testing.T) {
 	s, err := Open(Config{Stderr: &bytes.Buffer{}})
 	if err != nil {
