@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/net/publicsuffix"
 )
 
 // Parse reads a policy file (docs/policy.md). filename is used only in messages.
@@ -398,6 +400,11 @@ func (ps *parser) rule(n *yaml.Node, section, id string) (rule, bool) {
 			if !wild && metadataNameReason(name) != "" && section == "allow" {
 				ps.warnf(v, "%s.host: %s is a cloud metadata name; it stays denied", id, name)
 			}
+			if wild && section == "allow" {
+				if suffix, _ := publicsuffix.PublicSuffix(name); suffix == name {
+					ps.warnf(v, "%s.host: %s is a public suffix: *.%s allows every name registered under it, whoever owns it", id, name, name)
+				}
+			}
 		},
 		"cidr": func(k, v *yaml.Node) {
 			if dest != nil {
@@ -775,6 +782,9 @@ func (ps *parser) execPaths(n *yaml.Node) []string {
 		if strings.IndexByte(s, 0) >= 0 {
 			ps.errf(it, "%s: path contains a NUL byte", what)
 			continue
+		}
+		if path.Clean(s) == "/" {
+			ps.warnf(it, "%s: %q is the root: every program on the host may run, as if there were no exec guard", what, s)
 		}
 		if !slices.Contains(out, s) {
 			out = append(out, s)

@@ -683,6 +683,24 @@ func TestParseWarnings(t *testing.T) {
 			want: []string{"test.yaml:4:17: dns.hosts.meta.test[0]: 169.254.169.254 is a cloud metadata address"},
 		},
 		{
+			why: "a wildcard over a public suffix allows names of every owner under it",
+			src: "version: 1\nallow:\n  - {host: \"*.co.uk\", ports: [443]}\n  - {host: \"*.Test.\", ports: [443]}\n  - {host: \"*.github.io\", ports: [443]}\n",
+			want: []string{
+				"test.yaml:3:12: allow[0].host: co.uk is a public suffix",
+				"test.yaml:4:12: allow[1].host: test is a public suffix",
+				"test.yaml:5:12: allow[2].host: github.io is a public suffix",
+			},
+		},
+		{
+			why: "a wildcard under a registrable name, and a deny wildcard over a suffix, need no word",
+			src: "version: 1\nallow:\n  - {host: \"*.cdn.example.co.uk\", ports: [443]}\ndeny:\n  - host: \"*.co.uk\"\n",
+		},
+		{
+			why:  "exec.allow of the root, however written, turns the exec guard into nothing",
+			src:  "version: 1\nexec:\n  allow: [/usr/lib/../.., /usr/bin]\n",
+			want: []string{"test.yaml:3:11: exec.allow[0]: \"/usr/lib/../..\" is the root"},
+		},
+		{
 			why:  "turning verification off is worth a word",
 			src:  "version: 1\ntls: {verify_sni: false}\n",
 			want: []string{"test.yaml:2:19: tls.verify_sni is false"},
