@@ -19,8 +19,10 @@ import (
 // Parse reads a policy file (docs/policy.md). filename is used only in messages.
 // On bad input it returns a nil *Policy and a *Errors holding every problem
 // found, each located at the offending YAML node. The format is strict:
-// unknown keys, duplicate keys, wrong types, anchors and aliases, and more
-// than one YAML document are errors.
+// unknown keys, duplicate keys, wrong types, aliases (so merge keys,
+// which YAML reads as a key of type !!merge, and alias expansion bombs
+// too), and more than one YAML document are errors. An anchor that no
+// alias uses changes nothing and is let be.
 //
 // Parse bounds its work: input larger than MaxFileSize, more than MaxRules
 // rules in allow and deny together, and more than MaxHosts names in

@@ -469,6 +469,16 @@ func TestParseErrors(t *testing.T) {
 			want: []string{"6:12: aliases (*web) are not supported"},
 		},
 		{
+			why:  "a merge key cannot smuggle a destination into a rule",
+			src:  "version: 1\nallow:\n  - host: a.test\n    <<: {cidr: 0.0.0.0/0}\n    ports: [443]\n",
+			want: []string{"4:5: allow[0]: keys must be plain names, found a !!merge value"},
+		},
+		{
+			why:  "an alias bomb is refused at its first alias, never expanded",
+			src:  "version: 1\nx: &a [l, l, l, l, l, l, l, l, l]\ny: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nz: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n",
+			want: []string{"3:9: aliases (*a) are not supported"},
+		},
+		{
 			why:  "a complex key is not a plain name",
 			src:  "version: 1\n? [a]\n: 1\n",
 			want: []string{"2:3: policy: keys must be plain names, found a list"},

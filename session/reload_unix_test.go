@@ -109,3 +109,29 @@ func TestReloadSIGHUPBurstAndFIFO(t *testing.T) {
 		t.Errorf("the refused FIFO reload is not in the audit log")
 	}
 }
+
+// TestReloadHugeBadPolicy: a refused reload of a policy file just under
+// the size limit with a problem on every item (here 300,000 relative
+// exec paths) must not write an audit record the log's own reader
+// refuses: the log still verifies, and the refusal is recorded.
+func TestReloadHugeBadPolicy(t *testing.T) {
+	dir := t.TempDir()
+	pol := writePolicy(t, dir, "version: 1\n")
+	log := filepath.Join(dir, "audit.jsonl")
+	s, err := Open(Config{PolicyPath: pol, AuditPath: log, Stderr: &lockedBuffer{}, Reload: ReloadOnSIGHUP, Start: audit.Start{Version: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePolicy(t, dir, "version: 1\nexec:\n  allow: ["+strings.Repeat("a,", 300000)+"]\n")
+	if err := s.Reload(); err == nil {
+		t.Fatal("a bad policy was accepted")
+	}
+	s.Close(0)
+	if _, _, err := audit.VerifyFile(log, nil); err != nil {
+		t.Errorf("the log does not verify after a refused reload of a large bad file: %v", err)
+	}
+	data, _ := os.ReadFile(log)
+	if !strings.Contains(string(data), `"action":"deny"`) {
+		t.Errorf("the refused reload is not recorded")
+	}
+}
