@@ -40,6 +40,10 @@ func Parse(filename string, data []byte) (*Policy, error) {
 	} else {
 		ps.document(data, p)
 	}
+	if ps.dropped > 0 {
+		ps.errs = append(ps.errs, Error{File: filename, Line: ps.droppedAt.Line, Col: ps.droppedAt.Col,
+			Msg: fmt.Sprintf("and %d more problems from here on, not listed (the first %d are)", ps.dropped, MaxErrors)})
+	}
 	if len(ps.errs) > 0 {
 		slices.SortStableFunc(ps.errs, compareErrors)
 		errs := ps.errs
@@ -55,9 +59,20 @@ type parser struct {
 	warns  []Error
 	nrules int    // allow and deny rules read so far; MaxRules+1 once the bound is reported
 	data   []byte // the file, for messages that must find a line themselves
+	// dropped counts the errors past MaxErrors, not listed; droppedAt
+	// is where the first of them is.
+	dropped   int
+	droppedAt Error
 }
 
 func (ps *parser) errAt(line, col int, format string, args ...any) {
+	if len(ps.errs) >= MaxErrors {
+		if ps.dropped == 0 || compareErrors(Error{Line: line, Col: col}, ps.droppedAt) < 0 {
+			ps.droppedAt = Error{Line: line, Col: col}
+		}
+		ps.dropped++
+		return
+	}
 	ps.errs = append(ps.errs, Error{File: ps.file, Line: line, Col: col, Msg: fmt.Sprintf(format, args...)})
 }
 
@@ -203,19 +218,19 @@ func (ps *parser) document(data []byte, p *Policy) {
 	p.deny = newRuleSet(deny)
 }
 
-// noAliases reports whether the tree is free of aliases, flagging each one.
+// noAliases reports whether the tree is free of aliases, flagging the
+// first one (in document order; an alias bomb has thousands).
 func (ps *parser) noAliases(n *yaml.Node) bool {
-	ok := true
 	if n.Kind == yaml.AliasNode {
 		ps.errf(n, "aliases (*%s) are not supported; write the value out", n.Value)
 		return false
 	}
 	for _, c := range n.Content {
 		if !ps.noAliases(c) {
-			ok = false
+			return false
 		}
 	}
-	return ok
+	return true
 }
 
 func isNull(n *yaml.Node) bool {
@@ -288,6 +303,18 @@ func keyList(fields map[string]func(k, v *yaml.Node)) string {
 		return keys[0]
 	}
 	return strings.Join(keys[:len(keys)-1], ", ") + " or " + keys[len(keys)-1]
+}
+
+// entries returns the items of a list bounded by MaxEntries (sequence);
+// past the bound, one error at the first entry too many, and the entries
+// before it.
+func (ps *parser) entries(n *yaml.Node, what string) ([]*yaml.Node, bool) {
+	items, ok := ps.sequence(n, what)
+	if ok && len(items) > MaxEntries {
+		ps.errf(items[MaxEntries], "%s: too many entries: at most %d", what, MaxEntries)
+		items = items[:MaxEntries]
+	}
+	return items, ok
 }
 
 // sequence returns the items of a list node; a null node is an empty list.
@@ -653,7 +680,7 @@ func isDecimal(s string) bool {
 func (ps *parser) dns(n *yaml.Node, p *Policy) {
 	ps.mapping(n, "dns", map[string]func(k, v *yaml.Node){
 		"upstream": func(k, v *yaml.Node) {
-			items, ok := ps.sequence(v, "dns.upstream")
+			items, ok := ps.entries(v, "dns.upstream")
 			if !ok {
 				return
 			}
@@ -731,7 +758,7 @@ func (ps *parser) hosts(n *yaml.Node, p *Policy) {
 		if metadataNameReason(name) != "" {
 			ps.warnf(k, "%s: %s is a cloud metadata name; it stays denied", what, name)
 		}
-		items, ok := ps.sequence(v, what)
+		items, ok := ps.entries(v, what)
 		if !ok {
 			continue
 		}
@@ -766,7 +793,7 @@ func (ps *parser) hosts(n *yaml.Node, p *Policy) {
 }
 
 func (ps *parser) execPaths(n *yaml.Node) []string {
-	items, ok := ps.sequence(n, "exec.allow")
+	items, ok := ps.entries(n, "exec.allow")
 	if !ok {
 		return nil
 	}

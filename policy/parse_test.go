@@ -476,7 +476,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			why:  "an alias bomb is refused at its first alias, never expanded",
 			src:  "version: 1\nx: &a [l, l, l, l, l, l, l, l, l]\ny: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nz: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n",
-			want: []string{"3:9: aliases (*a) are not supported"},
+			want: []string{"3:8: aliases (*a) are not supported"},
 		},
 		{
 			why:  "a complex key is not a plain name",

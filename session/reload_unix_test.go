@@ -122,16 +122,27 @@ func TestReloadHugeBadPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writePolicy(t, dir, "version: 1\nexec:\n  allow: ["+strings.Repeat("a,", 300000)+"]\n")
-	if err := s.Reload(); err == nil {
-		t.Fatal("a bad policy was accepted")
+	for _, bad := range []string{
+		"version: 1\nexec:\n  allow: [" + strings.Repeat("a,", 300000) + "]\n",
+		// one message quoting a name of nearly 1 MiB, twice over
+		"version: 1\nallow:\n  - host: \"http://" + strings.Repeat("\u00e9", 400000) + "\"\n",
+	} {
+		writePolicy(t, dir, bad)
+		if err := s.Reload(); err == nil {
+			t.Fatal("a bad policy was accepted")
+		}
 	}
 	s.Close(0)
 	if _, _, err := audit.VerifyFile(log, nil); err != nil {
 		t.Errorf("the log does not verify after a refused reload of a large bad file: %v", err)
 	}
 	data, _ := os.ReadFile(log)
-	if !strings.Contains(string(data), `"action":"deny"`) {
-		t.Errorf("the refused reload is not recorded")
+	if n := strings.Count(string(data), `"action":"deny"`); n != 2 {
+		t.Errorf("%d refused reloads recorded, want 2", n)
+	}
+	for i, l := range strings.Split(string(data), "\n") {
+		if len(l) > 128<<10 {
+			t.Errorf("record %d is %d bytes long", i+1, len(l))
+		}
 	}
 }

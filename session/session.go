@@ -27,10 +27,12 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
@@ -331,7 +333,7 @@ func (s *Session) Reload() error {
 	}
 	p, err := Load(s.cfg.PolicyPath)
 	if err != nil {
-		s.sink.Log(audit.Policy{Action: "deny", Error: err.Error()})
+		s.sink.Log(audit.Policy{Action: "deny", Error: clipText(err.Error(), maxPolicyError)})
 		return err
 	}
 	s.store(p)
@@ -342,6 +344,25 @@ func (s *Session) Reload() error {
 		}
 	}
 	return nil
+}
+
+// maxPolicyError bounds the error text of a refused reload in its audit
+// record. Parse lists at most policy.MaxErrors problems, but a message
+// may quote what the file holds (a name of nearly 1 MiB), and the log's
+// reader refuses lines past a few MiB.
+const maxPolicyError = 64 << 10
+
+// clipText cuts s to at most n bytes, at a rune boundary, and says how
+// much was cut.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)-cut) + " more bytes)"
 }
 
 // reloadOnSIGHUP reloads on every SIGHUP until the returned func is called.
