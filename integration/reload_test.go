@@ -14,7 +14,8 @@ import (
 )
 
 // TestReloadOnSIGHUP: a bad policy sent by SIGHUP is refused and the old
-// one kept; a good one takes effect for new flows; both are audited.
+// one kept; a good one takes effect for new flows; both are audited; its
+// changed exec.allow, fixed at start, is said and recorded.
 func TestReloadOnSIGHUP(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
@@ -59,7 +60,9 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		cmd.Process.Signal(syscall.SIGHUP)
 		waitFor("the refused reload", hasEvent("policy", "deny"))
 
-		os.WriteFile(pol, []byte("version: 1\nallow:\n  - cidr: 203.0.113.10/32\n    ports: [8080]\n"), 0o644)
+		// The good file also widens exec.allow, which cannot change under
+		// a running worker: said and recorded, not silently dropped.
+		os.WriteFile(pol, []byte("version: 1\nallow:\n  - cidr: 203.0.113.10/32\n    ports: [8080]\nexec:\n  allow: [/usr/bin/env]\n"), 0o644)
 		cmd.Process.Signal(syscall.SIGHUP)
 		select {
 		case err := <-done:
@@ -76,6 +79,9 @@ func TestReloadOnSIGHUP(t *testing.T) {
 		recs := readAudit(t, log)
 		if !hasEvent("policy", "allow")(recs) {
 			t.Errorf("no accepted-reload record")
+		}
+		if !hasEvent("policy", "degraded")(recs) || !strings.Contains(errb.String(), "exec.allow changed") {
+			t.Errorf("the changed exec.allow was not said and recorded; stderr %q", errb.String())
 		}
 		if _, ok := findFlow(recs, "allow", "203.0.113.10:8080"); !ok {
 			t.Errorf("no allowed flow after the reload")

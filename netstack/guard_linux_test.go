@@ -2,12 +2,15 @@ package netstack
 
 import (
 	"io"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/policy"
 )
 
@@ -175,5 +178,53 @@ func TestGuardFollowsReload(t *testing.T) {
 	}
 	if g := h.g.guarded.Load(); g == nil || g.src != second {
 		t.Fatalf("cached guard is for %v, want the second policy", g)
+	}
+}
+
+// TestReloadRemovesName: a name that a reload removes is refused on the
+// next flow to its fake address, although the worker still holds that
+// address (from an answer given under the old policy) and the new policy
+// allows the name's upstream address by cidr: a flow to a fake address
+// is a flow to its name, decided by the policy in force when it opens.
+// A connection opened before the reload keeps its policy (docs/policy.md,
+// "Reload").
+func TestReloadRemovesName(t *testing.T) {
+	var cur atomic.Pointer[policy.Policy]
+	cur.Store(mustPolicy(t, "version: 1\nallow:\n  - {host: app.test, ports: [80]}\n"))
+	names := &fakeNames{
+		fake:    map[netip.Addr]string{mustAddr("198.18.0.5"): "app.test"},
+		answers: map[string][]netip.Addr{"app.test": {mustAddr("203.0.113.10")}},
+	}
+	h := newHarness(t, withNames(names), func(c *Config) { c.Policy = cur.Load })
+	h.dialer.route("tcp", "203.0.113.10:80", serveTCP(t, func(c *net.TCPConn) { io.Copy(c, c) }))
+	old, err := h.dialTCP("198.18.0.5:80")
+	if err != nil {
+		t.Fatalf("under the first policy: %v", err)
+	}
+	defer old.Close()
+	h.sink.flowBySrc(t, old.LocalAddr().String())
+	dials := len(h.dialer.list())
+
+	cur.Store(mustPolicy(t, "version: 1\nallow:\n  - {cidr: 203.0.113.0/24, ports: [80]}\n"))
+	if c, err := h.dialTCP("198.18.0.5:80"); err == nil {
+		c.Close()
+		t.Fatal("a flow to the removed name's fake address connected after the reload")
+	}
+	f, _ := h.sink.waitEvent(t, "the refused flow", func(ev audit.Event) bool {
+		f, ok := ev.(audit.Flow)
+		return ok && f.Action == "deny" && f.Host == "app.test"
+	})
+	if got := h.dialer.list(); len(got) != dials {
+		t.Fatalf("dialled %q after the reload; the record was %+v", got[dials:], f)
+	}
+	// The connection opened before the reload still relays.
+	old.SetDeadline(time.Now().Add(5 * time.Second))
+	const request = "GET / HTTP/1.1\r\nHost: app.test\r\n\r\n"
+	if _, err := old.Write([]byte(request)); err != nil {
+		t.Fatalf("the open connection: %v", err)
+	}
+	buf := make([]byte, len(request))
+	if _, err := io.ReadFull(old, buf); err != nil || string(buf) != request {
+		t.Fatalf("the open connection read %q, %v%s", buf, err, h.sink.dump())
 	}
 }

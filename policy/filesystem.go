@@ -102,7 +102,7 @@ type fsEntry struct {
 // fsPaths parses filesystem.write or filesystem.hide: a list of paths,
 // each absolute or starting with "~", cleaned, duplicates dropped.
 func (ps *parser) fsPaths(n *yaml.Node, what string, write bool) []fsEntry {
-	items, ok := ps.sequence(n, what)
+	items, ok := ps.entries(n, what)
 	if !ok {
 		return nil
 	}

@@ -21,6 +21,7 @@ func FuzzParse(f *testing.F) {
 	f.Add([]byte(gatewaySrc))
 	f.Add([]byte("version: 1\nallow:\n  - {host: a.test, ports: [0x1BB, 0o120, 1_000, 0120, \"0443\", \"8000-8100\", \"0x10-0x20\", +80]}\n"))
 	f.Add([]byte("version: 1\nallow:\n  - {cidr: 10.1.2.0/24, ports: [80]}\n  - {cidr: 0.0.0.0/0, proto: any}\n  - {cidr: 240.0.0.0/4}\n"))
+	f.Add([]byte("version: 1\nx: &a [1, 2]\ny: [*a, *a]\nallow:\n  - {host: \"*.co.uk\", <<: {cidr: 0.0.0.0/0}}\nexec: {allow: [/usr/../]}\n"))
 	f.Add([]byte("version: 1\nfilesystem:\n  write: [\"~/proj/\", /srv//data, \"~\"]\n  hide: [\"~/.ssh\", /etc/shadow]\n"))
 	flows := []Flow{
 		{TCP, "", netip.MustParseAddr("203.0.113.9"), 443},
@@ -52,6 +53,9 @@ func FuzzParse(f *testing.F) {
 			var errs *Errors
 			if !errors.As(err, &errs) || len(*errs) == 0 {
 				t.Fatalf("error %T without located errors: %v", err, err)
+			}
+			if len(*errs) > MaxErrors+1 {
+				t.Fatalf("%d errors listed, more than MaxErrors and the count of the rest", len(*errs))
 			}
 			for _, e := range *errs {
 				if e.Line < 1 || e.Col < 1 || e.File != "fuzz.yaml" || e.Msg == "" {

@@ -17,6 +17,13 @@ const (
 	MaxRules = 10000
 	// MaxHosts bounds the names in dns.hosts.
 	MaxHosts = 10000
+	// MaxEntries bounds each other list: exec.allow, filesystem.write,
+	// filesystem.hide, dns.upstream and the addresses of one dns.hosts
+	// name.
+	MaxEntries = 1000
+	// MaxErrors bounds the problems Parse lists; past it one more error
+	// says how many were left out.
+	MaxErrors = 100
 )
 
 // Load reads the policy file at path and parses it (see Parse); path is

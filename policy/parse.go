@@ -6,19 +6,23 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"path"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+	"golang.org/x/net/publicsuffix"
 )
 
 // Parse reads a policy file (docs/policy.md). filename is used only in messages.
 // On bad input it returns a nil *Policy and a *Errors holding every problem
 // found, each located at the offending YAML node. The format is strict:
-// unknown keys, duplicate keys, wrong types, anchors and aliases, and more
-// than one YAML document are errors.
+// unknown keys, duplicate keys, wrong types, aliases (so merge keys,
+// which YAML reads as a key of type !!merge, and alias expansion bombs
+// too), and more than one YAML document are errors. An anchor that no
+// alias uses changes nothing and is let be.
 //
 // Parse bounds its work: input larger than MaxFileSize, more than MaxRules
 // rules in allow and deny together, and more than MaxHosts names in
@@ -36,6 +40,10 @@ func Parse(filename string, data []byte) (*Policy, error) {
 	} else {
 		ps.document(data, p)
 	}
+	if ps.dropped > 0 {
+		ps.errs = append(ps.errs, Error{File: filename, Line: ps.droppedAt.Line, Col: ps.droppedAt.Col,
+			Msg: fmt.Sprintf("and %d more problems from here on, not listed (the first %d are)", ps.dropped, MaxErrors)})
+	}
 	if len(ps.errs) > 0 {
 		slices.SortStableFunc(ps.errs, compareErrors)
 		errs := ps.errs
@@ -51,9 +59,20 @@ type parser struct {
 	warns  []Error
 	nrules int    // allow and deny rules read so far; MaxRules+1 once the bound is reported
 	data   []byte // the file, for messages that must find a line themselves
+	// dropped counts the errors past MaxErrors, not listed; droppedAt
+	// is where the first of them is.
+	dropped   int
+	droppedAt Error
 }
 
 func (ps *parser) errAt(line, col int, format string, args ...any) {
+	if len(ps.errs) >= MaxErrors {
+		if ps.dropped == 0 || compareErrors(Error{Line: line, Col: col}, ps.droppedAt) < 0 {
+			ps.droppedAt = Error{Line: line, Col: col}
+		}
+		ps.dropped++
+		return
+	}
 	ps.errs = append(ps.errs, Error{File: ps.file, Line: line, Col: col, Msg: fmt.Sprintf(format, args...)})
 }
 
@@ -199,19 +218,19 @@ func (ps *parser) document(data []byte, p *Policy) {
 	p.deny = newRuleSet(deny)
 }
 
-// noAliases reports whether the tree is free of aliases, flagging each one.
+// noAliases reports whether the tree is free of aliases, flagging the
+// first one (in document order; an alias bomb has thousands).
 func (ps *parser) noAliases(n *yaml.Node) bool {
-	ok := true
 	if n.Kind == yaml.AliasNode {
 		ps.errf(n, "aliases (*%s) are not supported; write the value out", n.Value)
 		return false
 	}
 	for _, c := range n.Content {
 		if !ps.noAliases(c) {
-			ok = false
+			return false
 		}
 	}
-	return ok
+	return true
 }
 
 func isNull(n *yaml.Node) bool {
@@ -284,6 +303,18 @@ func keyList(fields map[string]func(k, v *yaml.Node)) string {
 		return keys[0]
 	}
 	return strings.Join(keys[:len(keys)-1], ", ") + " or " + keys[len(keys)-1]
+}
+
+// entries returns the items of a list bounded by MaxEntries (sequence);
+// past the bound, one error at the first entry too many, and the entries
+// before it.
+func (ps *parser) entries(n *yaml.Node, what string) ([]*yaml.Node, bool) {
+	items, ok := ps.sequence(n, what)
+	if ok && len(items) > MaxEntries {
+		ps.errf(items[MaxEntries], "%s: too many entries: at most %d", what, MaxEntries)
+		items = items[:MaxEntries]
+	}
+	return items, ok
 }
 
 // sequence returns the items of a list node; a null node is an empty list.
@@ -397,6 +428,11 @@ func (ps *parser) rule(n *yaml.Node, section, id string) (rule, bool) {
 			r.line, r.col = int32(v.Line), int32(v.Column)
 			if !wild && metadataNameReason(name) != "" && section == "allow" {
 				ps.warnf(v, "%s.host: %s is a cloud metadata name; it stays denied", id, name)
+			}
+			if wild && section == "allow" {
+				if suffix, _ := publicsuffix.PublicSuffix(name); suffix == name {
+					ps.warnf(v, "%s.host: %s is a public suffix: *.%s allows every name registered under it, whoever owns it", id, name, name)
+				}
 			}
 		},
 		"cidr": func(k, v *yaml.Node) {
@@ -644,7 +680,7 @@ func isDecimal(s string) bool {
 func (ps *parser) dns(n *yaml.Node, p *Policy) {
 	ps.mapping(n, "dns", map[string]func(k, v *yaml.Node){
 		"upstream": func(k, v *yaml.Node) {
-			items, ok := ps.sequence(v, "dns.upstream")
+			items, ok := ps.entries(v, "dns.upstream")
 			if !ok {
 				return
 			}
@@ -722,7 +758,7 @@ func (ps *parser) hosts(n *yaml.Node, p *Policy) {
 		if metadataNameReason(name) != "" {
 			ps.warnf(k, "%s: %s is a cloud metadata name; it stays denied", what, name)
 		}
-		items, ok := ps.sequence(v, what)
+		items, ok := ps.entries(v, what)
 		if !ok {
 			continue
 		}
@@ -757,7 +793,7 @@ func (ps *parser) hosts(n *yaml.Node, p *Policy) {
 }
 
 func (ps *parser) execPaths(n *yaml.Node) []string {
-	items, ok := ps.sequence(n, "exec.allow")
+	items, ok := ps.entries(n, "exec.allow")
 	if !ok {
 		return nil
 	}
@@ -775,6 +811,9 @@ func (ps *parser) execPaths(n *yaml.Node) []string {
 		if strings.IndexByte(s, 0) >= 0 {
 			ps.errf(it, "%s: path contains a NUL byte", what)
 			continue
+		}
+		if path.Clean(s) == "/" {
+			ps.warnf(it, "%s: %q is the root: every program on the host may run, as if there were no exec guard", what, s)
 		}
 		if !slices.Contains(out, s) {
 			out = append(out, s)

@@ -469,6 +469,16 @@ func TestParseErrors(t *testing.T) {
 			want: []string{"6:12: aliases (*web) are not supported"},
 		},
 		{
+			why:  "a merge key cannot smuggle a destination into a rule",
+			src:  "version: 1\nallow:\n  - host: a.test\n    <<: {cidr: 0.0.0.0/0}\n    ports: [443]\n",
+			want: []string{"4:5: allow[0]: keys must be plain names, found a !!merge value"},
+		},
+		{
+			why:  "an alias bomb is refused at its first alias, never expanded",
+			src:  "version: 1\nx: &a [l, l, l, l, l, l, l, l, l]\ny: &b [*a, *a, *a, *a, *a, *a, *a, *a, *a]\nz: &c [*b, *b, *b, *b, *b, *b, *b, *b, *b]\n",
+			want: []string{"3:8: aliases (*a) are not supported"},
+		},
+		{
 			why:  "a complex key is not a plain name",
 			src:  "version: 1\n? [a]\n: 1\n",
 			want: []string{"2:3: policy: keys must be plain names, found a list"},
@@ -681,6 +691,24 @@ func TestParseWarnings(t *testing.T) {
 			why:  "a static answer that is a metadata address stays denied",
 			src:  "version: 1\ndns:\n  hosts:\n    meta.test: [\"::ffff:169.254.169.254\"]\n",
 			want: []string{"test.yaml:4:17: dns.hosts.meta.test[0]: 169.254.169.254 is a cloud metadata address"},
+		},
+		{
+			why: "a wildcard over a public suffix allows names of every owner under it",
+			src: "version: 1\nallow:\n  - {host: \"*.co.uk\", ports: [443]}\n  - {host: \"*.Test.\", ports: [443]}\n  - {host: \"*.github.io\", ports: [443]}\n",
+			want: []string{
+				"test.yaml:3:12: allow[0].host: co.uk is a public suffix",
+				"test.yaml:4:12: allow[1].host: test is a public suffix",
+				"test.yaml:5:12: allow[2].host: github.io is a public suffix",
+			},
+		},
+		{
+			why: "a wildcard under a registrable name, and a deny wildcard over a suffix, need no word",
+			src: "version: 1\nallow:\n  - {host: \"*.cdn.example.co.uk\", ports: [443]}\ndeny:\n  - host: \"*.co.uk\"\n",
+		},
+		{
+			why:  "exec.allow of the root, however written, turns the exec guard into nothing",
+			src:  "version: 1\nexec:\n  allow: [/usr/lib/../.., /usr/bin]\n",
+			want: []string{"test.yaml:3:11: exec.allow[0]: \"/usr/lib/../..\" is the root"},
 		},
 		{
 			why:  "turning verification off is worth a word",

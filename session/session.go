@@ -27,10 +27,12 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unicode/utf8"
 
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
@@ -68,9 +70,11 @@ type Config struct {
 	// Reload is the reload behaviour (default NoReload).
 	Reload Reload
 	// OnReload, when set, is called after a policy was reloaded and put
-	// in force, with the new policy (e.g. to say that a change of its
-	// filesystem section applies only to the next run).
-	OnReload func(*policy.Policy)
+	// in force. It returns what of the new policy is not in force (the
+	// sections fixed at the worker's start), or "": when it says
+	// something, Reload records it as a policy record with action
+	// degraded, after the reload's own record.
+	OnReload func(*policy.Policy) (notInForce string)
 	// WithoutMetadataStep removes the cloud-metadata step from every
 	// policy put in force. Only `nsgate lab --break metadata` sets it, to
 	// show that the lab notices.
@@ -315,25 +319,50 @@ func (s *Session) Inbound() *inbound.Forwarder {
 
 // Reload re-reads the policy file and puts it in force; a bad file is
 // refused, the old policy kept and the error returned. Both outcomes are
-// audited. It refuses under NoReload.
+// audited. It refuses under NoReload, and when there is no policy file.
 func (s *Session) Reload() error {
 	if s.cfg.Reload == NoReload {
 		return errors.New("reload is off for this session")
 	}
 	if s.cfg.PolicyPath == "" {
-		return nil
+		// Nothing to read: say so rather than "reloaded", which would
+		// suggest a file was read and put in force.
+		err := errors.New("no policy file was given (deny-all): nothing to reload")
+		s.sink.Log(audit.Policy{Action: "deny", Error: err.Error()})
+		return err
 	}
 	p, err := Load(s.cfg.PolicyPath)
 	if err != nil {
-		s.sink.Log(audit.Policy{Action: "deny", Error: err.Error()})
+		s.sink.Log(audit.Policy{Action: "deny", Error: clipText(err.Error(), maxPolicyError)})
 		return err
 	}
 	s.store(p)
 	s.sink.Log(audit.Policy{Action: "allow", PolicySHA256: p.SHA256()})
 	if s.cfg.OnReload != nil {
-		s.cfg.OnReload(p)
+		if note := s.cfg.OnReload(p); note != "" {
+			s.sink.Log(audit.Policy{Action: "degraded", PolicySHA256: p.SHA256(), Error: note})
+		}
 	}
 	return nil
+}
+
+// maxPolicyError bounds the error text of a refused reload in its audit
+// record. Parse lists at most policy.MaxErrors problems, but a message
+// may quote what the file holds (a name of nearly 1 MiB), and the log's
+// reader refuses lines past a few MiB.
+const maxPolicyError = 64 << 10
+
+// clipText cuts s to at most n bytes, at a rune boundary, and says how
+// much was cut.
+func clipText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…(" + strconv.Itoa(len(s)-cut) + " more bytes)"
 }
 
 // reloadOnSIGHUP reloads on every SIGHUP until the returned func is called.

@@ -44,7 +44,7 @@ func TestReloadAndClose(t *testing.T) {
 	var stderr bytes.Buffer
 	var reloaded *policy.Policy
 	s, err := Open(Config{PolicyPath: pol, AuditPath: log, Stderr: &stderr, Reload: ReloadOnSIGHUP,
-		OnReload: func(p *policy.Policy) { reloaded = p }, Start: audit.Start{Version: "test"}})
+		OnReload: func(p *policy.Policy) string { reloaded = p; return "" }, Start: audit.Start{Version: "test"}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,6 +93,63 @@ func TestReloadAndClose(t *testing.T) {
 	}
 	if _, _, err := audit.VerifyFile(log, nil); err != nil {
 		t.Errorf("the log does not verify: %v", err)
+	}
+}
+
+// TestReloadNotInForce: what OnReload says is not in force is recorded
+// after the reload's own record, as a policy record with action degraded
+// and the new policy's hash.
+func TestReloadNotInForce(t *testing.T) {
+	dir := t.TempDir()
+	pol := writePolicy(t, dir, "version: 1\n")
+	log := filepath.Join(dir, "audit.jsonl")
+	s, err := Open(Config{PolicyPath: pol, AuditPath: log, Stderr: &bytes.Buffer{}, Reload: ReloadOnSIGHUP,
+		OnReload: func(p *policy.Policy) string { return "exec.allow changed" },
+		Start:    audit.Start{Version: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePolicy(t, dir, "version: 1\nexec:\n  allow: [/usr/bin/wget]\n")
+	if err := s.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	sha := s.Policy().SHA256()
+	s.Close(0)
+	data, err := os.ReadFile(log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if strings.Contains(l, `"event":"policy"`) {
+			got = append(got, l)
+		}
+	}
+	if len(got) != 2 || !strings.Contains(got[0], `"action":"allow"`) ||
+		!strings.Contains(got[1], `"action":"degraded"`) || !strings.Contains(got[1], "exec.allow changed") || !strings.Contains(got[1], sha) {
+		t.Errorf("policy records %q, want the reload then a degraded record naming exec.allow and %s", got, sha)
+	}
+}
+
+// TestReloadWithoutFile: with no policy file (deny-all) a reload is
+// refused and recorded, not reported as a reload; deny-all stays.
+func TestReloadWithoutFile(t *testing.T) {
+	log := filepath.Join(t.TempDir(), "audit.jsonl")
+	s, err := Open(Config{AuditPath: log, Stderr: &bytes.Buffer{}, Reload: ReloadOnSIGHUP, Start: audit.Start{Version: "test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := s.Policy().SHA256()
+	if err := s.Reload(); err == nil || !strings.Contains(err.Error(), "no policy file") {
+		t.Errorf("Reload without a file = %v, want a refusal naming the missing file", err)
+	}
+	if s.Policy().SHA256() != before {
+		t.Errorf("the policy changed")
+	}
+	s.Close(0)
+	data, _ := os.ReadFile(log)
+	if !strings.Contains(string(data), `"event":"policy"`) || !strings.Contains(string(data), "nothing to reload") {
+		t.Errorf("no refused-reload record in %s", data)
 	}
 }
 

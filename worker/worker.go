@@ -29,6 +29,7 @@ import (
 	"os/signal"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -121,12 +122,20 @@ type Config struct {
 
 // run holds one Run while it lives.
 type run struct {
-	cfg     Config
-	stderr  io.Writer
-	s       *session.Session
-	child   *sandbox.Child
-	fs      policy.Filesystem // the policy's filesystem section at start
-	cleanup []func()          // after the session closed, last first
+	cfg    Config
+	stderr io.Writer
+	s      *session.Session
+	child  *sandbox.Child
+	fs     policy.Filesystem // the policy's filesystem section at start
+	// fixed holds what a reload cannot change for the running worker
+	// (setFixed, onReload; the reload runs on a goroutine of its own).
+	fixed struct {
+		sync.Mutex
+		set  bool
+		exec []string
+		fs   policy.Filesystem
+	}
+	cleanup []func() // after the session closed, last first
 	// learner sees every event (session.Config.Observe) under --learn;
 	// out is the learned file, written by finish once the worker ran.
 	learner *learn.Collector
@@ -225,9 +234,13 @@ func (r *run) run() int {
 	r.slot = startSlot()
 	starttrace.Mark("slot")
 
+	start, err := r.startPolicy()
+	if err != nil {
+		return r.fail(err)
+	}
 	gcfg := guard.Config{
 		Command:     cfg.Argv,
-		ExecAllow:   append(slices.Clone(cfg.ExecAllow), r.s.Policy().ExecAllow()...),
+		ExecAllow:   append(slices.Clone(cfg.ExecAllow), start.ExecAllow()...),
 		AllowUserns: cfg.AllowUserns,
 		AllowUnix:   cfg.AllowUnix,
 		BestEffort:  cfg.BestEffort,
@@ -316,12 +329,61 @@ func (r *run) run() int {
 	return r.finish(child.Wait())
 }
 
-// onReload says when a reloaded policy's filesystem section differs from
-// the one the worker's view was built from.
-func (r *run) onReload(p *policy.Policy) {
-	if fs, err := p.Filesystem(os.Getenv("HOME")); err != nil || !slices.Equal(fs.Write, r.fs.Write) || !slices.Equal(fs.Hide, r.fs.Hide) {
-		r.errorf("reload: the filesystem section changed; the worker's view stays as it started, the new one applies to the next run")
+// setFixed records the sections a reload cannot change for the running
+// worker: the exec.allow of the policy it started with and its
+// filesystem view.
+func (r *run) setFixed(p *policy.Policy, fs policy.Filesystem) {
+	r.fixed.Lock()
+	defer r.fixed.Unlock()
+	r.setFixedLocked(p, fs)
+}
+
+func (r *run) setFixedLocked(p *policy.Policy, fs policy.Filesystem) {
+	r.fixed.set, r.fixed.exec, r.fixed.fs = true, p.ExecAllow(), fs
+	r.fs = fs
+}
+
+// startPolicy returns the policy in force now and records its exec.allow
+// and filesystem section (r.fs) as fixed, in one step under the lock
+// that onReload takes: a reload either lands before (and the worker
+// starts with it) or is compared against what the worker starts with.
+func (r *run) startPolicy() (*policy.Policy, error) {
+	r.fixed.Lock()
+	defer r.fixed.Unlock()
+	p := r.s.Policy()
+	fs, err := p.Filesystem(os.Getenv("HOME"))
+	if err != nil {
+		return nil, fmt.Errorf("policy %s: %w", r.cfg.Session.PolicyPath, err)
 	}
+	r.setFixedLocked(p, fs)
+	return p, nil
+}
+
+// onReload says, on stderr and (through its result) in the audit log,
+// when a reloaded policy's exec.allow or filesystem section differs from
+// the one the worker started with: those are fixed at start (Landlock,
+// the exec guard and the mounts cannot be changed under a running
+// worker), so the change applies to the next run, be it wider or
+// narrower. Before the worker's start nothing is fixed yet.
+func (r *run) onReload(p *policy.Policy) string {
+	r.fixed.Lock()
+	defer r.fixed.Unlock()
+	if !r.fixed.set {
+		return ""
+	}
+	var changed []string
+	if !slices.Equal(p.ExecAllow(), r.fixed.exec) {
+		changed = append(changed, "exec.allow")
+	}
+	if fs, err := p.Filesystem(os.Getenv("HOME")); err != nil || !slices.Equal(fs.Write, r.fixed.fs.Write) || !slices.Equal(fs.Hide, r.fixed.fs.Hide) {
+		changed = append(changed, "filesystem")
+	}
+	if len(changed) == 0 {
+		return ""
+	}
+	note := "reload: " + strings.Join(changed, " and ") + " changed; not in force for the running worker (it keeps the programs and file system view it started with), the new one applies to the next run"
+	r.errorf("%s", note)
+	return note
 }
 
 // finish closes the session (exit record, head) and what the run opened
@@ -395,11 +457,7 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 	default:
 		own = append(own, c) // a FIFO: the worker must not write into it
 	}
-	fs, err := r.s.Policy().Filesystem(os.Getenv("HOME"))
-	if err != nil {
-		return sandbox.View{}, fmt.Errorf("policy %s: %w", scfg.PolicyPath, err)
-	}
-	r.fs = fs
+	fs := r.fs // startPolicy's
 	hide := fs.Hide
 	// The start gate's folder is nsgate's too: a worker that saw it could
 	// flock the slots (no write access needed) and hold up every later
