@@ -3,6 +3,7 @@
 package integration
 
 import (
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -222,6 +223,115 @@ func TestL7WebSocketSameHost(t *testing.T) {
 		for _, rec := range readAudit(t, log) {
 			if rec.str("event") == "l7" && rec.str("action") == "deny" {
 				t.Errorf("l7 deny for a same-host WebSocket: %v", rec)
+			}
+		}
+	})
+}
+
+// expectPort is where startEarlyAnswerHTTP listens, on app.test's address.
+const expectPort = 8082
+
+// startEarlyAnswerHTTP is a keep-alive HTTP/1.1 server of a kind real
+// deployments have: to a request with an Expect header it answers 417 at
+// once, without reading the declared body, and keeps the connection, so
+// the bytes the client sends next are read as the next request (the
+// "Expect" 0.CL desync). Other bodies are read as framed. It records the
+// Host of every request it parses.
+func startEarlyAnswerHTTP(t *testing.T) *recordingHTTP {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(expectPort)))
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	s := &recordingHTTP{}
+	serve := func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(countingConn{c, &s.bytes})
+		for {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			req, err := http.ReadRequest(br)
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.hosts = append(s.hosts, req.Host)
+			s.mu.Unlock()
+			if req.Header.Get("Expect") != "" {
+				io.WriteString(c, "HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n")
+				continue // the body is not read: what follows is parsed as a request
+			}
+			io.Copy(io.Discard, req.Body)
+			body := "hello from " + req.Host + "\n"
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return s
+}
+
+// TestL7ExpectDesync: a request with Expect: 100-continue whose body is a
+// request for another host, to a server that answers Expect at once and
+// reads on: the gate must refuse the request (nsgate's 403), the server
+// must read nothing, and the audit must say why. The control, a POST
+// without Expect whose body is the same bytes, is served once, for
+// app.test.
+func TestL7ExpectDesync(t *testing.T) {
+	const (
+		getEvil = `GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n` // 35 bytes
+		head    = `POST / HTTP/1.1\r\nHost: app.test:8082\r\nContent-Length: 35\r\n`
+	)
+	srv := startEarlyAnswerHTTP(t)
+	addr := fmt.Sprintf("app.test:%d", expectPort)
+	policy := strings.ReplaceAll(keepAlivePolicy, fmt.Sprint(keepAlivePort), fmt.Sprint(expectPort))
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", policy)
+		for i, tc := range []struct {
+			name   string
+			parts  []string
+			served []string
+			reason string
+		}{
+			{"control: body without expect", []string{head + `\r\n` + getEvil}, []string{"app.test:8082"}, ""},
+			{"expect then a request as body", []string{head + `Expect: 100-continue\r\n\r\n`, getEvil}, nil, "http: Expect header (the server may read the body as a new request)"},
+		} {
+			srv.reset()
+			log := filepath.Join(dir, fmt.Sprintf("expect%d.jsonl", i))
+			r := runNsgate(t, m, append([]string{"run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "send", addr}, tc.parts...)...)
+			time.Sleep(100 * time.Millisecond)
+			served := srv.served()
+			var deny record
+			for _, rec := range readAudit(t, log) {
+				if rec.str("event") == "l7" && rec.str("action") == "deny" {
+					deny = rec
+				}
+			}
+			if !slices.Equal(served, tc.served) {
+				t.Errorf("%s: the server served %q, want %q", tc.name, served, tc.served)
+			}
+			if tc.reason == "" {
+				if r.code != 0 || deny != nil {
+					t.Errorf("%s: exit %d %q, l7 deny %v; want a clean exchange", tc.name, r.code, r.stdout, deny)
+				}
+				continue
+			}
+			if !strings.Contains(r.stdout, `"HTTP/1.1 403 Forbidden"`) {
+				t.Errorf("%s: the worker saw no refusal: exit %d %q", tc.name, r.code, r.stdout)
+			}
+			if n := srv.bytes.Load(); n != 0 {
+				t.Errorf("%s: the server read %d bytes, want none", tc.name, n)
+			}
+			if deny == nil || deny.str("reason") != tc.reason {
+				t.Errorf("%s: l7 deny record %v, want reason %q", tc.name, deny, tc.reason)
 			}
 		}
 	})

@@ -20,6 +20,7 @@ const (
 	errHTTPBodyless     Error = "http: GET, HEAD or TRACE request with a body"
 	errHTTPHeadLong     Error = "http: request head longer than the hold limit"
 	errHTTPTrailer      Error = "http: trailer field that frames or routes a request"
+	errHTTPExpect       Error = "http: Expect header (the server may read the body as a new request)"
 )
 
 // maxContentLength bounds a Content-Length or a chunk size: larger values
