@@ -213,6 +213,18 @@ func (p *headParser) field(l []byte, trailer bool) error {
 		if err := p.upgrade(val); err != nil {
 			return err
 		}
+	case equalFold(name, "expect"):
+		// Any value, with or without a body. Servers that answer a
+		// 100-continue request with a final status at once and keep
+		// the connection read the declared body as the next request,
+		// one the gate counted through unchecked; servers that wait
+		// for the body on a request without one wait for bytes the gate
+		// takes as the next head (the "0.CL" desyncs). No browser sends
+		// Expect; curl does for large uploads and can be told not to.
+		if trailer {
+			return errHTTPTrailer
+		}
+		return errHTTPExpect
 	}
 	return nil
 }
