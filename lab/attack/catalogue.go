@@ -331,6 +331,8 @@ func Catalogue() []Attempt {
 			"POST / HTTP/1.1\r\nHost: "+internet.AppName+"\r\n"+internet.KeepAliveHeader+": 1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"+keptAlive(internet.UnapprovedName)),
 		l7Stream("l7-get-body-smuggling", "HTTP to app.test:80: a GET whose Content-Length body is a request for unapproved.test (a server that never reads GET bodies serves it)", 80, nil, "", 2,
 			"GET / HTTP/1.1\r\nHost: "+internet.AppName+"\r\n"+internet.KeepAliveHeader+": 1\r\nContent-Length: "+strconv.Itoa(len(keptAlive(internet.UnapprovedName)))+"\r\n\r\n"+keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-expect-continue-smuggling", "HTTP to app.test:80: a POST with Expect: 100-continue whose body is a request for unapproved.test (a server that answers Expect at once and reads on serves it)", 80, nil, "", 2,
+			"POST / HTTP/1.1\r\nHost: "+internet.AppName+"\r\n"+internet.KeepAliveHeader+": 1\r\nExpect: 100-continue\r\nContent-Length: "+strconv.Itoa(len(keptAlive(internet.UnapprovedName)))+"\r\n\r\n", keptAlive(internet.UnapprovedName)),
 		l7Stream("l7-duplicate-content-length", "HTTP to app.test:80: two Content-Length headers, the body hiding a request for unapproved.test", 80, nil, "", 2,
 			"POST / HTTP/1.1\r\nHost: "+internet.AppName+"\r\n"+internet.KeepAliveHeader+": 1\r\nContent-Length: 0\r\nContent-Length: 60\r\n\r\n"+keptAlive(internet.UnapprovedName)),
 		l7Stream("l7-obs-fold", "HTTP to app.test:80: a second request whose folded header line continues Host", 80, nil, "", 2,
