@@ -8,8 +8,10 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -228,40 +230,66 @@ func TestL7WebSocketSameHost(t *testing.T) {
 	})
 }
 
-// expectPort is where startEarlyAnswerHTTP listens, on app.test's address.
-const expectPort = 8082
+// lenientPort is where startLenientHTTP listens, on app.test's address.
+const lenientPort = 8082
 
-// startEarlyAnswerHTTP is a keep-alive HTTP/1.1 server of a kind real
-// deployments have: to a request with an Expect header it answers 417 at
-// once, without reading the declared body, and keeps the connection, so
-// the bytes the client sends next are read as the next request (the
-// "Expect" 0.CL desync). Other bodies are read as framed. It records the
-// Host of every request it parses.
-func startEarlyAnswerHTTP(t *testing.T) *recordingHTTP {
+// startLenientHTTP is a keep-alive HTTP/1.1 server that reads requests
+// as lenient real servers do. Its request line is split on any whitespace
+// (CR, VT, FF, 0x1c-0x1f, NEL, NBSP besides SP and HTAB), as Python's
+// http.server, wsgiref and Django's runserver split it. To a request
+// with an Expect header it answers 417 at once, without reading the
+// declared body, and keeps the connection, so the bytes the client sends
+// next are read as the next request (the "Expect" 0.CL desync); other
+// bodies are read by Content-Length. It records the Host of every
+// request it parses and counts the bytes it reads.
+func startLenientHTTP(t *testing.T) *recordingHTTP {
 	t.Helper()
-	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(expectPort)))
+	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(lenientPort)))
 	if err != nil {
 		t.Fatalf("listen: %v", err)
 	}
 	s := &recordingHTTP{}
+	pySpace := func(r rune) bool {
+		switch r {
+		case ' ', '\t', '\n', '\v', '\f', '\r', 0x1c, 0x1d, 0x1e, 0x1f, 0x85, 0xa0:
+			return true
+		}
+		return false
+	}
 	serve := func(c net.Conn) {
 		defer c.Close()
 		br := bufio.NewReader(countingConn{c, &s.bytes})
+		tp := textproto.NewReader(br)
 		for {
 			c.SetReadDeadline(time.Now().Add(5 * time.Second))
-			req, err := http.ReadRequest(br)
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			runes := make([]rune, len(line)) // Latin-1, as Python decodes it
+			for i, b := range line {
+				runes[i] = rune(b)
+			}
+			words := strings.FieldsFunc(strings.TrimRight(string(runes), "\r\n"), pySpace)
+			if len(words) != 3 || !strings.HasPrefix(words[2], "HTTP/") {
+				io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+				return
+			}
+			h, err := tp.ReadMIMEHeader()
 			if err != nil {
 				return
 			}
 			s.mu.Lock()
-			s.hosts = append(s.hosts, req.Host)
+			s.hosts = append(s.hosts, h.Get("Host"))
 			s.mu.Unlock()
-			if req.Header.Get("Expect") != "" {
+			if h.Get("Expect") != "" {
 				io.WriteString(c, "HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n")
 				continue // the body is not read: what follows is parsed as a request
 			}
-			io.Copy(io.Discard, req.Body)
-			body := "hello from " + req.Host + "\n"
+			if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil {
+				io.CopyN(io.Discard, br, n)
+			}
+			body := "hello from " + h.Get("Host") + "\n"
 			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
 		}
 	}
@@ -278,20 +306,21 @@ func startEarlyAnswerHTTP(t *testing.T) *recordingHTTP {
 	return s
 }
 
-// TestL7ExpectDesync: a request with Expect: 100-continue whose body is a
-// request for another host, to a server that answers Expect at once and
-// reads on: the gate must refuse the request (nsgate's 403), the server
-// must read nothing, and the audit must say why. The control, a POST
-// without Expect whose body is the same bytes, is served once, for
-// app.test.
-func TestL7ExpectDesync(t *testing.T) {
+// TestL7LenientServer: requests a lenient server reads differently from
+// RFC 9112, each hiding a request for another host: a request with
+// Expect: 100-continue whose body is that request (the server answers
+// 417 at once and reads on), and a request line whose words are split by
+// a bare CR. The gate must refuse each (nsgate's 403), the server must
+// read nothing, and the audit must say why. The control, a POST without
+// Expect whose body is the same bytes, is served once, for app.test.
+func TestL7LenientServer(t *testing.T) {
 	const (
 		getEvil = `GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n` // 35 bytes
 		head    = `POST / HTTP/1.1\r\nHost: app.test:8082\r\nContent-Length: 35\r\n`
 	)
-	srv := startEarlyAnswerHTTP(t)
-	addr := fmt.Sprintf("app.test:%d", expectPort)
-	policy := strings.ReplaceAll(keepAlivePolicy, fmt.Sprint(keepAlivePort), fmt.Sprint(expectPort))
+	srv := startLenientHTTP(t)
+	addr := fmt.Sprintf("app.test:%d", lenientPort)
+	policy := strings.ReplaceAll(keepAlivePolicy, fmt.Sprint(keepAlivePort), fmt.Sprint(lenientPort))
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
 		pol := writeFile(t, dir, "policy.yaml", policy)
@@ -303,9 +332,10 @@ func TestL7ExpectDesync(t *testing.T) {
 		}{
 			{"control: body without expect", []string{head + `\r\n` + getEvil}, []string{"app.test:8082"}, ""},
 			{"expect then a request as body", []string{head + `Expect: 100-continue\r\n\r\n`, getEvil}, nil, "http: Expect header (the server may read the body as a new request)"},
+			{"bare cr between method and target", []string{`GET\r/ HTTP/1.1\r\nHost: evil.test\r\n\r\n`}, nil, "http: CR not followed by LF"},
 		} {
 			srv.reset()
-			log := filepath.Join(dir, fmt.Sprintf("expect%d.jsonl", i))
+			log := filepath.Join(dir, fmt.Sprintf("lenient%d.jsonl", i))
 			r := runNsgate(t, m, append([]string{"run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "send", addr}, tc.parts...)...)
 			time.Sleep(100 * time.Millisecond)
 			served := srv.served()
