@@ -347,6 +347,8 @@ func Catalogue() []Attempt {
 		l7Stream("l7-leading-ff", "HTTP to app.test:80: a form feed before the request line, Host: unapproved.test", 80, nil, "", 1, "\f"+keptAlive(internet.UnapprovedName)),
 		l7Stream("l7-tab-separators", "HTTP to app.test:80: tabs between the request line's words, Host: unapproved.test", 80, nil, "", 1,
 			"GET\t/\tHTTP/1.1\r\nHost: "+internet.UnapprovedName+"\r\n\r\n"),
+		l7Stream("l7-bare-cr-separator", "HTTP to app.test:80: a bare CR between method and target (Python's http.server splits on it), Host: unapproved.test", 80, nil, "", 1,
+			"GET\r/ HTTP/1.1\r\nHost: "+internet.UnapprovedName+"\r\n"+internet.KeepAliveHeader+": 1\r\n\r\n"),
 		l7Stream("l7-alert-before-hello", "TLS to app.test:443: a warning alert record, then a ClientHello with SNI unapproved.test", 443,
 			[]byte{0x15, 3, 1, 0, 2, 1, 0x5a}, internet.UnapprovedName, 1, keptAlive(internet.UnapprovedName)),
 		l7Stream("l7-ccs-before-hello", "TLS to app.test:443: a change_cipher_spec record, then a ClientHello with SNI unapproved.test", 443,
