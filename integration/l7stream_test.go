@@ -233,6 +233,10 @@ func TestL7WebSocketSameHost(t *testing.T) {
 // lenientPort is where startLenientHTTP listens, on app.test's address.
 const lenientPort = 8082
 
+// knownMethods are the methods startLenientHTTP serves (Python's server
+// serves a method only if its handler has a do_METHOD).
+var knownMethods = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true, "OPTIONS": true}
+
 // startLenientHTTP is a keep-alive HTTP/1.1 server that reads requests
 // as lenient real servers do. Its request line is split on any whitespace
 // (CR, VT, FF, 0x1c-0x1f, NEL, NBSP besides SP and HTAB), as Python's
@@ -240,7 +244,8 @@ const lenientPort = 8082
 // with an Expect header it answers 417 at once, without reading the
 // declared body, and keeps the connection, so the bytes the client sends
 // next are read as the next request (the "Expect" 0.CL desync); other
-// bodies are read by Content-Length. It records the Host of every
+// bodies are read by Content-Length. Upgrade is ignored: a WebSocket
+// handshake is answered 200 like any request. It records the Host of every
 // request it parses and counts the bytes it reads.
 func startLenientHTTP(t *testing.T) *recordingHTTP {
 	t.Helper()
@@ -271,7 +276,7 @@ func startLenientHTTP(t *testing.T) *recordingHTTP {
 				runes[i] = rune(b)
 			}
 			words := strings.FieldsFunc(strings.TrimRight(string(runes), "\r\n"), pySpace)
-			if len(words) != 3 || !strings.HasPrefix(words[2], "HTTP/") {
+			if len(words) != 3 || !strings.HasPrefix(words[2], "HTTP/") || !knownMethods[words[0]] {
 				io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
 				return
 			}
@@ -311,12 +316,18 @@ func startLenientHTTP(t *testing.T) *recordingHTTP {
 // Expect: 100-continue whose body is that request (the server answers
 // 417 at once and reads on), and a request line whose words are split by
 // a bare CR. The gate must refuse each (nsgate's 403), the server must
-// read nothing, and the audit must say why. The control, a POST without
+// read nothing, and the audit must say why. After a WebSocket handshake
+// the server did not switch on, a request for another host is refused (a
+// reset: it is not the first request), and a valid client frame whose
+// payload is that request is not read as one. The control, a POST without
 // Expect whose body is the same bytes, is served once, for app.test.
 func TestL7LenientServer(t *testing.T) {
 	const (
 		getEvil = `GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n` // 35 bytes
 		head    = `POST / HTTP/1.1\r\nHost: app.test:8082\r\nContent-Length: 35\r\n`
+		wsUpg   = `GET /ws HTTP/1.1\r\nHost: app.test:8082\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`
+		// A final text frame, masked with a zero key, whose payload is getEvil.
+		evilFrame = `\x81\xa3\x00\x00\x00\x00` + getEvil
 	)
 	srv := startLenientHTTP(t)
 	addr := fmt.Sprintf("app.test:%d", lenientPort)
@@ -329,10 +340,13 @@ func TestL7LenientServer(t *testing.T) {
 			parts  []string
 			served []string
 			reason string
+			reset  bool // refused after the first request: a reset, not the 403
 		}{
-			{"control: body without expect", []string{head + `\r\n` + getEvil}, []string{"app.test:8082"}, ""},
-			{"expect then a request as body", []string{head + `Expect: 100-continue\r\n\r\n`, getEvil}, nil, "http: Expect header (the server may read the body as a new request)"},
-			{"bare cr between method and target", []string{`GET\r/ HTTP/1.1\r\nHost: evil.test\r\n\r\n`}, nil, "http: CR not followed by LF"},
+			{"control: body without expect", []string{head + `\r\n` + getEvil}, []string{"app.test:8082"}, "", false},
+			{"expect then a request as body", []string{head + `Expect: 100-continue\r\n\r\n`, getEvil}, nil, "http: Expect header (the server may read the body as a new request)", false},
+			{"bare cr between method and target", []string{`GET\r/ HTTP/1.1\r\nHost: evil.test\r\n\r\n`}, nil, "http: CR not followed by LF", false},
+			{"request after an upgrade the server ignored", []string{wsUpg, getEvil}, []string{"app.test:8082"}, "websocket: invalid frame header from the client", true},
+			{"control: frame carrying a request after an ignored upgrade", []string{wsUpg, evilFrame}, []string{"app.test:8082"}, "", false},
 		} {
 			srv.reset()
 			log := filepath.Join(dir, fmt.Sprintf("lenient%d.jsonl", i))
@@ -349,15 +363,16 @@ func TestL7LenientServer(t *testing.T) {
 				t.Errorf("%s: the server served %q, want %q", tc.name, served, tc.served)
 			}
 			if tc.reason == "" {
-				if r.code != 0 || deny != nil {
-					t.Errorf("%s: exit %d %q, l7 deny %v; want a clean exchange", tc.name, r.code, r.stdout, deny)
+				if deny != nil {
+					t.Errorf("%s: exit %d %q, l7 deny %v; want none", tc.name, r.code, r.stdout, deny)
 				}
 				continue
 			}
-			if !strings.Contains(r.stdout, `"HTTP/1.1 403 Forbidden"`) {
+			if refused := tc.reset && r.code != 0 && strings.Contains(r.stdout, "reset") ||
+				!tc.reset && strings.Contains(r.stdout, `"HTTP/1.1 403 Forbidden"`); !refused {
 				t.Errorf("%s: the worker saw no refusal: exit %d %q", tc.name, r.code, r.stdout)
 			}
-			if n := srv.bytes.Load(); n != 0 {
+			if n := srv.bytes.Load(); tc.served == nil && n != 0 {
 				t.Errorf("%s: the server read %d bytes, want none", tc.name, n)
 			}
 			if deny == nil || deny.str("reason") != tc.reason {
