@@ -149,7 +149,7 @@ func (p *headParser) requestLine(l []byte) error {
 // field checks l, a header field line (or a trailer field line, with
 // trailer set: then the fields that frame or route a request are
 // refused). It records Host, Content-Length, Transfer-Encoding and
-// Upgrade.
+// Upgrade, and refuses Expect.
 func (p *headParser) field(l []byte, trailer bool) error {
 	p.lines++
 	if len(l) > 0 && (l[0] == ' ' || l[0] == '\t') {

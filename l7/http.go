@@ -96,7 +96,8 @@ func httpErr(err error) Result { return Result{Kind: HTTP, Err: err} }
 // method token, separators and "/" (an origin-form target), or once it
 // ends with an "HTTP/" version as its last word whatever the method. A
 // separator here is any byte some server splits request-line words on
-// (isSep: tabs, VT, FF and more besides SP), and whitespace before the
+// (isSep: tabs, VT, FF and more besides SP; and a CR not followed by LF,
+// isFirstLineSep), and whitespace before the
 // method (isLeadSpace) is skipped for this decision: so a request that
 // some lenient server would parse (lower-case or unknown method, tabs,
 // leading whitespace, spaces in the target) cannot pass as Other. A first
