@@ -4,6 +4,7 @@ package integration
 
 import (
 	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
@@ -377,6 +378,118 @@ func TestL7LenientServer(t *testing.T) {
 			}
 			if deny == nil || deny.str("reason") != tc.reason {
 				t.Errorf("%s: l7 deny record %v, want reason %q", tc.name, deny, tc.reason)
+			}
+		}
+	})
+}
+
+// tlsPort is where startRawTLSSink listens, on app.test's address.
+const tlsPort = 8083
+
+// rawSink reads every connection to its end (or 2 s of silence), counts
+// the bytes and closes it, without answering: a stand-in for a TLS server
+// that would read a second ClientHello.
+type rawSink struct{ bytes atomic.Int64 }
+
+func startRawSink(t *testing.T, port int) *rawSink {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(port)))
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	s := &rawSink{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					c.SetReadDeadline(time.Now().Add(2 * time.Second))
+					n, err := c.Read(buf)
+					s.bytes.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return s
+}
+
+// clientHello is the first flight crypto/tls sends for serverName, as
+// an argument for `__probe send` (Go-escaped, without quotes).
+func clientHello(t *testing.T, serverName string) (arg string, n int) {
+	t.Helper()
+	c, s := net.Pipe()
+	defer s.Close()
+	go func() {
+		tls.Client(c, &tls.Config{ServerName: serverName, InsecureSkipVerify: true}).Handshake()
+		c.Close()
+	}()
+	buf := make([]byte, 16<<10)
+	k, err := s.Read(buf)
+	if err != nil {
+		t.Fatalf("client hello: %v", err)
+	}
+	q := strconv.Quote(string(buf[:k]))
+	return q[1 : len(q)-1], k
+}
+
+// TestL7SecondClientHello: after a ClientHello for the flow's name, a
+// second one for another name (what a worker sends after a
+// HelloRetryRequest; OpenSSL servers switch to its name) must be refused:
+// a reset, an l7 deny naming its SNI, and the server never has the whole
+// of it. The control, a second ClientHello for the same name, passes.
+func TestL7SecondClientHello(t *testing.T) {
+	srv := startRawSink(t, tlsPort)
+	addr := fmt.Sprintf("app.test:%d", tlsPort)
+	policy := strings.ReplaceAll(keepAlivePolicy, fmt.Sprint(keepAlivePort), fmt.Sprint(tlsPort))
+	first, n1 := clientHello(t, "app.test")
+	same, n2 := clientHello(t, "app.test")
+	evil, n3 := clientHello(t, "evil.test")
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", policy)
+		for i, tc := range []struct {
+			name   string
+			second string
+			total  int
+			deny   bool
+		}{
+			{"control: the same name again", same, n1 + n2, false},
+			{"another name", evil, n1 + n3, true},
+		} {
+			srv.bytes.Store(0)
+			log := filepath.Join(dir, fmt.Sprintf("hello%d.jsonl", i))
+			r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "send", addr, first, tc.second)
+			time.Sleep(100 * time.Millisecond)
+			var deny record
+			for _, rec := range readAudit(t, log) {
+				if rec.str("event") == "l7" && rec.str("action") == "deny" {
+					deny = rec
+				}
+			}
+			got := int(srv.bytes.Load())
+			if !tc.deny {
+				if r.code != 0 || deny != nil || got != tc.total {
+					t.Errorf("%s: exit %d %q, l7 deny %v, server read %d of %d bytes; want all through", tc.name, r.code, r.stdout, deny, got, tc.total)
+				}
+				continue
+			}
+			if r.code == 0 || !strings.Contains(r.stdout, "reset") {
+				t.Errorf("%s: the worker saw no refusal: exit %d %q", tc.name, r.code, r.stdout)
+			}
+			if got >= tc.total {
+				t.Errorf("%s: the server read %d bytes, the whole second ClientHello (%d in all)", tc.name, got, tc.total)
+			}
+			if deny == nil || deny.str("reason") != "sni does not match" || deny.str("sni") != "evil.test" {
+				t.Errorf("%s: l7 deny record %v, want reason %q with sni evil.test", tc.name, deny, "sni does not match")
 			}
 		}
 	})
