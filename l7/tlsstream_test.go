@@ -153,3 +153,26 @@ func (c teeConn) Write(p []byte) (int, error) {
 	c.w.Write(p)
 	return c.Conn.Write(p)
 }
+
+// FuzzTLSStream checks, on arbitrary worker bytes after a first
+// ClientHello, that TLSStream never panics, forwards everything or refuses,
+// and decides the same whichever way the bytes are cut into reads.
+func FuzzTLSStream(f *testing.F) {
+	f.Add(helloFor(f, "app.test"))
+	f.Add(append(helloFor(f, "app.test"), helloFor(f, "evil.test")...))
+	f.Add([]byte{22, 3, 3, 0, 8, 1, 0xff, 0xff, 0xff, 9, 9, 9, 9, 23, 3, 3, 0, 1, 0})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		var want *Verdict
+		for how, parts := range splits(data) {
+			fwd, v := tlsThrough(NewTLSStream("app.test", 443), parts...)
+			if v.Allow && fwd != len(data) {
+				t.Fatalf("%s: allowed but forwarded %d of %d", how, fwd, len(data))
+			}
+			if want == nil {
+				want = &v
+			} else if *want != v {
+				t.Fatalf("%s: verdict %+v, another split gave %+v", how, v, *want)
+			}
+		}
+	})
+}
