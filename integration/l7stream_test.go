@@ -3,12 +3,16 @@
 package integration
 
 import (
+	"bufio"
+	"crypto/tls"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
+	"net/textproto"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -222,6 +226,270 @@ func TestL7WebSocketSameHost(t *testing.T) {
 		for _, rec := range readAudit(t, log) {
 			if rec.str("event") == "l7" && rec.str("action") == "deny" {
 				t.Errorf("l7 deny for a same-host WebSocket: %v", rec)
+			}
+		}
+	})
+}
+
+// lenientPort is where startLenientHTTP listens, on app.test's address.
+const lenientPort = 8082
+
+// knownMethods are the methods startLenientHTTP serves (Python's server
+// serves a method only if its handler has a do_METHOD).
+var knownMethods = map[string]bool{"GET": true, "HEAD": true, "POST": true, "PUT": true, "DELETE": true, "OPTIONS": true}
+
+// startLenientHTTP is a keep-alive HTTP/1.1 server that reads requests
+// as lenient real servers do. Its request line is split on any whitespace
+// (CR, VT, FF, 0x1c-0x1f, NEL, NBSP besides SP and HTAB), as Python's
+// http.server, wsgiref and Django's runserver split it. To a request
+// with an Expect header it answers 417 at once, without reading the
+// declared body, and keeps the connection, so the bytes the client sends
+// next are read as the next request (the "Expect" 0.CL desync); other
+// bodies are read by Content-Length. Upgrade is ignored: a WebSocket
+// handshake is answered 200 like any request. It records the Host of every
+// request it parses and counts the bytes it reads.
+func startLenientHTTP(t *testing.T) *recordingHTTP {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(lenientPort)))
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	s := &recordingHTTP{}
+	pySpace := func(r rune) bool {
+		switch r {
+		case ' ', '\t', '\n', '\v', '\f', '\r', 0x1c, 0x1d, 0x1e, 0x1f, 0x85, 0xa0:
+			return true
+		}
+		return false
+	}
+	serve := func(c net.Conn) {
+		defer c.Close()
+		br := bufio.NewReader(countingConn{c, &s.bytes})
+		tp := textproto.NewReader(br)
+		for {
+			c.SetReadDeadline(time.Now().Add(5 * time.Second))
+			line, err := br.ReadBytes('\n')
+			if err != nil {
+				return
+			}
+			runes := make([]rune, len(line)) // Latin-1, as Python decodes it
+			for i, b := range line {
+				runes[i] = rune(b)
+			}
+			words := strings.FieldsFunc(strings.TrimRight(string(runes), "\r\n"), pySpace)
+			if len(words) != 3 || !strings.HasPrefix(words[2], "HTTP/") || !knownMethods[words[0]] {
+				io.WriteString(c, "HTTP/1.1 400 Bad Request\r\nConnection: close\r\n\r\n")
+				return
+			}
+			h, err := tp.ReadMIMEHeader()
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.hosts = append(s.hosts, h.Get("Host"))
+			s.mu.Unlock()
+			if h.Get("Expect") != "" {
+				io.WriteString(c, "HTTP/1.1 417 Expectation Failed\r\nContent-Length: 0\r\n\r\n")
+				continue // the body is not read: what follows is parsed as a request
+			}
+			if n, err := strconv.ParseInt(h.Get("Content-Length"), 10, 64); err == nil {
+				io.CopyN(io.Discard, br, n)
+			}
+			body := "hello from " + h.Get("Host") + "\n"
+			fmt.Fprintf(c, "HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s", len(body), body)
+		}
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go serve(c)
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return s
+}
+
+// TestL7LenientServer: requests a lenient server reads differently from
+// RFC 9112, each hiding a request for another host: a request with
+// Expect: 100-continue whose body is that request (the server answers
+// 417 at once and reads on), and a request line whose words are split by
+// a bare CR. The gate must refuse each (nsgate's 403), the server must
+// read nothing, and the audit must say why. After a WebSocket handshake
+// the server did not switch on, a request for another host is refused (a
+// reset: it is not the first request), and a valid client frame whose
+// payload is that request is not read as one. The control, a POST without
+// Expect whose body is the same bytes, is served once, for app.test.
+func TestL7LenientServer(t *testing.T) {
+	const (
+		getEvil = `GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n` // 35 bytes
+		head    = `POST / HTTP/1.1\r\nHost: app.test:8082\r\nContent-Length: 35\r\n`
+		wsUpg   = `GET /ws HTTP/1.1\r\nHost: app.test:8082\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n`
+		// A final text frame, masked with a zero key, whose payload is getEvil.
+		evilFrame = `\x81\xa3\x00\x00\x00\x00` + getEvil
+	)
+	srv := startLenientHTTP(t)
+	addr := fmt.Sprintf("app.test:%d", lenientPort)
+	policy := strings.ReplaceAll(keepAlivePolicy, fmt.Sprint(keepAlivePort), fmt.Sprint(lenientPort))
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", policy)
+		for i, tc := range []struct {
+			name   string
+			parts  []string
+			served []string
+			reason string
+			reset  bool // refused after the first request: a reset, not the 403
+		}{
+			{"control: body without expect", []string{head + `\r\n` + getEvil}, []string{"app.test:8082"}, "", false},
+			{"expect then a request as body", []string{head + `Expect: 100-continue\r\n\r\n`, getEvil}, nil, "http: Expect header (the server may read the body as a new request)", false},
+			{"bare cr between method and target", []string{`GET\r/ HTTP/1.1\r\nHost: evil.test\r\n\r\n`}, nil, "http: CR not followed by LF", false},
+			{"request after an upgrade the server ignored", []string{wsUpg, getEvil}, []string{"app.test:8082"}, "websocket: invalid frame header from the client", true},
+			{"control: frame carrying a request after an ignored upgrade", []string{wsUpg, evilFrame}, []string{"app.test:8082"}, "", false},
+		} {
+			srv.reset()
+			log := filepath.Join(dir, fmt.Sprintf("lenient%d.jsonl", i))
+			r := runNsgate(t, m, append([]string{"run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "send", addr}, tc.parts...)...)
+			time.Sleep(100 * time.Millisecond)
+			served := srv.served()
+			var deny record
+			for _, rec := range readAudit(t, log) {
+				if rec.str("event") == "l7" && rec.str("action") == "deny" {
+					deny = rec
+				}
+			}
+			if !slices.Equal(served, tc.served) {
+				t.Errorf("%s: the server served %q, want %q", tc.name, served, tc.served)
+			}
+			if tc.reason == "" {
+				if deny != nil {
+					t.Errorf("%s: exit %d %q, l7 deny %v; want none", tc.name, r.code, r.stdout, deny)
+				}
+				continue
+			}
+			if refused := tc.reset && r.code != 0 && strings.Contains(r.stdout, "reset") ||
+				!tc.reset && strings.Contains(r.stdout, `"HTTP/1.1 403 Forbidden"`); !refused {
+				t.Errorf("%s: the worker saw no refusal: exit %d %q", tc.name, r.code, r.stdout)
+			}
+			if n := srv.bytes.Load(); tc.served == nil && n != 0 {
+				t.Errorf("%s: the server read %d bytes, want none", tc.name, n)
+			}
+			if deny == nil || deny.str("reason") != tc.reason {
+				t.Errorf("%s: l7 deny record %v, want reason %q", tc.name, deny, tc.reason)
+			}
+		}
+	})
+}
+
+// tlsPort is where startRawTLSSink listens, on app.test's address.
+const tlsPort = 8083
+
+// rawSink reads every connection to its end (or 2 s of silence), counts
+// the bytes and closes it, without answering: a stand-in for a TLS server
+// that would read a second ClientHello.
+type rawSink struct{ bytes atomic.Int64 }
+
+func startRawSink(t *testing.T, port int) *rawSink {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(port)))
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	s := &rawSink{}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					c.SetReadDeadline(time.Now().Add(2 * time.Second))
+					n, err := c.Read(buf)
+					s.bytes.Add(int64(n))
+					if err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close() })
+	return s
+}
+
+// clientHello is the first flight crypto/tls sends for serverName, as
+// an argument for `__probe send` (Go-escaped, without quotes).
+func clientHello(t *testing.T, serverName string) (arg string, n int) {
+	t.Helper()
+	c, s := net.Pipe()
+	defer s.Close()
+	go func() {
+		tls.Client(c, &tls.Config{ServerName: serverName, InsecureSkipVerify: true}).Handshake()
+		c.Close()
+	}()
+	buf := make([]byte, 16<<10)
+	k, err := s.Read(buf)
+	if err != nil {
+		t.Fatalf("client hello: %v", err)
+	}
+	q := strconv.Quote(string(buf[:k]))
+	return q[1 : len(q)-1], k
+}
+
+// TestL7SecondClientHello: after a ClientHello for the flow's name, a
+// second one for another name (what a worker sends after a
+// HelloRetryRequest; OpenSSL servers switch to its name) must be refused:
+// a reset, an l7 deny naming its SNI, and the server never has the whole
+// of it. The control, a second ClientHello for the same name, passes.
+func TestL7SecondClientHello(t *testing.T) {
+	srv := startRawSink(t, tlsPort)
+	addr := fmt.Sprintf("app.test:%d", tlsPort)
+	policy := strings.ReplaceAll(keepAlivePolicy, fmt.Sprint(keepAlivePort), fmt.Sprint(tlsPort))
+	first, n1 := clientHello(t, "app.test")
+	same, n2 := clientHello(t, "app.test")
+	evil, n3 := clientHello(t, "evil.test")
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", policy)
+		for i, tc := range []struct {
+			name   string
+			second string
+			total  int
+			deny   bool
+		}{
+			{"control: the same name again", same, n1 + n2, false},
+			{"another name", evil, n1 + n3, true},
+		} {
+			srv.bytes.Store(0)
+			log := filepath.Join(dir, fmt.Sprintf("hello%d.jsonl", i))
+			r := runNsgate(t, m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "send", addr, first, tc.second)
+			time.Sleep(100 * time.Millisecond)
+			var deny record
+			for _, rec := range readAudit(t, log) {
+				if rec.str("event") == "l7" && rec.str("action") == "deny" {
+					deny = rec
+				}
+			}
+			got := int(srv.bytes.Load())
+			if !tc.deny {
+				if r.code != 0 || deny != nil || got != tc.total {
+					t.Errorf("%s: exit %d %q, l7 deny %v, server read %d of %d bytes; want all through", tc.name, r.code, r.stdout, deny, got, tc.total)
+				}
+				continue
+			}
+			if r.code == 0 || !strings.Contains(r.stdout, "reset") {
+				t.Errorf("%s: the worker saw no refusal: exit %d %q", tc.name, r.code, r.stdout)
+			}
+			if got >= tc.total {
+				t.Errorf("%s: the server read %d bytes, the whole second ClientHello (%d in all)", tc.name, got, tc.total)
+			}
+			if deny == nil || deny.str("reason") != "sni does not match" || deny.str("sni") != "evil.test" {
+				t.Errorf("%s: l7 deny record %v, want reason %q with sni evil.test", tc.name, deny, "sni does not match")
 			}
 		}
 	})

@@ -20,6 +20,7 @@ const (
 	errHTTPBodyless     Error = "http: GET, HEAD or TRACE request with a body"
 	errHTTPHeadLong     Error = "http: request head longer than the hold limit"
 	errHTTPTrailer      Error = "http: trailer field that frames or routes a request"
+	errHTTPExpect       Error = "http: Expect header (the server may read the body as a new request)"
 )
 
 // maxContentLength bounds a Content-Length or a chunk size: larger values
@@ -148,7 +149,7 @@ func (p *headParser) requestLine(l []byte) error {
 // field checks l, a header field line (or a trailer field line, with
 // trailer set: then the fields that frame or route a request are
 // refused). It records Host, Content-Length, Transfer-Encoding and
-// Upgrade.
+// Upgrade, and refuses Expect.
 func (p *headParser) field(l []byte, trailer bool) error {
 	p.lines++
 	if len(l) > 0 && (l[0] == ' ' || l[0] == '\t') {
@@ -212,6 +213,18 @@ func (p *headParser) field(l []byte, trailer bool) error {
 		if err := p.upgrade(val); err != nil {
 			return err
 		}
+	case equalFold(name, "expect"):
+		// Any value, with or without a body. Servers that answer a
+		// 100-continue request with a final status at once and keep
+		// the connection read the declared body as the next request,
+		// one the gate counted through unchecked; servers that wait
+		// for the body on a request without one wait for bytes the gate
+		// takes as the next head (the "0.CL" desyncs). No browser sends
+		// Expect; curl does for large uploads and can be told not to.
+		if trailer {
+			return errHTTPTrailer
+		}
+		return errHTTPExpect
 	}
 	return nil
 }

@@ -96,7 +96,8 @@ func httpErr(err error) Result { return Result{Kind: HTTP, Err: err} }
 // method token, separators and "/" (an origin-form target), or once it
 // ends with an "HTTP/" version as its last word whatever the method. A
 // separator here is any byte some server splits request-line words on
-// (isSep: tabs, VT, FF and more besides SP), and whitespace before the
+// (isSep: tabs, VT, FF and more besides SP; and a CR not followed by LF,
+// isFirstLineSep), and whitespace before the
 // method (isLeadSpace) is skipped for this decision: so a request that
 // some lenient server would parse (lower-case or unknown method, tabs,
 // leading whitespace, spaces in the target) cannot pass as Other. A first
@@ -130,9 +131,9 @@ func classifyText(b []byte) Result {
 		i++
 	}
 	switch {
-	case i == len(b):
+	case i == len(b), b[i] == '\r' && i+1 == len(b):
 		return needMore()
-	case i == start || !isSep(b[i]):
+	case i == start || !isFirstLineSep(b, i):
 		return Result{Kind: Other}
 	}
 	method := b[start:i]
@@ -142,15 +143,21 @@ func classifyText(b []byte) Result {
 	known := knownMethod(method)
 	committed := known != ""
 	j := i
-	for j < len(b) && isSep(b[j]) {
+	for j < len(b) && isFirstLineSep(b, j) {
 		j++
 	}
-	if j == len(b) {
+	if j == len(b) || b[j] == '\r' && j+1 == len(b) {
 		return needMore()
 	}
 	committed = committed || b[j] == '/'
 	for ; j < len(b); j++ {
 		c := b[j]
+		if c == '\r' && j+1 == len(b) {
+			return needMore() // a line end or a bare CR
+		}
+		if c == '\r' && b[j+1] != '\n' {
+			continue // a bare CR: a word separator to some servers
+		}
 		if c == '\r' || c == '\n' {
 			break
 		}
@@ -166,7 +173,7 @@ func classifyText(b []byte) Result {
 	}
 	rest := b[i:j] // separators, target, separators, version, if well formed
 	k := len(rest) - 1
-	for k >= 0 && !isSep(rest[k]) {
+	for k >= 0 && !isSep(rest[k]) && rest[k] != '\r' {
 		k--
 	}
 	if !hasPrefixFold(rest[k+1:], versionPrefixFolded) {
@@ -216,6 +223,16 @@ func classifyText(b []byte) Result {
 			return httpErr(err)
 		}
 	}
+}
+
+// isFirstLineSep reports whether b[k] separates the words of a first line
+// for some server: a separator (isSep), or a CR not followed by LF, which
+// Python's http.server (and wsgiref, Django's runserver) split the
+// request line on. A committed head refuses the bare CR
+// (errHTTPBareCR); here it only decides whether the line is committed.
+// A CR that is b's last byte is neither yet (the caller asks for more).
+func isFirstLineSep(b []byte, k int) bool {
+	return isSep(b[k]) || b[k] == '\r' && k+1 < len(b) && b[k+1] != '\n'
 }
 
 // httpResult builds the result of a complete head that p accepted.

@@ -35,10 +35,13 @@
 //
 // # What is not checked
 //
-// Only the first ClientHello of a flow is inspected. Everything inside TLS
-// (HTTP Host, ECH inner name, a second ClientHello after a
-// HelloRetryRequest) is encrypted or comes later; so are WebSocket
-// payloads after an upgrade.
+// A TLS flow whose first ClientHello was allowed then goes through a
+// TLSStream, which checks every later ClientHello sent in clear (one after
+// a HelloRetryRequest).
+//
+// Everything inside TLS (HTTP Host, ECH inner name, a TLS 1.2
+// renegotiation) is encrypted; so are WebSocket payloads after an
+// upgrade.
 package l7
 
 import "strconv"

@@ -31,7 +31,9 @@ const l7Hold = 3 * time.Second
 //
 // A plain HTTP flow whose first request passed, with the Host check on,
 // gets an httpFilter for the rest of the direction: every later request
-// is checked too. TLS and other flows are copied as they are.
+// is checked too. A TLS flow, with the SNI check on, gets a tlsFilter:
+// every later ClientHello (one after a HelloRetryRequest) is checked as
+// the first. Other flows are copied as they are.
 func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
 	p, pol, flowSeq := &a.p, a.pol, a.seq
 	return func(worker net.Conn) ([]byte, relay.Filter, error) {
@@ -95,8 +97,11 @@ func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
 			return nil, nil, errL7Denied
 		}
 		var f relay.Filter
-		if r.Kind == l7.HTTP && pol.VerifyHost() {
+		switch {
+		case r.Kind == l7.HTTP && pol.VerifyHost():
 			f = &httpFilter{g: g, ep: ep, s: l7.NewHTTPStream(p.host, p.dst.Port()), flowSeq: flowSeq, host: p.host}
+		case r.Kind == l7.TLS && pol.VerifySNI():
+			f = &tlsFilter{g: g, ep: ep, s: l7.NewTLSStream(p.host, p.dst.Port()), flowSeq: flowSeq, host: p.host}
 		}
 		// The relay writes the held bytes after this returns: copy them
 		// out of the pooled buffer (one allocation, of their size).
@@ -138,6 +143,32 @@ func (f *httpFilter) refuse(v l7.Verdict) error {
 	f.ep.Abort()
 	return errL7Denied
 }
+
+// tlsFilter is the relay.Filter of a TLS flow opened by name: an
+// l7.TLSStream checks every ClientHello (the first one again); on a
+// refusal it writes an l7 deny record, resets the worker's connection and
+// ends the relay with errL7Denied. The refused ClientHello's last byte has
+// not reached upstream.
+type tlsFilter struct {
+	g       *Gateway
+	ep      tcpip.Endpoint
+	s       *l7.TLSStream
+	flowSeq uint64
+	host    string
+}
+
+func (f *tlsFilter) Next(b []byte) (int, error) {
+	n, v := f.s.Next(b)
+	if !v.Allow {
+		f.g.audit.Log(audit.L7{Action: "deny", FlowSeq: f.flowSeq, Host: f.host, SNI: v.SNI, Reason: v.Reason})
+		f.g.stats.l7Refused.Add(1)
+		f.ep.Abort()
+		return 0, errL7Denied
+	}
+	return n, nil
+}
+
+func (f *tlsFilter) End([]byte) error { return nil }
 
 // tlsAccessDenied is a fatal TLS alert record: access_denied (49).
 var tlsAccessDenied = []byte{21, 3, 3, 0, 2, 2, 49}

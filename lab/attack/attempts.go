@@ -695,6 +695,16 @@ func clientHello(sni string) ([]byte, error) {
 	return w.b[5:], nil // the handshake message, without the record header
 }
 
+// helloRecord is crypto/tls's ClientHello for sni in one handshake
+// record, or nil if it could not be made (the attempt then sends none).
+func helloRecord(sni string) []byte {
+	m, err := clientHello(sni)
+	if err != nil || len(m) > 1<<14 {
+		return nil
+	}
+	return append([]byte{22, 3, 1, byte(len(m) >> 8), byte(len(m))}, m...)
+}
+
 // quicRepeatedPN is the split the attack review found: the first datagram
 // carries two Initials with the same packet number, the ClientHello cut
 // just before its server name, the second part naming the approved name;
