@@ -30,8 +30,8 @@ const l7Hold = 3 * time.Second
 // and the l7 record names the flow's record (a.seq).
 //
 // A plain HTTP flow whose first request passed, with the Host check on,
-// gets an httpFilter for the rest of the direction: every later request
-// is checked too. A TLS flow, with the SNI check on, gets a tlsFilter:
+// gets an l7Filter (l7.HTTPStream) for the rest of the direction: every later request
+// is checked too. A TLS flow, with the SNI check on, gets one with l7.TLSStream:
 // every later ClientHello (one after a HelloRetryRequest) is checked as
 // the first. Other flows are copied as they are.
 func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
@@ -99,9 +99,9 @@ func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
 		var f relay.Filter
 		switch {
 		case r.Kind == l7.HTTP && pol.VerifyHost():
-			f = &httpFilter{g: g, ep: ep, s: l7.NewHTTPStream(p.host, p.dst.Port()), flowSeq: flowSeq, host: p.host}
+			f = &l7Filter{g: g, ep: ep, s: l7.NewHTTPStream(p.host, p.dst.Port()), flowSeq: flowSeq, host: p.host}
 		case r.Kind == l7.TLS && pol.VerifySNI():
-			f = &tlsFilter{g: g, ep: ep, s: l7.NewTLSStream(p.host, p.dst.Port()), flowSeq: flowSeq, host: p.host}
+			f = &l7Filter{g: g, ep: ep, s: l7.NewTLSStream(p.host, p.dst.Port()), flowSeq: flowSeq, host: p.host}
 		}
 		// The relay writes the held bytes after this returns: copy them
 		// out of the pooled buffer (one allocation, of their size).
@@ -109,20 +109,27 @@ func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
 	}
 }
 
-// httpFilter is the relay.Filter of a plain HTTP flow opened by name: an
-// l7.HTTPStream checks every request head (the first one again) and
-// follows the framing of the bodies; on a refusal it writes an l7 deny
-// record, resets the worker's connection and ends the relay with
-// errL7Denied. Nothing of the refused request has reached upstream.
-type httpFilter struct {
+// l7Filter is the relay.Filter of an HTTP or TLS flow opened by name: its
+// stream (l7.HTTPStream: every request head, the first one again, and the
+// framing of the bodies; l7.TLSStream: every ClientHello, the first one
+// again) decides on everything the worker sends. On a refusal it writes
+// an l7 deny record, resets the worker's connection and ends the relay
+// with errL7Denied; nothing of the refused request or ClientHello has
+// reached upstream.
+type l7Filter struct {
 	g       *Gateway
 	ep      tcpip.Endpoint
-	s       *l7.HTTPStream
+	s       l7Stream
 	flowSeq uint64
 	host    string
 }
 
-func (f *httpFilter) Next(b []byte) (int, error) {
+// l7Stream is what an l7Filter asks: l7.HTTPStream or l7.TLSStream.
+type l7Stream interface {
+	Next(b []byte) (n int, v l7.Verdict)
+}
+
+func (f *l7Filter) Next(b []byte) (int, error) {
 	n, v := f.s.Next(b)
 	if !v.Allow {
 		return 0, f.refuse(v)
@@ -130,45 +137,23 @@ func (f *httpFilter) Next(b []byte) (int, error) {
 	return n, nil
 }
 
-func (f *httpFilter) End(kept []byte) error {
-	if v := f.s.End(kept); !v.Allow {
-		return f.refuse(v)
+// End judges what the worker left unforwarded when it ended its stream:
+// an HTTP request cut short; a TLS stream has nothing to add.
+func (f *l7Filter) End(kept []byte) error {
+	if e, ok := f.s.(interface{ End([]byte) l7.Verdict }); ok {
+		if v := e.End(kept); !v.Allow {
+			return f.refuse(v)
+		}
 	}
 	return nil
 }
 
-func (f *httpFilter) refuse(v l7.Verdict) error {
-	f.g.audit.Log(audit.L7{Action: "deny", FlowSeq: f.flowSeq, Host: f.host, HTTPHost: v.HTTPHost, Reason: v.Reason})
+func (f *l7Filter) refuse(v l7.Verdict) error {
+	f.g.audit.Log(audit.L7{Action: "deny", FlowSeq: f.flowSeq, Host: f.host, SNI: v.SNI, HTTPHost: v.HTTPHost, Reason: v.Reason})
 	f.g.stats.l7Refused.Add(1)
 	f.ep.Abort()
 	return errL7Denied
 }
-
-// tlsFilter is the relay.Filter of a TLS flow opened by name: an
-// l7.TLSStream checks every ClientHello (the first one again); on a
-// refusal it writes an l7 deny record, resets the worker's connection and
-// ends the relay with errL7Denied. The refused ClientHello's last byte has
-// not reached upstream.
-type tlsFilter struct {
-	g       *Gateway
-	ep      tcpip.Endpoint
-	s       *l7.TLSStream
-	flowSeq uint64
-	host    string
-}
-
-func (f *tlsFilter) Next(b []byte) (int, error) {
-	n, v := f.s.Next(b)
-	if !v.Allow {
-		f.g.audit.Log(audit.L7{Action: "deny", FlowSeq: f.flowSeq, Host: f.host, SNI: v.SNI, Reason: v.Reason})
-		f.g.stats.l7Refused.Add(1)
-		f.ep.Abort()
-		return 0, errL7Denied
-	}
-	return n, nil
-}
-
-func (f *tlsFilter) End([]byte) error { return nil }
 
 // tlsAccessDenied is a fatal TLS alert record: access_denied (49).
 var tlsAccessDenied = []byte{21, 3, 3, 0, 2, 2, 49}
