@@ -59,6 +59,19 @@ func startTarget(t *testing.T, m mode) int {
 	}
 }
 
+// startSlirpAPI starts nsgate slirp4netns on the IP policy for a target
+// namespace of its own, with an API socket, whose path it returns too.
+func startSlirpAPI(t *testing.T, m mode) (*slirpRun, string) {
+	t.Helper()
+	_, err := exec.LookPath("nsenter")
+	need(t, "nsenter and unshare (util-linux)", err)
+	dir := workDir(t, m)
+	pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+	target := startTarget(t, m)
+	sock := filepath.Join(dir, "api.sock")
+	return startSlirp(t, m, dir, pol, target, false, "--api-socket="+sock), sock
+}
+
 // startSlirp starts the helper on target with Podman's flags; podman5
 // selects the -r 3 -e 4 order. It waits for the ready fd.
 func startSlirp(t *testing.T, m mode, dir, pol string, target int, podman5 bool, extra ...string) *slirpRun {
@@ -414,13 +427,7 @@ func httpGetFrom(src, addr string) (string, error) {
 // client either way.
 func TestSlirp4netnsPublishedSource(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
-		_, err := exec.LookPath("nsenter")
-		need(t, "nsenter and unshare (util-linux)", err)
-		dir := workDir(t, m)
-		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
-		target := startTarget(t, m)
-		sock := filepath.Join(dir, "api.sock")
-		s := startSlirp(t, m, dir, pol, target, false, "--api-socket="+sock)
+		s, sock := startSlirpAPI(t, m)
 		if l := s.enterStart(t, m, nsgateBin, "__probe", "serve", ":8080", "60"); !strings.HasPrefix(l, "listening") {
 			t.Fatalf("server in the target: %q", l)
 		}
@@ -584,13 +591,7 @@ func TestSlirp4netnsDHCP(t *testing.T) {
 // the audit log, which verifies.
 func TestSlirp4netnsAPIForwardsAudited(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
-		_, err := exec.LookPath("nsenter")
-		need(t, "nsenter and unshare (util-linux)", err)
-		dir := workDir(t, m)
-		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
-		target := startTarget(t, m)
-		sock := filepath.Join(dir, "api.sock")
-		s := startSlirp(t, m, dir, pol, target, false, "--api-socket="+sock)
+		s, sock := startSlirpAPI(t, m)
 		const failed = `{"error":{"desc":"bad request: add_hostfwd: slirp_add_hostfwd failed"}}`
 		const badID = `{"error":{"desc":"bad request: remove_hostfwd: bad arguments.id"}}`
 		for i, guest := range []string{"10.0.2.2", "127.0.0.1", "169.254.169.254"} {
