@@ -1,0 +1,81 @@
+package netstack
+
+import (
+	"net"
+	"runtime"
+	"testing"
+	"time"
+
+	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
+)
+
+// heapInUse is the process's heap in use after a collection.
+func heapInUse() int {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return int(m.HeapInuse)
+}
+
+func TestNonReadingWorkerBoundsHeldBytes(t *testing.T) {
+	// A worker opens many flows to an allowed server that streams, and
+	// never reads (its window closes). Each flow's data then waits in
+	// the gateway's stack: what it holds must stay within the buffer
+	// budget (bufferedFlows flows with a large buffer, the others a
+	// small one), not grow by a megabyte or more per flow.
+	h := newHarness(t, withLimits(Limits{DialTimeout: 5 * time.Second, MaxPendingDials: 1024}))
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	// The worker's own stack keeps small receive buffers, so what the
+	// heap gains is the gateway's.
+	small := tcpip.TCPReceiveBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: 16 << 10, Max: 16 << 10}
+	if err := h.worker.SetTransportProtocolOption(tcp.ProtocolNumber, &small); err != nil {
+		t.Fatal(err)
+	}
+	off := tcpip.TCPModerateReceiveBufferOption(false)
+	if err := h.worker.SetTransportProtocolOption(tcp.ProtocolNumber, &off); err != nil {
+		t.Fatal(err)
+	}
+	base := heapInUse()
+	h.dialer.route("tcp", "203.0.113.10:8080", serveTCP(t, func(c *net.TCPConn) {
+		buf := make([]byte, 64<<10)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+			c.Write(buf)
+		}
+	}))
+	const flows = 3 * bufferedFlows
+	for range flows {
+		c, err := h.dialTCP("203.0.113.10:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+	}
+	// The budget, and as much again for everything else a flow costs
+	// (the worker's small buffers, the relay's, the endpoints').
+	bound := 2 * (bufferedFlows*tcpBufDefault + (flows-bufferedFlows)*smallFlowBuf)
+	// Wait until what the stack holds stops growing (every window has
+	// closed and every send buffer is as full as it gets).
+	last, still := -1, 0
+	for still < 10 {
+		time.Sleep(100 * time.Millisecond)
+		s := heapInUse() >> 20
+		if s == last {
+			still++
+		} else {
+			last, still = s, 0
+		}
+	}
+	grew := heapInUse() - base
+	t.Logf("%d non-reading flows: the heap grew by %d MiB (bound %d MiB)", flows, grew>>20, bound>>20)
+	if grew > bound {
+		t.Fatalf("%d flows whose worker never reads: the heap grew by %d MiB, more than the budget's %d MiB", flows, grew>>20, bound>>20)
+	}
+}
