@@ -1,14 +1,35 @@
 package netstack
 
+import "gvisor.dev/gvisor/pkg/tcpip"
+
 // The buffer budget of the worker's TCP endpoints. A flow whose worker
 // never reads (its window closed) or whose upstream never reads keeps its
 // data in the gateway's stack, up to the endpoint's send or receive
-// buffer. Only bufferedFlows flows at a time get the large buffers
-// (tcpBufDefault, the receive buffer growing with the flow's rate); the
-// others get smallFlowBuf each way, so a worker holding many stalled
-// flows makes nsgate hold about bufferedFlows MiB plus smallFlowBuf per
-// flow each way, not a megabyte or more per flow.
+// buffer (left alone, gVisor grows a send buffer up to tcpSendBufMax and
+// a receive buffer up to tcpRecvBufMax). Only bufferedFlows flows at a
+// time get large buffers: a send buffer of tcpBufDefault and a receive
+// buffer that grows with the flow's rate up to tcpRecvBufMax. The others
+// get smallFlowBuf each way, which still moves tens of MB/s on a local
+// link. So a worker holding many stalled flows makes nsgate hold at most
+// bufferedFlows × (tcpBufDefault + tcpRecvBufMax) plus 2 × smallFlowBuf
+// per further flow (16 × 7 MiB + 16,368 × 32 KiB, about 620 MiB, at the
+// default --max-flows), not up to 14 MiB per flow.
 const (
-	bufferedFlows = 32
-	smallFlowBuf  = 64 << 10
+	bufferedFlows = 16
+	smallFlowBuf  = 16 << 10
 )
+
+// sizeBuffers sets a new worker endpoint's buffers: large ones if fewer
+// than bufferedFlows flows hold them (it reports true; the caller gives
+// the slot back when the flow ends), small ones otherwise. An explicit
+// size also turns off gVisor's growing of that buffer.
+func (g *Gateway) sizeBuffers(ep tcpip.Endpoint) bool {
+	o := ep.SocketOptions()
+	if tryAcquire(&g.bufferedFlows, bufferedFlows) {
+		o.SetSendBufferSize(tcpBufDefault, true)
+		return true
+	}
+	o.SetSendBufferSize(smallFlowBuf, true)
+	o.SetReceiveBufferSize(smallFlowBuf, true)
+	return false
+}

@@ -249,6 +249,9 @@ type Gateway struct {
 
 	// Live flow and dial counts, checked against lim.
 	tcpFlows, udpFlows, pendingDials atomic.Int64
+	// bufferedFlows counts the TCP flows holding large buffers
+	// (sizeBuffers).
+	bufferedFlows atomic.Int64
 
 	// udpMu guards udpPending: the UDP flows between their first
 	// datagram and the creation of their endpoint. Datagrams that arrive
