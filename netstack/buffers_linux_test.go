@@ -18,6 +18,22 @@ func heapInUse() int {
 	return int(m.HeapInuse)
 }
 
+// settledHeap waits until the heap in use stops growing (the same to the
+// MiB for a second) and returns it.
+func settledHeap() int {
+	last, still := -1, 0
+	for still < 10 {
+		time.Sleep(100 * time.Millisecond)
+		s := heapInUse() >> 20
+		if s == last {
+			still++
+		} else {
+			last, still = s, 0
+		}
+	}
+	return heapInUse()
+}
+
 func TestNonReadingWorkerBoundsHeldBytes(t *testing.T) {
 	// A worker opens many flows to an allowed server that streams, and
 	// never reads (its window closes). Each flow's data then waits in
@@ -63,19 +79,55 @@ func TestNonReadingWorkerBoundsHeldBytes(t *testing.T) {
 	bound := 2 * (bufferedFlows*tcpBufDefault + (flows-bufferedFlows)*smallFlowBuf)
 	// Wait until what the stack holds stops growing (every window has
 	// closed and every send buffer is as full as it gets).
-	last, still := -1, 0
-	for still < 10 {
-		time.Sleep(100 * time.Millisecond)
-		s := heapInUse() >> 20
-		if s == last {
-			still++
-		} else {
-			last, still = s, 0
-		}
-	}
-	grew := heapInUse() - base
+	grew := settledHeap() - base
 	t.Logf("%d non-reading flows: the heap grew by %d MiB (bound %d MiB)", flows, grew>>20, bound>>20)
 	if grew > bound {
 		t.Fatalf("%d flows whose worker never reads: the heap grew by %d MiB, more than the budget's %d MiB", flows, grew>>20, bound>>20)
+	}
+}
+
+func TestNonReadingServerBoundsHeldBytes(t *testing.T) {
+	// The other way: the worker sends on many flows to an allowed server
+	// that never reads. Once the host sockets are full the data waits in
+	// the gateway's receive buffers, which must stay within the budget
+	// (before it, 96 such flows grew the heap by 133 MiB).
+	h := newHarness(t, withLimits(Limits{DialTimeout: 5 * time.Second, MaxPendingDials: 1024}))
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	// The worker's own stack keeps small send buffers, so what the heap
+	// gains is the gateway's.
+	small := tcpip.TCPSendBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: 16 << 10, Max: 16 << 10}
+	if err := h.worker.SetTransportProtocolOption(tcp.ProtocolNumber, &small); err != nil {
+		t.Fatal(err)
+	}
+	base := heapInUse()
+	h.dialer.route("tcp", "203.0.113.10:8080", serveTCP(t, func(c *net.TCPConn) {
+		c.SetReadBuffer(4096)
+		<-stop
+	}))
+	const flows = 6 * bufferedFlows
+	for range flows {
+		c, err := h.dialTCP("203.0.113.10:8080")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		go func() {
+			buf := make([]byte, 64<<10)
+			for {
+				c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+				if _, err := c.Write(buf); err != nil {
+					return
+				}
+			}
+		}()
+	}
+	// The budget, the relay's bulk buffers (16 MiB in all) and a 32 KiB
+	// relay buffer per flow, and as much again for everything else.
+	bound := 2 * (bufferedFlows*tcpBufDefault + (flows-bufferedFlows)*(smallFlowBuf+32<<10) + 16<<20)
+	grew := settledHeap() - base
+	t.Logf("%d flows whose server never reads: the heap grew by %d MiB (bound %d MiB)", flows, grew>>20, bound>>20)
+	if grew > bound {
+		t.Fatalf("%d flows whose server never reads: the heap grew by %d MiB, more than the budget's %d MiB", flows, grew>>20, bound>>20)
 	}
 }
