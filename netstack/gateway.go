@@ -286,10 +286,12 @@ type Gateway struct {
 // nicID is the gateway's only NIC.
 const nicID tcpip.NICID = 1
 
-// Stack tuning: the link is local, so buffers are large and the initial
-// receive window of forwarded connections is generous.
+// Stack tuning: the link is local, so buffers are large. A forwarded
+// connection's receive buffer starts at smallFlowBuf and grows with the
+// flow's rate (up to tcpRecvBufMax) if it is one of bufferedFlows
+// (buffers.go): starting small means no flow was ever promised a window
+// larger than its buffer may stay.
 const (
-	tcpRcvWnd        = 1 << 20
 	tcpSendBufMax    = 8 << 20
 	tcpRecvBufMax    = 6 << 20
 	tcpBufDefault    = 1 << 20
@@ -452,7 +454,7 @@ func (g *Gateway) build(cfg Config) error {
 
 	// gVisor calls the handler on a new goroutine per SYN; the work
 	// moves at once to a kept goroutine whose stack has already grown.
-	fwd := tcp.NewForwarder(s, tcpRcvWnd, 2*g.lim.MaxPendingDials+64, func(r *tcp.ForwarderRequest) {
+	fwd := tcp.NewForwarder(s, smallFlowBuf, 2*g.lim.MaxPendingDials+64, func(r *tcp.ForwarderRequest) {
 		g.pool.Go(func() { g.handleTCP(r) })
 	})
 	s.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)
