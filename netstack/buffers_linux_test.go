@@ -1,12 +1,16 @@
 package netstack
 
 import (
+	"context"
 	"net"
+	"net/netip"
 	"runtime"
+	"strings"
 	"testing"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
+	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 )
 
@@ -129,5 +133,82 @@ func TestNonReadingServerBoundsHeldBytes(t *testing.T) {
 	t.Logf("%d flows whose server never reads: the heap grew by %d MiB (bound %d MiB)", flows, grew>>20, bound>>20)
 	if grew > bound {
 		t.Fatalf("%d flows whose server never reads: the heap grew by %d MiB, more than the budget's %d MiB", flows, grew>>20, bound>>20)
+	}
+}
+
+func TestStalledInboundBoundsHeldBytes(t *testing.T) {
+	// Inbound connections (--publish) are the gateway's own endpoints:
+	// when the host-side client stops reading what the worker sends, or
+	// the worker stops reading what the client sends, the data waits in
+	// their buffers. Those start at smallFlowBuf and grow only with a
+	// flow's rate, so a stalled one must not hold a MiB or more.
+	for _, dir := range []string{"worker sends", "client sends"} {
+		t.Run(strings.ReplaceAll(dir, " ", "-"), func(t *testing.T) {
+			h := newHarness(t)
+			// The worker's own stack keeps small buffers, so what the
+			// heap gains is the gateway's.
+			for _, o := range []tcpip.SettableTransportProtocolOption{
+				&tcpip.TCPReceiveBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: 16 << 10, Max: 16 << 10},
+				&tcpip.TCPSendBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: 16 << 10, Max: 16 << 10},
+				func() *tcpip.TCPModerateReceiveBufferOption {
+					v := tcpip.TCPModerateReceiveBufferOption(false)
+					return &v
+				}(),
+			} {
+				if err := h.worker.SetTransportProtocolOption(tcp.ProtocolNumber, o); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fa, p := fullAddr(ap(Guest4 + ":8080"))
+			ln, err := gonet.ListenTCP(h.worker, fa, p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { ln.Close() })
+			stream := func(c net.Conn) {
+				buf := make([]byte, 64<<10)
+				for {
+					c.SetWriteDeadline(time.Now().Add(5 * time.Second))
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			}
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					t.Cleanup(func() { c.Close() })
+					if dir == "worker sends" {
+						go stream(c)
+					}
+				}
+			}()
+			// The heap once what an earlier subtest held is gone.
+			base := settledHeap()
+			const conns = 96
+			for range conns {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				c, err := h.g.DialGuest(ctx, "tcp", netip.MustParseAddr("127.0.0.1"), ap(Guest4+":8080"))
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { c.Close() })
+				if dir == "client sends" {
+					go stream(c)
+				}
+			}
+			// Two small buffers and the endpoints' own, well below the
+			// MiB or more a connection's buffers held before.
+			const bound = conns * 256 << 10
+			grew := settledHeap() - base
+			t.Logf("%s, nobody reads, %d connections: the heap grew by %d MiB (bound %d MiB)", dir, conns, grew>>20, bound>>20)
+			if grew > bound {
+				t.Fatalf("%d stalled inbound connections (%s): the heap grew by %d MiB, more than %d MiB", conns, dir, grew>>20, bound>>20)
+			}
+		})
 	}
 }
