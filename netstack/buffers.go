@@ -15,6 +15,12 @@ import "gvisor.dev/gvisor/pkg/tcpip"
 // 2 × smallFlowBuf per further flow (16 × 7 MiB + 16,368 × 32 KiB, about
 // 620 MiB, at the default --max-flows), not up to 14 MiB per flow.
 //
+// The gateway's other TCP endpoints (inbound connections, DNS over TCP)
+// keep the stack's defaults: buffers of smallFlowBuf that grow only with
+// the flow's rate, so a stalled inbound connection holds about 100 KiB
+// (TestStalledInboundBoundsHeldBytes; 1 MiB or more before), within
+// inbound's own bound on connections.
+//
 // Every flow starts with a receive window of smallFlowBuf, so that one
 // given small buffers later was never offered a larger window: a window
 // taken back (gVisor never moves its right edge back) made the worker send

@@ -286,11 +286,12 @@ type Gateway struct {
 // nicID is the gateway's only NIC.
 const nicID tcpip.NICID = 1
 
-// Stack tuning: the link is local, so buffers are large. A forwarded
-// connection's receive buffer starts at smallFlowBuf and grows with the
-// flow's rate (up to tcpRecvBufMax) if it is one of bufferedFlows
-// (buffers.go): starting small means no flow was ever promised a window
-// larger than its buffer may stay.
+// Stack tuning: the link is local, so buffers may grow large. Every
+// endpoint's buffers start at smallFlowBuf and grow with the flow's rate
+// (up to tcpSendBufMax and tcpRecvBufMax), so a stalled flow holds little
+// (buffers.go); a forwarded flow's are then set by sizeBuffers. Starting
+// small also means no flow was ever offered a window larger than its
+// buffer may stay.
 const (
 	tcpSendBufMax    = 8 << 20
 	tcpRecvBufMax    = 6 << 20
@@ -396,8 +397,8 @@ func (g *Gateway) build(cfg Config) error {
 
 	opts := []tcpip.SettableTransportProtocolOption{
 		func() *tcpip.TCPSACKEnabled { v := tcpip.TCPSACKEnabled(true); return &v }(),
-		&tcpip.TCPSendBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: tcpBufDefault, Max: tcpSendBufMax},
-		&tcpip.TCPReceiveBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: tcpBufDefault, Max: tcpRecvBufMax},
+		&tcpip.TCPSendBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: smallFlowBuf, Max: tcpSendBufMax},
+		&tcpip.TCPReceiveBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: smallFlowBuf, Max: tcpRecvBufMax},
 		func() *tcpip.TCPModerateReceiveBufferOption {
 			v := tcpip.TCPModerateReceiveBufferOption(true)
 			return &v
