@@ -249,6 +249,9 @@ type Gateway struct {
 
 	// Live flow and dial counts, checked against lim.
 	tcpFlows, udpFlows, pendingDials atomic.Int64
+	// bufferedFlows counts the TCP flows holding large buffers
+	// (sizeBuffers).
+	bufferedFlows atomic.Int64
 
 	// udpMu guards udpPending: the UDP flows between their first
 	// datagram and the creation of their endpoint. Datagrams that arrive
@@ -283,10 +286,13 @@ type Gateway struct {
 // nicID is the gateway's only NIC.
 const nicID tcpip.NICID = 1
 
-// Stack tuning: the link is local, so buffers are large and the initial
-// receive window of forwarded connections is generous.
+// Stack tuning: the link is local, so buffers may grow large. Every
+// endpoint's buffers start at smallFlowBuf and grow with the flow's rate
+// (up to tcpSendBufMax and tcpRecvBufMax), so a stalled flow holds little
+// (buffers.go); a forwarded flow's are then set by sizeBuffers. Starting
+// small also means no flow was ever offered a window larger than its
+// buffer may stay.
 const (
-	tcpRcvWnd        = 1 << 20
 	tcpSendBufMax    = 8 << 20
 	tcpRecvBufMax    = 6 << 20
 	tcpBufDefault    = 1 << 20
@@ -391,8 +397,8 @@ func (g *Gateway) build(cfg Config) error {
 
 	opts := []tcpip.SettableTransportProtocolOption{
 		func() *tcpip.TCPSACKEnabled { v := tcpip.TCPSACKEnabled(true); return &v }(),
-		&tcpip.TCPSendBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: tcpBufDefault, Max: tcpSendBufMax},
-		&tcpip.TCPReceiveBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: tcpBufDefault, Max: tcpRecvBufMax},
+		&tcpip.TCPSendBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: smallFlowBuf, Max: tcpSendBufMax},
+		&tcpip.TCPReceiveBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: smallFlowBuf, Max: tcpRecvBufMax},
 		func() *tcpip.TCPModerateReceiveBufferOption {
 			v := tcpip.TCPModerateReceiveBufferOption(true)
 			return &v
@@ -449,7 +455,7 @@ func (g *Gateway) build(cfg Config) error {
 
 	// gVisor calls the handler on a new goroutine per SYN; the work
 	// moves at once to a kept goroutine whose stack has already grown.
-	fwd := tcp.NewForwarder(s, tcpRcvWnd, 2*g.lim.MaxPendingDials+64, func(r *tcp.ForwarderRequest) {
+	fwd := tcp.NewForwarder(s, smallFlowBuf, 2*g.lim.MaxPendingDials+64, func(r *tcp.ForwarderRequest) {
 		g.pool.Go(func() { g.handleTCP(r) })
 	})
 	s.SetTransportProtocolHandler(tcp.ProtocolNumber, fwd.HandlePacket)

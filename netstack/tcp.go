@@ -38,6 +38,7 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	r.Complete(false)
+	buffered := g.sizeBuffers(ep)
 	worker := newWorkerConn(&wq, ep, g.pool.Go)
 	opts := relay.Options{Idle: g.lim.TCPIdle, Go: g.pool.Go}
 	if a.verifyL7() {
@@ -50,6 +51,9 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 	// stays, small.
 	go func() {
 		defer a.release()
+		if buffered {
+			defer g.bufferedFlows.Add(-1)
+		}
 		a.end(relay.CopyWith(g.ctx, worker, up, opts))
 	}()
 }

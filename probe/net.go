@@ -24,6 +24,7 @@ import (
 //	nsgate __probe serve ADDR SECS      answer HTTP requests on ADDR for SECS seconds (the page names the client)
 //	nsgate __probe banner ADDR          connect and print the server's first line (server-first protocols)
 //	nsgate __probe hold ADDR N          open N connections one after another and hold them; print each outcome
+//	nsgate __probe stall ADDR N SECS    open N connections, never read from them for SECS; print how many opened
 //	nsgate __probe dns SERVER NAME TYPE udp|tcp   one DNS query; prints the rcode and answers
 //	nsgate __probe tcp-from SRC ADDR N  N connects at once from source address SRC; prints how many completed
 //
@@ -65,6 +66,15 @@ func Main(args []string, stdout, stderr io.Writer) int {
 			fmt.Sscan(args[2], &n)
 		}
 		return probeHold(e, addr, n)
+	case "stall":
+		if len(args) != 4 {
+			e.errorf("usage: nsgate __probe stall ADDR N SECS")
+			return exitUsage
+		}
+		n, secs := 1, 5.0
+		fmt.Sscan(args[2], &n)
+		fmt.Sscan(args[3], &secs)
+		return probeStall(e, addr, n, time.Duration(secs*float64(time.Second)))
 	case "dns-flood":
 		if len(args) != 4 {
 			e.errorf("usage: nsgate __probe dns-flood SERVER NAME SECS")
@@ -369,6 +379,33 @@ func probeDNS(e env, server, name, qtype, transport string) int {
 // probeHold opens n connections to addr in turn, holding each open, and
 // prints "connected I" or "refused I: ERR" for each. Exit 0 when all
 // connected.
+// probeStall opens n connections to addr and holds them for d without
+// reading: a server that sends fills every window, and what it sends then
+// waits in the gateway.
+func probeStall(e env, addr string, n int, d time.Duration) int {
+	var held []net.Conn
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	failed := 0
+	for range n {
+		c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+		if err != nil {
+			failed++
+			continue
+		}
+		held = append(held, c)
+	}
+	fmt.Fprintf(e.stdout, "stalled=%d failed=%d\n", len(held), failed)
+	time.Sleep(d)
+	if failed > 0 {
+		return 1
+	}
+	return 0
+}
+
 func probeHold(e env, addr string, n int) int {
 	code := 0
 	var held []net.Conn
