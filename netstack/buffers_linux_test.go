@@ -70,7 +70,9 @@ func TestNonReadingWorkerBoundsHeldBytes(t *testing.T) {
 			c.Write(buf)
 		}
 	}))
-	const flows = 3 * bufferedFlows
+	// Enough flows that the stack's own buffers (about 1.25 MiB a flow
+	// here) would hold well over the bound.
+	const flows = 6 * bufferedFlows
 	for range flows {
 		c, err := h.dialTCP("203.0.113.10:8080")
 		if err != nil {
@@ -80,7 +82,7 @@ func TestNonReadingWorkerBoundsHeldBytes(t *testing.T) {
 	}
 	// The budget, and as much again for everything else a flow costs
 	// (the worker's small buffers, the relay's, the endpoints').
-	bound := 2 * (bufferedFlows*tcpBufDefault + (flows-bufferedFlows)*smallFlowBuf)
+	bound := 2 * (bufferedFlows*bufferedSendBuf + (flows-bufferedFlows)*smallFlowBuf)
 	// Wait until what the stack holds stops growing (every window has
 	// closed and every send buffer is as full as it gets).
 	grew := settledHeap() - base
@@ -128,7 +130,7 @@ func TestNonReadingServerBoundsHeldBytes(t *testing.T) {
 	}
 	// The budget, the relay's bulk buffers (16 MiB in all) and a 32 KiB
 	// relay buffer per flow, and as much again for everything else.
-	bound := 2 * (bufferedFlows*tcpBufDefault + (flows-bufferedFlows)*(smallFlowBuf+32<<10) + 16<<20)
+	bound := 2 * (bufferedFlows*bufferedSendBuf + (flows-bufferedFlows)*(smallFlowBuf+32<<10) + 16<<20)
 	grew := settledHeap() - base
 	t.Logf("%d flows whose server never reads: the heap grew by %d MiB (bound %d MiB)", flows, grew>>20, bound>>20)
 	if grew > bound {

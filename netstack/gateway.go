@@ -295,7 +295,6 @@ const nicID tcpip.NICID = 1
 const (
 	tcpSendBufMax    = 8 << 20
 	tcpRecvBufMax    = 6 << 20
-	tcpBufDefault    = 1 << 20
 	dnsMaxInFlight   = 64
 	dnsTCPIdle       = 10 * time.Second
 	maxDNSMessageLen = 65535
