@@ -8,7 +8,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nsgate/nsgate/lab/internet"
 )
 
 // The exec guard end to end: Landlock, seccomp and the exec
@@ -265,22 +266,11 @@ func TestGuardRefusesSyscalls(t *testing.T) {
 		t.Run("unix sockets", func(t *testing.T) {
 			sock := filepath.Join(dir, "host.sock")
 			var hits atomic.Int64
-			ln, err := net.Listen("unix", sock)
+			ln, err := internet.ListenUnixCounting(sock, &hits, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer ln.Close()
-			os.Chmod(sock, 0o777)
-			go func() {
-				for {
-					c, err := ln.Accept()
-					if err != nil {
-						return
-					}
-					hits.Add(1)
-					c.Close()
-				}
-			}()
 			// The socket lies in the caller's /tmp, which the worker's
 			// view replaces: show the directory to it read-only.
 			ro := []string{"--ro", dir}
