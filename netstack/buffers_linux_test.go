@@ -38,25 +38,33 @@ func settledHeap() int {
 	return heapInUse()
 }
 
+// stallHarness is a harness for many flows whose reader stalls (dials
+// may wait), with workerOpts set on the worker's TCP; its servers stop
+// when stop is closed, at the test's end.
+func stallHarness(t *testing.T, workerOpts ...tcpip.SettableTransportProtocolOption) (*harness, chan struct{}) {
+	t.Helper()
+	h := newHarness(t, withLimits(Limits{DialTimeout: 5 * time.Second, MaxPendingDials: 1024}))
+	stop := make(chan struct{})
+	t.Cleanup(func() { close(stop) })
+	for _, o := range workerOpts {
+		if err := h.worker.SetTransportProtocolOption(tcp.ProtocolNumber, o); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return h, stop
+}
+
 func TestNonReadingWorkerBoundsHeldBytes(t *testing.T) {
 	// A worker opens many flows to an allowed server that streams, and
 	// never reads (its window closes). Each flow's data then waits in
 	// the gateway's stack: what it holds must stay within the buffer
 	// budget (bufferedFlows flows with a large buffer, the others a
 	// small one), not grow by a megabyte or more per flow.
-	h := newHarness(t, withLimits(Limits{DialTimeout: 5 * time.Second, MaxPendingDials: 1024}))
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
 	// The worker's own stack keeps small receive buffers, so what the
 	// heap gains is the gateway's.
-	small := tcpip.TCPReceiveBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: 16 << 10, Max: 16 << 10}
-	if err := h.worker.SetTransportProtocolOption(tcp.ProtocolNumber, &small); err != nil {
-		t.Fatal(err)
-	}
 	off := tcpip.TCPModerateReceiveBufferOption(false)
-	if err := h.worker.SetTransportProtocolOption(tcp.ProtocolNumber, &off); err != nil {
-		t.Fatal(err)
-	}
+	h, stop := stallHarness(t,
+		&tcpip.TCPReceiveBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: 16 << 10, Max: 16 << 10}, &off)
 	base := heapInUse()
 	h.dialer.route("tcp", "203.0.113.10:8080", serveTCP(t, func(c *net.TCPConn) {
 		buf := make([]byte, 64<<10)
@@ -97,15 +105,9 @@ func TestNonReadingServerBoundsHeldBytes(t *testing.T) {
 	// that never reads. Once the host sockets are full the data waits in
 	// the gateway's receive buffers, which must stay within the budget
 	// (before it, 96 such flows grew the heap by 133 MiB).
-	h := newHarness(t, withLimits(Limits{DialTimeout: 5 * time.Second, MaxPendingDials: 1024}))
-	stop := make(chan struct{})
-	t.Cleanup(func() { close(stop) })
 	// The worker's own stack keeps small send buffers, so what the heap
 	// gains is the gateway's.
-	small := tcpip.TCPSendBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: 16 << 10, Max: 16 << 10}
-	if err := h.worker.SetTransportProtocolOption(tcp.ProtocolNumber, &small); err != nil {
-		t.Fatal(err)
-	}
+	h, stop := stallHarness(t, &tcpip.TCPSendBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: 16 << 10, Max: 16 << 10})
 	base := heapInUse()
 	h.dialer.route("tcp", "203.0.113.10:8080", serveTCP(t, func(c *net.TCPConn) {
 		c.SetReadBuffer(4096)
