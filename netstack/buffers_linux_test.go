@@ -4,6 +4,8 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"os"
+	"os/exec"
 	"runtime"
 	"strings"
 	"testing"
@@ -20,6 +22,34 @@ func heapInUse() int {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return int(m.HeapInuse)
+}
+
+// freshEnv names the test that runs alone in a child test process (see
+// inFreshProcess).
+const freshEnv = "NSGATE_TEST_FRESH_PROCESS"
+
+// inFreshProcess runs the calling test again, alone, in a new process of
+// the test binary and reports true in the parent, which then returns: the
+// child's result and output are the test's. In the child it reports false
+// and the test runs. A heap measurement is then the test's own: in a shared
+// process the heap a test before it freed (and a GC has not yet returned)
+// made the growth come out negative.
+func inFreshProcess(t *testing.T) bool {
+	t.Helper()
+	if os.Getenv(freshEnv) == t.Name() {
+		return false
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^"+t.Name()+"$", "-test.v", "-test.count=1")
+	cmd.Env = append(os.Environ(), freshEnv+"="+t.Name())
+	out, err := cmd.CombinedOutput()
+	t.Logf("%s in a process of its own:\n%s", t.Name(), out)
+	if err != nil {
+		t.Fatalf("%s in a process of its own: %v", t.Name(), err)
+	}
+	if !strings.Contains(string(out), "--- PASS: "+t.Name()) {
+		t.Fatalf("%s in a process of its own did not report a pass", t.Name())
+	}
+	return true
 }
 
 // settledHeap waits until the heap in use stops growing (the same to the
@@ -55,6 +85,9 @@ func stallHarness(t *testing.T, workerOpts ...tcpip.SettableTransportProtocolOpt
 }
 
 func TestNonReadingWorkerBoundsHeldBytes(t *testing.T) {
+	if inFreshProcess(t) {
+		return
+	}
 	// A worker opens many flows to an allowed server that streams, and
 	// never reads (its window closes). Each flow's data then waits in
 	// the gateway's stack: what it holds must stay within the buffer
@@ -65,7 +98,7 @@ func TestNonReadingWorkerBoundsHeldBytes(t *testing.T) {
 	off := tcpip.TCPModerateReceiveBufferOption(false)
 	h, stop := stallHarness(t,
 		&tcpip.TCPReceiveBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: 16 << 10, Max: 16 << 10}, &off)
-	base := heapInUse()
+	base := settledHeap()
 	h.dialer.route("tcp", "203.0.113.10:8080", serveTCP(t, func(c *net.TCPConn) {
 		buf := make([]byte, 64<<10)
 		for {
@@ -101,6 +134,9 @@ func TestNonReadingWorkerBoundsHeldBytes(t *testing.T) {
 }
 
 func TestNonReadingServerBoundsHeldBytes(t *testing.T) {
+	if inFreshProcess(t) {
+		return
+	}
 	// The other way: the worker sends on many flows to an allowed server
 	// that never reads. Once the host sockets are full the data waits in
 	// the gateway's receive buffers, which must stay within the budget
@@ -108,7 +144,7 @@ func TestNonReadingServerBoundsHeldBytes(t *testing.T) {
 	// The worker's own stack keeps small send buffers, so what the heap
 	// gains is the gateway's.
 	h, stop := stallHarness(t, &tcpip.TCPSendBufferSizeRangeOption{Min: tcp.MinBufferSize, Default: 16 << 10, Max: 16 << 10})
-	base := heapInUse()
+	base := settledHeap()
 	h.dialer.route("tcp", "203.0.113.10:8080", serveTCP(t, func(c *net.TCPConn) {
 		c.SetReadBuffer(4096)
 		<-stop
@@ -141,6 +177,9 @@ func TestNonReadingServerBoundsHeldBytes(t *testing.T) {
 }
 
 func TestStalledInboundBoundsHeldBytes(t *testing.T) {
+	if inFreshProcess(t) {
+		return
+	}
 	// Inbound connections (--publish) are the gateway's own endpoints:
 	// when the host-side client stops reading what the worker sends, or
 	// the worker stops reading what the client sends, the data waits in
