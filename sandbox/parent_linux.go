@@ -66,6 +66,14 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 	if err != nil {
 		return nil, fmt.Errorf("control socketpair: %w", err)
 	}
+	// The parent's end is non-blocking, so os.NewFile puts it in the
+	// runtime's poller: nsgate waits for init's messages with a parked
+	// goroutine, not a thread held in recvmsg (ctlRecv).
+	if err := unix.SetNonblock(pair[0], true); err != nil {
+		unix.Close(pair[0])
+		unix.Close(pair[1])
+		return nil, fmt.Errorf("control socketpair: %w", err)
+	}
 	parentEnd := os.NewFile(uintptr(pair[0]), "nsgate-ctl")
 	childEnd := os.NewFile(uintptr(pair[1]), "nsgate-ctl-child")
 	defer childEnd.Close()
@@ -247,7 +255,7 @@ var underSeccompFilter = func() bool {
 func (c *Child) recvTun() (int, error) {
 	buf := make([]byte, 4096)
 	oob := make([]byte, unix.CmsgSpace(4))
-	n, oobn, _, _, err := unix.Recvmsg(int(c.ctl.Fd()), buf, oob, 0)
+	n, oobn, err := c.recv(buf, oob)
 	if err != nil {
 		return -1, fmt.Errorf("sandbox control: %w", err)
 	}
@@ -273,6 +281,27 @@ func (c *Child) recvTun() (int, error) {
 	return fds[0], nil
 }
 
+// recv reads one message of init's from the control socket, and the
+// descriptors passed with it (close-on-exec), waiting in the runtime's
+// poller: a thread blocked in recvmsg would keep the system monitor
+// polling, and in a burst of starts on a busy machine its processor is
+// handed to others and must be taken back (docs/performance.md,
+// "Density").
+func (c *Child) recv(buf, oob []byte) (n, oobn int, err error) {
+	rc, err := c.ctl.SyscallConn()
+	if err != nil {
+		return 0, 0, err
+	}
+	rerr := rc.Read(func(fd uintptr) bool {
+		n, oobn, _, _, err = unix.Recvmsg(int(fd), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		return !errors.Is(err, unix.EAGAIN)
+	})
+	if err == nil {
+		err = rerr
+	}
+	return n, oobn, err
+}
+
 // Release tells init to start the worker. It returns init's report: the
 // layers it could not apply (degraded), or an error if init failed to start
 // the worker (init then exits 125).
@@ -288,7 +317,7 @@ func (c *Child) Release() (degraded []string, err error) {
 	buf := make([]byte, 4096)
 	oob := make([]byte, unix.CmsgSpace(4))
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(int(c.ctl.Fd()), buf, oob, unix.MSG_CMSG_CLOEXEC)
+		n, oobn, err := c.recv(buf, oob)
 		if err != nil || n == 0 {
 			return nil, errors.New("sandbox init exited before starting the worker")
 		}
@@ -364,6 +393,7 @@ func (c *Child) Signal(sig os.Signal) error { return c.cmd.Process.Signal(sig) }
 // reported it: the worker's code, 128+N when the worker died of signal N,
 // and 125 when init itself failed.
 func (c *Child) Wait() int {
+	c.awaitExit()
 	err := c.cmd.Wait()
 	c.ctl.Close()
 	if err == nil {
@@ -377,6 +407,30 @@ func (c *Child) Wait() int {
 		return ee.ExitCode()
 	}
 	return 125
+}
+
+// awaitExit returns once init has exited (or at once when that cannot be
+// watched), waiting in the runtime's poller on a pidfd rather than in a
+// thread blocked in waitid for the sandbox's whole life; cmd.Wait then
+// reaps init without blocking.
+func (c *Child) awaitExit() {
+	pfd, err := unix.PidfdOpen(c.cmd.Process.Pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return // cmd.Wait blocks instead
+	}
+	f := os.NewFile(uintptr(pfd), "nsgate-init-pidfd")
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Read(func(fd uintptr) bool {
+		// A pidfd is readable once its process has exited; WNOWAIT
+		// leaves init to be reaped by cmd.Wait.
+		var si unix.Siginfo
+		err := unix.Waitid(unix.P_PIDFD, int(fd), &si, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+		return err != nil || si.Signo != 0
+	})
 }
 
 func (c *Child) kill() {
