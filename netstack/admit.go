@@ -60,6 +60,15 @@ type admission struct {
 	// queued are the datagrams that arrived while a QUIC-checked UDP
 	// flow was being set up (see Gateway.queueUDP), taken by unpend.
 	queued [][]byte
+
+	// target is the address dialled, once connect admitted the flow.
+	target netip.AddrPort
+	// Revocation (revoke.go): tracked says the flow is in the gateway's
+	// set of open flows, cut ends it, revoked is why it was cut.
+	tracked bool
+	revokes uint64 // Gateway.revokes when the snapshot was taken
+	cut     func()
+	revoked atomic.Pointer[string]
 }
 
 // admit takes a new flow's steps that never block. It registers the flow
@@ -74,6 +83,9 @@ func (g *Gateway) admit(proto policy.Proto, src, dst netip.AddrPort) (a *admissi
 		return a, false
 	}
 	a.entered = true
+	// Revoke's count before the snapshot: track compares it to see
+	// whether a Revoke may have missed the flow.
+	a.revokes = g.revokes.Load()
 	a.pol = g.guardedPolicy()
 	a.classify()
 	if !a.p.allowed() {
@@ -149,6 +161,7 @@ func (a *admission) connect(network string) (up net.Conn, ok bool) {
 		return nil, false
 	}
 	g.countDecision(&a.p)
+	a.target = target
 	a.seq = g.record(&a.p, target)
 	a.start = time.Now()
 	return up, true
@@ -175,7 +188,11 @@ func (a *admission) verifyL7() bool {
 // end writes the flow_end record of an admitted flow whose relay ended
 // with res.
 func (a *admission) end(res relay.Result) {
-	a.g.endRecord(a.seq, res, time.Since(a.start).Milliseconds())
+	why := endError(res, a.g.closing.Load())
+	if r := a.revoked.Load(); r != nil {
+		why = *r
+	}
+	a.g.endRecord(a.seq, res, time.Since(a.start).Milliseconds(), why)
 }
 
 // abort writes the flow_end record of an admitted flow whose worker side
@@ -196,6 +213,7 @@ func (a *admission) releaseDial() {
 // the flow slot, the UDP pending entry and, last, the gateway's wait
 // group. It is the only place that does; calling it again does nothing.
 func (a *admission) release() {
+	a.g.untrack(a)
 	a.releaseDial()
 	if a.flows != nil {
 		a.flows.Add(-1)

@@ -35,6 +35,9 @@ type plan struct {
 	targets []netip.AddrPort
 	// refused lists resolved answers the policy refused.
 	refused []string
+	// viaGateway lists the targets that are an upstream nsgate gateway's
+	// fake address for the name (decided as the name alone).
+	viaGateway []netip.Addr
 }
 
 func (p *plan) allowed() bool { return p.d.Verdict == policy.Allow && p.reason == "" }
@@ -162,6 +165,7 @@ func (a *admission) resolve(ctx context.Context) {
 			d = a.decide(policy.Flow{Proto: p.proto, Host: p.host, Port: p.dst.Port()})
 			if d.Verdict == policy.Allow {
 				d.Reason += "; " + addr.String() + " is the upstream nsgate gateway's address for the name"
+				p.viaGateway = append(p.viaGateway, addr)
 			}
 		} else {
 			d = a.decide(policy.Flow{Proto: p.proto, Host: p.host, Addr: addr, Port: p.dst.Port()})
@@ -250,7 +254,7 @@ func (g *Gateway) countDecision(p *plan) {
 }
 
 // endRecord writes the flow_end record of a relayed flow.
-func (g *Gateway) endRecord(seq uint64, res relay.Result, ms int64) {
+func (g *Gateway) endRecord(seq uint64, res relay.Result, ms int64, why string) {
 	g.stats.bytesOut.Add(uint64(res.ToUpstream))
 	g.stats.bytesIn.Add(uint64(res.ToWorker))
 	g.audit.Log(audit.FlowEnd{
@@ -258,7 +262,7 @@ func (g *Gateway) endRecord(seq uint64, res relay.Result, ms int64) {
 		BytesOut:   res.ToUpstream,
 		BytesIn:    res.ToWorker,
 		DurationMS: ms,
-		Error:      endError(res, g.closing.Load()),
+		Error:      why,
 	})
 }
 

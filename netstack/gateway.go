@@ -253,6 +253,13 @@ type Gateway struct {
 	// (sizeBuffers).
 	bufferedFlows atomic.Int64
 
+	// openMu guards open, the admitted flows whose relay runs
+	// (revoke.go).
+	openMu sync.Mutex
+	open   map[*admission]struct{}
+	// revokes counts the calls of Revoke (changed under openMu).
+	revokes atomic.Uint64
+
 	// udpMu guards udpPending: the UDP flows between their first
 	// datagram and the creation of their endpoint. Datagrams that arrive
 	// for them meanwhile are dropped, except for a flow whose QUIC

@@ -40,6 +40,9 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 	r.Complete(false)
 	buffered := g.sizeBuffers(ep)
 	worker := newWorkerConn(&wq, ep, g.pool.Go)
+	// A reload that refuses the flow resets the worker's side and closes
+	// upstream; the relay then ends (revoke.go).
+	g.track(a, func() { ep.Abort(); up.Close() })
 	opts := relay.Options{Idle: g.lim.TCPIdle, Go: g.pool.Go}
 	if a.verifyL7() {
 		opts.Gate = g.gateL7(ep, a)

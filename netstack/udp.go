@@ -76,6 +76,9 @@ func (g *Gateway) runUDP(a *admission, id stack.TransportEndpointID, pkt *stack.
 		return
 	}
 	wc := gonet.NewUDPConn(&wq, ep)
+	// A reload that refuses the flow closes both sides (revoke.go): the
+	// worker's next datagram is a new flow, decided anew.
+	g.track(a, func() { wc.Close(); up.Close() })
 	var worker net.Conn = wc
 	var heldBytes int64
 	if a.checkQUIC {
