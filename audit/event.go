@@ -146,6 +146,9 @@ type Policy struct {
 	Action       string `json:"action"`
 	PolicySHA256 string `json:"policy_sha256,omitempty"`
 	Error        string `json:"error,omitempty"`
+	// Revoked, on an accepted reload, is the number of open flows the
+	// new policy refuses, which were cut (each one's flow_end says so).
+	Revoked int `json:"revoked,omitempty"`
 }
 
 // Exit is the last record of a run.

@@ -87,6 +87,9 @@ func humanBody(ev Event) string {
 	case Policy:
 		b.WriteString("policy " + word(e.Action))
 		field(&b, "policy_sha256", e.PolicySHA256)
+		if e.Revoked > 0 {
+			b.WriteString(" revoked=" + strconv.Itoa(e.Revoked))
+		}
 		reason(&b, e.Error)
 	case Exit:
 		b.WriteString("exit code=" + strconv.Itoa(e.Code))

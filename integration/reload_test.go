@@ -3,14 +3,20 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/nsgate/nsgate/lab/internet"
 )
 
 // TestReloadOnSIGHUP: a bad policy sent by SIGHUP is refused and the old
@@ -158,6 +164,118 @@ func TestPublish(t *testing.T) {
 		// The page the worker served went out through the forward.
 		if sent < uint64(len(body)) {
 			t.Errorf("inbound_end records count %d bytes from the worker; it sent a page of %d", sent, len(body))
+		}
+	})
+}
+
+// keepPort is where TestReloadCutsOpenFlows's echo server listens.
+const keepPort = 8086
+
+// TestReloadCutsOpenFlows: a reload whose policy no longer allows an open
+// flow cuts it: the worker's connection is reset, the server sees it end
+// and nothing after, the flow_end record says it was revoked, the policy
+// record and stderr count it.
+func TestReloadCutsOpenFlows(t *testing.T) {
+	needSealed(t)
+	addr := net.JoinHostPort(internet.AppV4, strconv.Itoa(keepPort))
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var accepted, pings, ended atomic.Int64
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			accepted.Add(1)
+			go func() {
+				defer c.Close()
+				r := bufio.NewReader(c)
+				for {
+					line, err := r.ReadString('\n')
+					if err != nil {
+						ended.Add(1)
+						return
+					}
+					pings.Add(1)
+					c.Write([]byte(line))
+				}
+			}()
+		}
+	}()
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", "version: 1\nallow:\n  - cidr: "+internet.AppV4+"/32\n    ports: ["+strconv.Itoa(keepPort)+"]\n")
+		log := filepath.Join(dir, "audit.jsonl")
+		acc0, ended0, pings0 := accepted.Load(), ended.Load(), pings.Load()
+		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--", nsgateBin, "__probe", "keep", addr, "30")
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		deadline := time.Now().Add(15 * time.Second)
+		for pings.Load()-pings0 < 3 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if accepted.Load()-acc0 != 1 {
+			cmd.Process.Kill()
+			t.Fatalf("the server accepted %d connections, want 1; stdout %q stderr %q", accepted.Load()-acc0, out.String(), errb.String())
+		}
+		// The operator narrows the policy: the server's port is no
+		// longer allowed.
+		os.WriteFile(pol, []byte("version: 1\nallow:\n  - cidr: "+internet.AppV4+"/32\n    ports: [9999]\n"), 0o644)
+		cmd.Process.Signal(syscall.SIGHUP)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("the worker's connection was not reset: %v; stdout %q stderr %q", err, out.String(), errb.String())
+			}
+		case <-time.After(20 * time.Second):
+			cmd.Process.Kill()
+			t.Fatalf("the worker's connection outlived the reload; stdout %q stderr %q", out.String(), errb.String())
+		}
+		if !strings.Contains(out.String(), "cut after") {
+			t.Errorf("worker output %q, want the cut", out.String())
+		}
+		// The server saw the connection end, and no new one.
+		deadline = time.Now().Add(5 * time.Second)
+		for ended.Load() == ended0 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if ended.Load() == ended0 {
+			t.Errorf("the server never saw the revoked connection end")
+		}
+		if n := accepted.Load() - acc0; n != 1 {
+			t.Errorf("the server accepted %d connections, want 1", n)
+		}
+		if !strings.Contains(errb.String(), "1 open flows it refuses were cut") {
+			t.Errorf("stderr does not say the flow was cut: %q", errb.String())
+		}
+		recs := readAudit(t, log)
+		f, ok := findFlow(recs, "allow", addr)
+		if !ok {
+			t.Fatalf("no allowed flow to %s in the log", addr)
+		}
+		var revokedEnd, policyCount bool
+		for _, r := range recs {
+			switch {
+			case r.str("event") == "flow_end" && r.num("flow") == f.num("seq"):
+				revokedEnd = strings.HasPrefix(r.str("error"), "revoked: ") && strings.Contains(r.str("error"), "rule=default")
+				if !revokedEnd {
+					t.Errorf("flow_end of the revoked flow: error %q", r.str("error"))
+				}
+			case r.str("event") == "policy" && r.str("action") == "allow":
+				policyCount = r.num("revoked") == 1
+			}
+		}
+		if !revokedEnd || !policyCount {
+			t.Errorf("revoked flow_end record: %v, policy record with revoked=1: %v", revokedEnd, policyCount)
 		}
 	})
 }

@@ -3,11 +3,13 @@ package probe
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/netip"
 	"strings"
+	"syscall"
 	"time"
 
 	"golang.org/x/net/dns/dnsmessage"
@@ -25,6 +27,7 @@ import (
 //	nsgate __probe banner ADDR          connect and print the server's first line (server-first protocols)
 //	nsgate __probe hold ADDR N          open N connections one after another and hold them; print each outcome
 //	nsgate __probe stall ADDR N SECS    open N connections, never read from them for SECS; print how many opened
+//	nsgate __probe keep ADDR SECS       one connection to an echo server, a line echoed every 100 ms; exit 0 once it is reset
 //	nsgate __probe dns SERVER NAME TYPE udp|tcp   one DNS query; prints the rcode and answers
 //	nsgate __probe tcp-from SRC ADDR N  N connects at once from source address SRC; prints how many completed
 //
@@ -75,6 +78,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Sscan(args[2], &n)
 		fmt.Sscan(args[3], &secs)
 		return probeStall(e, addr, n, time.Duration(secs*float64(time.Second)))
+	case "keep":
+		secs := 10.0
+		if len(args) > 2 {
+			fmt.Sscan(args[2], &secs)
+		}
+		return probeKeep(e, addr, time.Duration(secs*float64(time.Second)))
 	case "dns-flood":
 		if len(args) != 4 {
 			e.errorf("usage: nsgate __probe dns-flood SERVER NAME SECS")
@@ -376,9 +385,6 @@ func probeDNS(e env, server, name, qtype, transport string) int {
 	return 0
 }
 
-// probeHold opens n connections to addr in turn, holding each open, and
-// prints "connected I" or "refused I: ERR" for each. Exit 0 when all
-// connected.
 // probeStall opens n connections to addr and holds them for d without
 // reading: a server that sends fills every window, and what it sends then
 // waits in the gateway.
@@ -406,6 +412,9 @@ func probeStall(e env, addr string, n int, d time.Duration) int {
 	return 0
 }
 
+// probeHold opens n connections to addr in turn, holding each open, and
+// prints "connected I" or "refused I: ERR" for each. Exit 0 when all
+// connected.
 func probeHold(e env, addr string, n int) int {
 	code := 0
 	var held []net.Conn
@@ -425,4 +434,41 @@ func probeHold(e env, addr string, n int) int {
 		fmt.Fprintf(e.stdout, "connected %d\n", i)
 	}
 	return code
+}
+
+// probeKeep opens one connection to addr (an echo server) and, every
+// 100 ms for d, sends a line and reads its echo. It prints "echoed 1"
+// after the first echo and "cut after N echoes: ERR" when the connection
+// fails. Exit 0 when the connection was reset (ECONNRESET: the gateway cut
+// it), 1 when it ended another way or d passed with it still open.
+func probeKeep(e env, addr string, d time.Duration) int {
+	c, err := net.DialTimeout("tcp", addr, 5*time.Second)
+	if err != nil {
+		fmt.Fprintf(e.stdout, "refused: %v\n", err)
+		return 1
+	}
+	defer c.Close()
+	buf := make([]byte, 5)
+	end := time.Now().Add(d)
+	n := 0
+	for time.Now().Before(end) {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		_, err := c.Write([]byte("ping\n"))
+		if err == nil {
+			_, err = io.ReadFull(c, buf)
+		}
+		if err != nil {
+			fmt.Fprintf(e.stdout, "cut after %d echoes: %v\n", n, err)
+			if errors.Is(err, syscall.ECONNRESET) {
+				return 0
+			}
+			return 1
+		}
+		if n++; n == 1 {
+			fmt.Fprintln(e.stdout, "echoed 1")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	fmt.Fprintf(e.stdout, "still open after %d echoes\n", n)
+	return 1
 }

@@ -320,30 +320,45 @@ func (s *Session) Inbound() *inbound.Forwarder {
 // Reload re-reads the policy file and puts it in force; a bad file is
 // refused, the old policy kept and the error returned. Both outcomes are
 // audited. It refuses under NoReload, and when there is no policy file.
+// Open flows the new policy refuses are cut (netstack's Gateway.Revoke).
 func (s *Session) Reload() error {
+	_, err := s.reload()
+	return err
+}
+
+// reload is Reload, and returns the number of open flows it cut.
+func (s *Session) reload() (revoked int, err error) {
 	if s.cfg.Reload == NoReload {
-		return errors.New("reload is off for this session")
+		return 0, errors.New("reload is off for this session")
 	}
 	if s.cfg.PolicyPath == "" {
 		// Nothing to read: say so rather than "reloaded", which would
 		// suggest a file was read and put in force.
 		err := errors.New("no policy file was given (deny-all): nothing to reload")
 		s.sink.Log(audit.Policy{Action: "deny", Error: err.Error()})
-		return err
+		return 0, err
 	}
 	p, err := Load(s.cfg.PolicyPath)
 	if err != nil {
 		s.sink.Log(audit.Policy{Action: "deny", Error: clipText(err.Error(), maxPolicyError)})
-		return err
+		return 0, err
 	}
 	s.store(p)
-	s.sink.Log(audit.Policy{Action: "allow", PolicySHA256: p.SHA256()})
+	// New flows are decided by p from here on; the open ones are
+	// decided again now, and those p refuses are cut.
+	s.mu.Lock()
+	gw := s.gw
+	s.mu.Unlock()
+	if gw != nil {
+		revoked = gw.Revoke()
+	}
+	s.sink.Log(audit.Policy{Action: "allow", PolicySHA256: p.SHA256(), Revoked: revoked})
 	if s.cfg.OnReload != nil {
 		if note := s.cfg.OnReload(p); note != "" {
 			s.sink.Log(audit.Policy{Action: "degraded", PolicySHA256: p.SHA256(), Error: note})
 		}
 	}
-	return nil
+	return revoked, nil
 }
 
 // maxPolicyError bounds the error text of a refused reload in its audit
@@ -374,9 +389,12 @@ func (s *Session) reloadOnSIGHUP() (stop func()) {
 		for {
 			select {
 			case <-sigs:
-				if err := s.Reload(); err != nil {
+				switch n, err := s.reload(); {
+				case err != nil:
 					fmt.Fprintf(s.cfg.Stderr, "nsgate: reload refused, keeping the previous policy: %v\n", err)
-				} else {
+				case n > 0:
+					fmt.Fprintf(s.cfg.Stderr, "nsgate: policy reloaded (sha256 %s); %d open flows it refuses were cut\n", s.Policy().SHA256(), n)
+				default:
 					fmt.Fprintf(s.cfg.Stderr, "nsgate: policy reloaded (sha256 %s)\n", s.Policy().SHA256())
 				}
 			case <-done:
