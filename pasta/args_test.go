@@ -224,3 +224,21 @@ func FuzzParseArgs(f *testing.F) {
 		}
 	})
 }
+
+// TestNoDHCP: --no-dhcp turns the helper's DHCP server off, as it does
+// pasta's (Start passes it on as podnet.Config.NoDHCP); without it the
+// container's TAP has one.
+func TestNoDHCP(t *testing.T) {
+	c, err := ParseArgs([]string{"--config-net", "--no-dhcp", "--netns", nsPath})
+	if err != nil || !c.NoDHCP {
+		t.Errorf("--no-dhcp: NoDHCP %v (%v), want true", c.NoDHCP, err)
+	}
+	for _, n := range c.Notes {
+		if strings.Contains(n, "dhcp") {
+			t.Errorf("--no-dhcp has an effect, but a note says %q", n)
+		}
+	}
+	if c, err := ParseArgs([]string{"--config-net", "--netns", nsPath}); err != nil || c.NoDHCP {
+		t.Errorf("no --no-dhcp: NoDHCP %v (%v), want false", c.NoDHCP, err)
+	}
+}

@@ -156,6 +156,8 @@ type Config struct {
 	// Confine, when set, confines the helper itself once everything is
 	// open (slirp4netns's --enable-sandbox and --enable-seccomp).
 	Confine *sandbox.Confinement
+	// NoDHCP leaves the TAP without a DHCP server (pasta's --no-dhcp).
+	NoDHCP bool
 	// ReadyFD gets "1" once the helper serves (-1: none).
 	ReadyFD int
 	// ExitFD ends the helper when it hangs up (-1: none).
@@ -191,8 +193,9 @@ func Start(cfg Config) (h *Helper, err error) {
 		return h, err
 	}
 	scfg := cfg.Session
-	// The TAP gets a DHCP server, as under slirp4netns and pasta.
-	scfg.DHCP = true
+	// The TAP gets a DHCP server, as under slirp4netns and pasta
+	// (unless pasta's --no-dhcp).
+	scfg.DHCP = !cfg.NoDHCP
 	if scfg.AuditLockWait == 0 {
 		scfg.AuditLockWait = AuditLockWait
 	}
