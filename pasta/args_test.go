@@ -242,3 +242,22 @@ func TestNoDHCP(t *testing.T) {
 		t.Errorf("no --no-dhcp: NoDHCP %v (%v), want false", c.NoDHCP, err)
 	}
 }
+
+// TestNetnsNameProcPath: --netns /proc/PID/ns/net is named after the PID,
+// as the PID operand is: base names alone would put every such helper in
+// one "net.jsonl".
+func TestNetnsNameProcPath(t *testing.T) {
+	for _, tc := range []struct{ netns, want string }{
+		{"/proc/4242/ns/net", "pid-4242"},
+		{nsPath, "netns-0b4a2bd1-5d43-7d6c-3a19-1f4c3e2a9d10"},
+		{"/proc/self/ns/net", "net"},
+	} {
+		c, err := ParseArgs([]string{"--netns", tc.netns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.NetnsName(); got != tc.want {
+			t.Errorf("--netns %s: NetnsName %q, want %q", tc.netns, got, tc.want)
+		}
+	}
+}
