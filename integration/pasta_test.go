@@ -141,3 +141,83 @@ func TestPastaStandalone(t *testing.T) {
 		}
 	})
 }
+
+// TestPastaIPv6Dropped: nsgate pasta serves IPv4 only (docs/podman.md). A
+// container's root that gives itself an IPv6 address, a route via the
+// slirp-style gateway fd00::2 and a static neighbour entry for the
+// gateway's MAC (nsgate answers no neighbour solicitation there) still
+// reaches nothing over IPv6, even an address the policy allows: the
+// connection fails, the IPv6 target sees no packet, no flow is recorded
+// as allowed, and the exit record counts the dropped packets. IPv4 to the
+// same server works.
+func TestPastaIPv6Dropped(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		_, err := exec.LookPath("nsenter")
+		need(t, "nsenter and unshare (util-linux)", err)
+		_, err = exec.LookPath("ip")
+		need(t, "ip (iproute2)", err)
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy) // allows [2001:db8::10]:8080
+		adir := filepath.Join(dir, "audit")
+		target := startTarget(t, m)
+		pid := strconv.Itoa(target)
+		cmd := nsgateCmd(m, "pasta", "--config-net", "--quiet", pid)
+		cmd.Env = append(cmd.Env, "NSGATE_POLICY="+pol, "NSGATE_AUDIT_DIR="+adir)
+		if r := runBounded(t, cmd, 60*time.Second, "nsgate pasta", nil); r.code != 0 {
+			t.Fatalf("nsgate pasta: exit %d, stderr %q", r.code, r.stderr)
+		}
+		t.Cleanup(func() {
+			for _, p := range pastaHelpers() {
+				syscall.Kill(p, syscall.SIGKILL)
+			}
+		})
+		inside := func(name string, args ...string) result {
+			c := exec.Command("nsenter", append([]string{"-t", pid, "-U", "-n", "--preserve-credentials", name}, args...)...)
+			if m.uid >= 0 {
+				c.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(m.uid), Gid: uint32(m.gid)}}
+			}
+			return runBounded(t, c, 30*time.Second, "nsenter "+name+" "+strings.Join(args, " "), nil)
+		}
+		// The host of the sealed namespace has no default route: the
+		// container gets the fallback plan, tap0 with the gateway 10.0.2.2
+		// (MAC 52:55:0a:00:02:02).
+		for _, args := range [][]string{
+			{"-6", "addr", "add", "fd00::100/64", "dev", "tap0", "nodad"},
+			{"-6", "route", "add", "default", "via", "fd00::2", "dev", "tap0"},
+			{"-6", "neigh", "replace", "fd00::2", "lladdr", "52:55:0a:00:02:02", "dev", "tap0", "nud", "permanent"},
+		} {
+			if r := inside("ip", args...); r.code != 0 {
+				t.Fatalf("ip %s in the container: exit %d %q", strings.Join(args, " "), r.code, r.stderr)
+			}
+		}
+		v6 := targetAt("[" + appV6 + "]:8080/tcp")
+		before := v6.count()
+		if got := inside(nsgateBin, "__probe", "tcp", appV4+":8080"); !strings.HasPrefix(got.stdout, "ok ") {
+			t.Errorf("IPv4 to the allowed server: %q %q", got.stdout, got.stderr)
+		}
+		if got := inside(nsgateBin, "__probe", "tcp", "["+appV6+"]:8080"); strings.HasPrefix(got.stdout, "ok ") || got.code == 0 {
+			t.Errorf("IPv6 through nsgate pasta reached [%s]:8080: %q", appV6, got.stdout)
+		}
+		if got := v6.count() - before; got != 0 {
+			t.Errorf("the IPv6 target saw %d connections, want 0", got)
+		}
+		syscall.Kill(target, syscall.SIGKILL)
+		for deadline := time.Now().Add(10 * time.Second); len(pastaHelpers()) > 0; time.Sleep(50 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("nsgate pasta outlived its namespace")
+			}
+		}
+		recs := readAudit(t, filepath.Join(adir, "pid-"+pid+".jsonl"))
+		if r, ok := findFlow(recs, "allow", "["+appV6+"]:8080"); ok {
+			t.Errorf("an IPv6 flow was allowed: %v", r)
+		}
+		last := recs[len(recs)-1]
+		counters, _ := last["counters"].(map[string]any)
+		if last.str("event") != "exit" || counters == nil {
+			t.Fatalf("the audit log does not end with an exit record with counters: %v", last)
+		}
+		if d, _ := counters["dropped"].(float64); d == 0 {
+			t.Errorf("exit record counts no dropped packets, want the IPv6 SYNs: %v", counters)
+		}
+	})
+}

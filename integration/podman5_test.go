@@ -50,6 +50,7 @@ func TestPodman5(t *testing.T) {
 	p5 := newPodman5Env(t)
 	t.Run("policy", p5.testPolicy)
 	t.Run("publish-and-rm", p5.testPublish)
+	t.Run("pid-host", p5.testPIDHost)
 	// Rootful Podman refuses pasta ("pasta networking is only supported
 	// for rootless mode"); nsgate pasta as root is TestPastaStandalone's.
 }
@@ -416,5 +417,50 @@ func (p5 *podman5Env) testPublish(t *testing.T) {
 	}
 	if recs[len(recs)-1].str("event") != "exit" {
 		t.Errorf("audit log of the removed container does not end with exit")
+	}
+}
+
+// testPIDHost: a --pid=host container (Podman's default capabilities, no
+// SYS_PTRACE) finds its nsgate pasta helper in the host's PID namespace
+// and cannot open its memory, read its environment, or name or reopen its
+// descriptors (the audit log, the TAP, host sockets), as TestPodman's
+// pid-host checks for nsgate slirp4netns; the audit log still runs from
+// start to exit and verifies.
+func (p5 *podman5Env) testPIDHost(t *testing.T) {
+	adir, aout := p5.auditDir(t, "pidhost")
+	script := `for d in /proc/[0-9]*; do
+  tr '\0' ' ' <$d/cmdline 2>/dev/null | grep -q '^nsgate pasta ' || continue
+  echo "found $d"
+  if ( exec 5<>$d/mem ) 2>/dev/null; then echo "mem-open $d"; fi
+  if cat $d/environ 2>/dev/null | grep -q NSGATE_; then echo "environ-read $d"; fi
+  if ls $d/root/ 2>/dev/null | grep -q .; then echo "root-listed $d"; fi
+  for f in $d/fd/*; do
+    l=$(busybox readlink $f 2>/dev/null)
+    [ -n "$l" ] && echo "fd-named $f $l"
+    if ( exec 6>>$f ) 2>/dev/null; then echo "fd-open $f"; fi
+  done
+done; true`
+	r := p5.run(t, adir, "run", "--rm", "--pid=host", podmanImage, "sh", "-c", script)
+	if r.code != 0 {
+		t.Fatalf("podman run: exit %d\n%s", r.code, r.stderr)
+	}
+	if !strings.Contains(r.stdout, "found ") {
+		t.Fatalf("the container did not find its nsgate pasta helper in the host's PID namespace: %q", r.stdout)
+	}
+	for _, bad := range []string{"mem-open", "environ-read", "root-listed", "fd-named", "fd-open"} {
+		if strings.Contains(r.stdout, bad) {
+			t.Errorf("a --pid=host container got at its nsgate pasta helper (%s):\n%s", bad, r.stdout)
+		}
+	}
+	file, recs := onlyAudit(t, aout)
+	for deadline := time.Now().Add(10 * time.Second); recs[len(recs)-1].str("event") != "exit" && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		file, recs = onlyAudit(t, aout)
+	}
+	if recs[0].str("event") != "start" || recs[len(recs)-1].str("event") != "exit" {
+		t.Errorf("audit log %s should run from start to exit", file)
+	}
+	if v := runNsgate(t, mode{uid: -1, gid: -1}, "audit", "verify", file); v.code != 0 {
+		t.Errorf("audit verify %s: exit %d %s", file, v.code, v.stderr)
 	}
 }

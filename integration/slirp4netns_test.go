@@ -672,3 +672,43 @@ func TestSlirp4netnsAPIForwardsAudited(t *testing.T) {
 		}
 	})
 }
+
+// TestHelperPolicySectionsNotInForce: a network helper serves a
+// container's network and nothing else, so a policy's exec and filesystem
+// sections, which `nsgate run` enforces on its worker, do not bind the
+// container. The helper must not drop them silently: its audit log has a
+// policy record with action degraded naming both, as `nsgate run` records
+// a layer it could not apply, and the network sections still apply.
+func TestHelperPolicySectionsNotInForce(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		_, err := exec.LookPath("nsenter")
+		need(t, "nsenter and unshare (util-linux)", err)
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy+"exec:\n  allow: [/usr/bin/]\nfilesystem:\n  hide: ["+dir+"]\n")
+		target := startTarget(t, m)
+		s := startSlirp(t, m, dir, pol, target, false)
+		if out, code := s.probe(t, m, appV4+":8080"); code != 0 || !strings.Contains(out, "200 OK") {
+			t.Errorf("allowed address: exit %d %q", code, out)
+		}
+		if out, code := s.probe(t, m, metadataV4+":80"); code == 0 || !strings.HasPrefix(out, "refused") {
+			t.Errorf("metadata address: exit %d %q, want refused", code, out)
+		}
+		s.stop(t)
+		recs := readAudit(t, s.audit)
+		var degraded string
+		for _, r := range recs {
+			if r.str("event") == "policy" && r.str("action") == "degraded" {
+				degraded = r.str("error")
+			}
+		}
+		if !strings.Contains(degraded, "exec") || !strings.Contains(degraded, "filesystem") {
+			t.Errorf("the helper's audit log has no policy degraded record naming exec and filesystem (got %q): the container runs and writes what the policy's exec and filesystem sections would refuse under nsgate run", degraded)
+		}
+		if _, ok := findFlow(recs, "deny", metadataV4+":80"); !ok {
+			t.Errorf("no deny record for the metadata address")
+		}
+		if recs[len(recs)-1].str("event") != "exit" {
+			t.Errorf("audit log does not end with exit")
+		}
+	})
+}

@@ -63,6 +63,8 @@ type Config struct {
 	MTU int
 	// PIDFile is --pid: the background process writes its PID there.
 	PIDFile string
+	// NoDHCP is --no-dhcp: no DHCP server on the container's interface.
+	NoDHCP bool
 	// Foreground is -f: stay in the foreground (no background copy).
 	Foreground bool
 	// Quiet is -q/--quiet; Debug -d/--debug/--trace.
@@ -147,7 +149,7 @@ var options = []option{
 	{"trace", 0, false, func(c *Config, _ string) error { c.Debug = true; return nil }},
 	{"ipv4-only", '4', false, func(*Config, string) error { return nil }}, // nsgate pasta is IPv4 only
 	{"ipv6-only", '6', false, refuse("-6/--ipv6-only: nsgate pasta serves IPv4 only")},
-	{"no-dhcp", 0, false, ignore("--no-dhcp (nsgate serves no DHCP)")},
+	{"no-dhcp", 0, false, func(c *Config, _ string) error { c.NoDHCP = true; return nil }},
 	{"no-dhcpv6", 0, false, ignore("--no-dhcpv6")},
 	{"no-ndp", 0, false, ignore("--no-ndp")},
 	{"no-ra", 0, false, ignore("--no-ra")},

@@ -224,3 +224,40 @@ func FuzzParseArgs(f *testing.F) {
 		}
 	})
 }
+
+// TestNoDHCP: --no-dhcp turns the helper's DHCP server off, as it does
+// pasta's (Start passes it on as podnet.Config.NoDHCP); without it the
+// container's TAP has one.
+func TestNoDHCP(t *testing.T) {
+	c, err := ParseArgs([]string{"--config-net", "--no-dhcp", "--netns", nsPath})
+	if err != nil || !c.NoDHCP {
+		t.Errorf("--no-dhcp: NoDHCP %v (%v), want true", c.NoDHCP, err)
+	}
+	for _, n := range c.Notes {
+		if strings.Contains(n, "dhcp") {
+			t.Errorf("--no-dhcp has an effect, but a note says %q", n)
+		}
+	}
+	if c, err := ParseArgs([]string{"--config-net", "--netns", nsPath}); err != nil || c.NoDHCP {
+		t.Errorf("no --no-dhcp: NoDHCP %v (%v), want false", c.NoDHCP, err)
+	}
+}
+
+// TestNetnsNameProcPath: --netns /proc/PID/ns/net is named after the PID,
+// as the PID operand is: base names alone would put every such helper in
+// one "net.jsonl".
+func TestNetnsNameProcPath(t *testing.T) {
+	for _, tc := range []struct{ netns, want string }{
+		{"/proc/4242/ns/net", "pid-4242"},
+		{nsPath, "netns-0b4a2bd1-5d43-7d6c-3a19-1f4c3e2a9d10"},
+		{"/proc/self/ns/net", "net"},
+	} {
+		c, err := ParseArgs([]string{"--netns", tc.netns})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.NetnsName(); got != tc.want {
+			t.Errorf("--netns %s: NetnsName %q, want %q", tc.netns, got, tc.want)
+		}
+	}
+}

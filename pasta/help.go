@@ -39,7 +39,8 @@ the namespace is gone.
   -4, --ipv4-only         accepted (nsgate pasta serves IPv4 only)
   -q, --quiet             say nothing unless something fails
   -d, --debug, --trace    say what was accepted without effect
-  --no-dhcp, --no-dhcpv6, --no-ndp, --no-ra, --no-icmp, -l FILE  accepted
+  --no-dhcp               no DHCP server for the container
+  --no-dhcpv6, --no-ndp, --no-ra, --no-icmp, -l FILE  accepted
   -h, --help              this text
   --version               version
 

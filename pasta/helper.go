@@ -84,6 +84,7 @@ func Start(c Config, o Options) (h *podnet.Helper, gone <-chan struct{}, err err
 		},
 		// Not Root: the helper keeps watching the namespace's path.
 		Confine:     &sandbox.Confinement{DropCaps: true, Seccomp: true},
+		NoDHCP:      c.NoDHCP,
 		ReadyFD:     o.ReadyFD,
 		ExitFD:      -1,
 		ExitFailure: ExitFailure,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"strings"
 
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/sandbox"
@@ -85,10 +86,17 @@ func (c Config) TAPSpec(plan netplan.Plan, ifname string) sandbox.TAPSpec {
 }
 
 // NetnsName names the container's namespace in file names (the audit
-// log's): the last element of its path, or pid-PID for a PID operand.
+// log's): the last element of its path, or pid-PID for a PID operand and
+// for a /proc/PID/ns/net path (whose last element, "net", every such
+// path shares).
 func (c Config) NetnsName() string {
 	if c.PID > 0 {
 		return fmt.Sprintf("pid-%d", c.PID)
+	}
+	if rest, ok := strings.CutPrefix(c.Netns, "/proc/"); ok {
+		if pid, ok := strings.CutSuffix(rest, "/ns/net"); ok && pid != "" && strings.Trim(pid, "0123456789") == "" {
+			return "pid-" + pid
+		}
 	}
 	return filepath.Base(c.Netns)
 }

@@ -22,12 +22,15 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/session"
 	"github.com/nsgate/nsgate/tun"
@@ -78,6 +81,28 @@ func PolicyPath(getenv func(string) string, exists func(string) bool) string {
 		return SystemPolicy
 	}
 	return ""
+}
+
+// NotInForce names the sections of p that a helper cannot apply, or ""
+// when p has none: exec (exec.allow) and filesystem (filesystem.write,
+// filesystem.hide) govern the programs and files of `nsgate run`'s
+// worker, whereas a helper serves only the container's network (what the
+// container runs and writes is its engine's business). Start records them
+// as a policy record with action degraded, as `nsgate run` records a layer
+// it could not apply, so that a policy shared with `nsgate run` is not
+// taken for more than it does here.
+func NotInForce(p *policy.Policy) string {
+	if p == nil {
+		return ""
+	}
+	var out []string
+	if len(p.ExecAllow()) > 0 {
+		out = append(out, "exec (the container's programs are not nsgate's to allow)")
+	}
+	if w, hide := p.FilesystemPaths(); len(w)+len(hide) > 0 {
+		out = append(out, "filesystem (the container's files are not nsgate's to show or hide)")
+	}
+	return strings.Join(out, ", ")
 }
 
 // FileExists reports whether p exists (PolicyPath's exists).
@@ -131,6 +156,8 @@ type Config struct {
 	// Confine, when set, confines the helper itself once everything is
 	// open (slirp4netns's --enable-sandbox and --enable-seccomp).
 	Confine *sandbox.Confinement
+	// NoDHCP leaves the TAP without a DHCP server (pasta's --no-dhcp).
+	NoDHCP bool
 	// ReadyFD gets "1" once the helper serves (-1: none).
 	ReadyFD int
 	// ExitFD ends the helper when it hangs up (-1: none).
@@ -166,8 +193,9 @@ func Start(cfg Config) (h *Helper, err error) {
 		return h, err
 	}
 	scfg := cfg.Session
-	// The TAP gets a DHCP server, as under slirp4netns and pasta.
-	scfg.DHCP = true
+	// The TAP gets a DHCP server, as under slirp4netns and pasta
+	// (unless pasta's --no-dhcp).
+	scfg.DHCP = !cfg.NoDHCP
 	if scfg.AuditLockWait == 0 {
 		scfg.AuditLockWait = AuditLockWait
 	}
@@ -178,6 +206,9 @@ func Start(cfg Config) (h *Helper, err error) {
 	}
 	if h.s, err = session.Open(scfg); err != nil {
 		return h, err
+	}
+	if d := NotInForce(h.s.Policy()); d != "" {
+		h.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + d})
 	}
 	if cfg.TapFD >= 0 {
 		h.tapFD = cfg.TapFD

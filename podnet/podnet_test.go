@@ -2,7 +2,10 @@ package podnet
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
+
+	"github.com/nsgate/nsgate/policy"
 )
 
 func TestPolicyPath(t *testing.T) {
@@ -48,5 +51,35 @@ func TestGatewayMAC(t *testing.T) {
 	// libslirp's scheme: 52:55 and the IPv4 address.
 	if got := GatewayMAC(netip.MustParseAddr("10.0.2.2")).String(); got != "52:55:0a:00:02:02" {
 		t.Errorf("gateway MAC %s, want 52:55:0a:00:02:02", got)
+	}
+}
+
+func TestNotInForce(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		why, yaml string
+		want      []string // substrings; none: ""
+	}{
+		{"network rules only", "version: 1\nallow:\n  - host: app.test\n    ports: [443]\n", nil},
+		{"exec.allow", "version: 1\nexec:\n  allow: [/usr/bin/]\n", []string{"exec"}},
+		{"filesystem.hide", "version: 1\nfilesystem:\n  hide: [" + dir + "]\n", []string{"filesystem"}},
+		{"filesystem.write and exec", "version: 1\nexec:\n  allow: [/usr/bin/]\nfilesystem:\n  write: [" + dir + "]\n", []string{"exec", "filesystem"}},
+	} {
+		p, err := policy.Parse("p.yaml", []byte(tc.yaml))
+		if err != nil {
+			t.Fatalf("%s: %v", tc.why, err)
+		}
+		got := NotInForce(p)
+		if len(tc.want) == 0 && got != "" {
+			t.Errorf("%s: NotInForce %q, want \"\"", tc.why, got)
+		}
+		for _, w := range tc.want {
+			if !strings.Contains(got, w) {
+				t.Errorf("%s: NotInForce %q, want it to name %s", tc.why, got, w)
+			}
+		}
+	}
+	if got := NotInForce(nil); got != "" {
+		t.Errorf("deny-all (nil policy): %q, want \"\"", got)
 	}
 }

@@ -141,7 +141,8 @@ func (c Config) DNS6() netip.Addr { return c.Plan().DNS6() }
 // NetnsName names the target network namespace for file names such as
 // the helpers' audit log $NSGATE_AUDIT_DIR/<netns name>.jsonl: the base name
 // of the path for --netns-type=path (Podman's "netns-<uuid>"), "pid-PID"
-// for a PID and "tapfd-FD" for a TAP descriptor. It never contains '/'
+// for a PID or a /proc/PID/ns/net path, and "tapfd-FD" for a TAP
+// descriptor. It never contains '/'
 // and is never "", "." or "..".
 func (c Config) NetnsName() string {
 	var name string
@@ -150,6 +151,9 @@ func (c Config) NetnsName() string {
 		name = c.Target
 		for len(name) > 1 && strings.HasSuffix(name, "/") {
 			name = strings.TrimSuffix(name, "/")
+		}
+		if pid, ok := procNetnsPID(name); ok {
+			return "pid-" + pid
 		}
 		if i := strings.LastIndexByte(name, '/'); i >= 0 {
 			name = name[i+1:]
@@ -163,6 +167,20 @@ func (c Config) NetnsName() string {
 		return "netns"
 	}
 	return name
+}
+
+// procNetnsPID returns PID for a path /proc/PID/ns/net (PID all digits):
+// its base name, "net", would name every such namespace alike.
+func procNetnsPID(path string) (string, bool) {
+	rest, ok := strings.CutPrefix(path, "/proc/")
+	if !ok {
+		return "", false
+	}
+	pid, ok := strings.CutSuffix(rest, "/ns/net")
+	if !ok || pid == "" || strings.Trim(pid, "0123456789") != "" {
+		return "", false
+	}
+	return pid, true
 }
 
 // option identifiers.

@@ -418,6 +418,9 @@ func TestNetnsName(t *testing.T) {
 		{"the root", []string{"--netns-type=path", "/", "tap0"}, "netns"},
 		{"dot-dot", []string{"--netns-type=path", "/run/..", "tap0"}, "netns"},
 		{"a PID", []string{"4242", "tap0"}, "pid-4242"},
+		// Every /proc/PID/ns/net path ends in "net": named by its PID, so
+		// that two such helpers do not share one log.
+		{"a process's namespace by path", []string{"--netns-type=path", "/proc/4242/ns/net", "tap0"}, "pid-4242"},
 		{"a TAP fd", []string{"--netns-type=tapfd", "5"}, "tapfd-5"},
 	}
 	for _, tt := range tests {
