@@ -117,4 +117,3 @@ func TestDeletedLogFails(t *testing.T) {
 		})
 	}
 }
-
