@@ -221,9 +221,18 @@ func Open(path string, opts Options) (*Logger, error) {
 		l.setOutput(os.Stderr, opts.Key, zeroHash, 0)
 		l.name = "stderr"
 	default:
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+		var f *os.File
+		var err error
+		if st, serr := os.Stat(path); serr == nil && st.Mode()&fs.ModeNamedPipe != 0 {
+			f, err = openFIFO(path)
+		} else {
+			f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+			if err != nil {
+				err = fmt.Errorf("open audit log: %w", err)
+			}
+		}
 		if err != nil {
-			return nil, fmt.Errorf("open audit log: %w", err)
+			return nil, err
 		}
 		st, err := prepareFile(f, path, opts.Key, opts.LockWait)
 		if err != nil {
@@ -725,6 +734,13 @@ func (l *Logger) flushJSON() {
 		l.head = l.marks[k-1]
 		l.headMu.Unlock()
 		l.size += int64(whole)
+	}
+	if err == nil && l.regular && unlinked(l.file) {
+		// Written, but to a file no name reaches any more: the records
+		// from here on would be lost, and the head at exit would anchor
+		// nothing. Nothing was written to the name, so nothing is cut.
+		l.fail(fmt.Errorf("write %s: the log file was removed or replaced while nsgate wrote it: its records reach no file", l.name))
+		return
 	}
 	if err == nil {
 		if l.copyOut != nil {
