@@ -291,3 +291,26 @@ func (o oneByteReader) Read(p []byte) (int, error) {
 	}
 	return o.r.Read(p)
 }
+
+// TestVerifyRefusesMembersThatReadAsOne: encoding/json matches member names
+// to fields without regard to case (and folds "ſ" to "s", the Kelvin sign
+// to "k"), so a line with "seq" and "Seq" verified on the first while
+// `audit show` and `audit stats` read the last: a record that verified
+// could show another seq, time, event, action or rule than the one
+// checked. Verify refuses two members that fold to one name.
+func TestVerifyRefusesMembersThatReadAsOne(t *testing.T) {
+	for _, extra := range []string{
+		`"Seq":99`,
+		`"ſeq":99`,
+		`"EVENT":"start"`,
+		`"Time":"2030-01-01T00:00:00Z"`,
+		`"Action":"allow"`,
+	} {
+		line := `{"seq":1,"time":"2026-12-01T00:00:00Z","event":"flow","action":"deny",` + extra + `,"prev":"` + zeroHash + `"}`
+		if _, _, err := Verify(strings.NewReader(line+"\n"), nil); err == nil || !strings.Contains(err.Error(), "duplicate member") {
+			rec, perr := ParseRecord([]byte(line))
+			t.Errorf("%s: Verify error %v; want a duplicate member (audit show reads seq %d, event %q, action %q; %v)",
+				extra, err, rec.Seq, rec.Name, rec.Action(), perr)
+		}
+	}
+}
