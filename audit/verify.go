@@ -462,7 +462,8 @@ type member struct {
 }
 
 // topMembers parses line as one JSON object and returns its members, raw,
-// in order. Duplicate member names and trailing data are errors. It
+// in order. Duplicate member names (also two that differ only in case)
+// and trailing data are errors. It
 // validates with json.Valid, then walks the top level by hand (much faster
 // than a token decoder; verifying is linear in the log's size).
 func topMembers(line []byte, dst []member) ([]member, string) {
@@ -492,7 +493,11 @@ func topMembers(line []byte, dst []member) ([]member, string) {
 		i = skipSpace(line, i+1) // the colon
 		j = skipValue(line, i)
 		for _, m := range members {
-			if bytes.Equal(m.name, name) {
+			// Folded: encoding/json, which `audit show` and `audit
+			// stats` read records with, matches names to fields
+			// without regard to case ("Seq", "ſeq" are "seq"), so two
+			// such members would verify one value and show another.
+			if bytes.EqualFold(m.name, name) {
 				return nil, fmt.Sprintf("duplicate member %q", name)
 			}
 		}
