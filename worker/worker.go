@@ -39,6 +39,7 @@ import (
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/learn"
 	"github.com/nsgate/nsgate/netplan"
+	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/session"
@@ -93,6 +94,10 @@ type Config struct {
 	Session session.Config
 	// Pcap is a file to write a pcap of the worker's TUN to ("" none).
 	Pcap string
+	// PcapMax bounds the pcap, in bytes (0: no bound): the worker
+	// decides how many packets cross its link. Packets past it are not
+	// captured (the exit record's pcap_dropped counts them).
+	PcapMax int64
 	// Exec guard: programs the worker may run besides the policy's
 	// exec.allow, and what it may do beyond the defaults.
 	ExecAllow              []string
@@ -199,7 +204,18 @@ func (r *run) run() int {
 		}
 		pw := bufio.NewWriterSize(pf, 1<<20)
 		cfg.Session.Pcap = pw
-		r.cleanup = append(r.cleanup, func() { pw.Flush(); pf.Close() })
+		var lim *netstack.PcapLimiter
+		if cfg.PcapMax > 0 {
+			lim = netstack.LimitPcap(pw, cfg.PcapMax)
+			cfg.Session.Pcap = lim
+		}
+		r.cleanup = append(r.cleanup, func() {
+			pw.Flush()
+			pf.Close()
+			if lim != nil && lim.Reached() {
+				r.errorf("pcap: %s reached --pcap-max (%d bytes): later packets were not captured (pcap_dropped in the exit record counts them)", cfg.Pcap, cfg.PcapMax)
+			}
+		})
 	}
 	scfg := cfg.Session
 	if cfg.Learn != "" {
