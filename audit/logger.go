@@ -246,6 +246,7 @@ func Open(path string, opts Options) (*Logger, error) {
 			l.regular = true
 			l.size = st.size
 			l.head1 = openHeadFile(HeadFile(path))
+			l.head1.key = append([]byte(nil), opts.Key...)
 			l.headErr = l.head1.writeHead(st.head)
 		} else {
 			// A FIFO or a socket is pollable: a write that no reader
@@ -306,7 +307,7 @@ func prepareFile(f *os.File, path string, key []byte, wait time.Duration) (fileS
 	if err := lockFileWait(f, wait); err != nil {
 		return fileState{}, fmt.Errorf("audit log %s: %w", path, err)
 	}
-	anchor, err := readHeadFile(HeadFile(path))
+	anchor, anchorMAC, err := readHeadFileMAC(HeadFile(path))
 	if err != nil {
 		return fileState{}, fmt.Errorf("refusing to append to %s: %w", path, err)
 	}
@@ -326,6 +327,12 @@ func prepareFile(f *os.File, path string, key []byte, wait time.Duration) (fileS
 	// records from its end, or grew by records nsgate did not write, is
 	// refused, so that appending never hides what happened to it.
 	if sum.Records > 0 {
+		// A keyed log's head file must carry the head's mac: without
+		// it, records cut from the end with the head file rewritten
+		// would be appended to as if nothing happened.
+		if err := checkHeadMAC(sum.AnchorFile, anchor, anchorMAC, key); err != nil {
+			return fileState{}, fmt.Errorf("refusing to append to %s: %w", path, err)
+		}
 		if ve := sum.anchorError(); ve != nil {
 			ve.File = path
 			return fileState{}, fmt.Errorf("refusing to append to %s: %w", path, ve)

@@ -217,15 +217,15 @@ func Check(path string, key []byte, head string) (Summary, error) {
 	}
 	defer f.Close()
 	live := isLocked(f)
-	anchor, anchorFile := head, ""
+	anchor, anchorFile, anchorMAC := head, "", ""
 	if anchor == "" {
 		hf := HeadFile(path)
-		a, err := readHeadFile(hf)
+		a, mac, err := readHeadFileMAC(hf)
 		if err != nil {
 			return Summary{}, &VerifyError{File: hf, Line: 1, Msg: err.Error()}
 		}
 		if a != "" {
-			anchor, anchorFile = a, hf
+			anchor, anchorFile, anchorMAC = a, hf, mac
 		}
 	}
 	s, err := scan(f, key, anchor)
@@ -235,11 +235,19 @@ func Check(path string, key []byte, head string) (Summary, error) {
 		ve.File = path
 		if ve.Torn && live {
 			s.Writing = true
-			return s, nil
+			err = nil
 		}
 	}
 	if err != nil {
 		return s, err
+	}
+	if anchorFile != "" {
+		if err := checkHeadMAC(anchorFile, anchor, anchorMAC, key); err != nil {
+			return s, &VerifyError{File: anchorFile, Line: 1, Msg: err.Error()}
+		}
+	}
+	if s.Writing {
+		return s, nil
 	}
 	if ve := s.anchorError(); ve != nil {
 		ve.File = path
