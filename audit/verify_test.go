@@ -314,3 +314,28 @@ func TestVerifyRefusesMembersThatReadAsOne(t *testing.T) {
 		}
 	}
 }
+
+// TestVerifyMessageShowsLineInASCII: `audit verify` prints what is wrong
+// with a line to the terminal; the one message that quoted the line's own
+// bytes (a seq that is not a number) printed them raw: C1 controls (CSI,
+// OSC as UTF-8) reached the terminal, and a 16 MB value became a 16 MB
+// message.
+func TestVerifyMessageShowsLineInASCII(t *testing.T) {
+	for _, seq := range []string{"\"\u009b2J\u009d0;title\u009c\"", `"` + strings.Repeat("a", 1<<20) + `"`} {
+		line := `{"seq":` + seq + `,"time":"2026-12-01T00:00:00Z","event":"exit","prev":"` + zeroHash + `"}` + "\n"
+		_, _, err := Verify(strings.NewReader(line), nil)
+		if err == nil {
+			t.Fatal("a string seq verified")
+		}
+		msg := err.Error()
+		for _, r := range msg {
+			if r < ' ' || r > '~' {
+				t.Errorf("message %.80q holds %U", msg, r)
+				break
+			}
+		}
+		if len(msg) > 300 {
+			t.Errorf("message of %d bytes", len(msg))
+		}
+	}
+}
