@@ -405,7 +405,7 @@ func (v *verifier) check(line []byte, want uint64) string {
 	}
 	seq, err := strconv.ParseUint(string(raw), 10, 64)
 	if err != nil {
-		return fmt.Sprintf("seq %s is not a whole number", raw)
+		return fmt.Sprintf("seq %s is not a whole number", lineText(raw))
 	}
 	if seq != want {
 		return fmt.Sprintf("seq %d, want %d", seq, want)
@@ -613,4 +613,21 @@ func isLowerHex(s string, n int) bool {
 		}
 	}
 	return true
+}
+
+// lineText is part of a line for a message: at most 64 bytes of it, as
+// it is when that is printable ASCII, else Go-quoted in ASCII, so that no
+// byte of a hostile log reaches the terminal as it is.
+func lineText(b []byte) string {
+	const most = 64
+	more := ""
+	if len(b) > most {
+		b, more = b[:most], "..."
+	}
+	for _, c := range b {
+		if c < ' ' || c > '~' {
+			return strconv.QuoteToASCII(string(b)) + more
+		}
+	}
+	return string(b) + more
 }
