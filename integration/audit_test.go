@@ -230,8 +230,11 @@ func TestAuditAllowedDNSFloodIsBounded(t *testing.T) {
 }
 
 // TestAuditStuckFIFOEndsOnSIGTERM: an audit sink that nobody reads (a FIFO
-// with no reader) fills up; nsgate still ends within a bound on SIGTERM,
-// and says the log failed rather than exiting as if all were recorded.
+// whose reader holds it open and never reads) fills up; nsgate still ends
+// within a bound on SIGTERM, and says the log failed rather than exiting
+// as if all were recorded. A FIFO with no reader at all is refused at
+// once: opened read-write, nsgate was its own reader and a short run's
+// records vanished with an exit status of 0.
 func TestAuditStuckFIFOEndsOnSIGTERM(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
@@ -242,6 +245,19 @@ func TestAuditStuckFIFOEndsOnSIGTERM(t *testing.T) {
 		if m.uid >= 0 {
 			os.Chown(fifo, m.uid, m.gid)
 		}
+		var noReader bytes.Buffer
+		c := nsgateCmd(m, "run", "--audit", fifo, "--", nsgateBin, "__probe", "dns-flood", "10.0.2.3:53", "n%d.evil.test", "1")
+		c.Stderr = &noReader
+		err := c.Run()
+		var xe *exec.ExitError
+		if !errors.As(err, &xe) || xe.ExitCode() != 125 || !strings.Contains(noReader.String(), "nothing reads it") {
+			t.Errorf("a FIFO log without a reader: exit %v stderr %q; want 125 and \"nothing reads it\"", err, noReader.String())
+		}
+		r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close() // held open, never read
 		// Denied names, each new: a record apiece, far more than a pipe
 		// holds.
 		cmd := nsgateCmd(m, "run", "--audit", fifo, "--", nsgateBin, "__probe", "dns-flood", "10.0.2.3:53", "n%d.evil.test", "60")
@@ -255,7 +271,6 @@ func TestAuditStuckFIFOEndsOnSIGTERM(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		sent := time.Now()
 		cmd.Process.Signal(syscall.SIGTERM)
-		var err error
 		select {
 		case err = <-done:
 		case <-time.After(15 * time.Second):
