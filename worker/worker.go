@@ -198,6 +198,9 @@ func (r *run) run() int {
 	// The pcap exists before the worker's view is built, so that the view
 	// hides it.
 	if cfg.Pcap != "" {
+		if err := cfg.pcapClash(); err != nil {
+			return r.fail(err)
+		}
 		pf, err := os.OpenFile(cfg.Pcap, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			return r.fail(fmt.Errorf("pcap: %w", err))
@@ -515,4 +518,36 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 		r.errorf("warning: %s", w)
 	}
 	return v, nil
+}
+
+// pcapClash refuses a --pcap path that is one of nsgate's own files: the
+// pcap is opened with O_TRUNC, and the audit log, its head file, the key
+// or the policy under it would be emptied and overwritten with packets.
+// It compares the files, not the names, so another name for one of them
+// (a link) is refused too.
+func (c *Config) pcapClash() error {
+	st, err := os.Stat(c.Pcap)
+	if err != nil {
+		return nil // a new file (or one the open reports on)
+	}
+	s := &c.Session
+	own := []struct{ what, path string }{
+		{"the policy", s.PolicyPath}, {"the audit key", s.AuditKey}, {"the learned policy", c.Learn},
+	}
+	if s.AuditPath != "" && s.AuditPath != "-" {
+		own = append(own, struct{ what, path string }{"the audit log", s.AuditPath},
+			struct{ what, path string }{"the audit log's head file", s.AuditPath + ".head"})
+	}
+	if s.AuditCopy != "" {
+		own = append(own, struct{ what, path string }{"the audit copy", s.AuditCopy})
+	}
+	for _, o := range own {
+		if o.path == "" {
+			continue
+		}
+		if ost, err := os.Stat(o.path); err == nil && os.SameFile(st, ost) {
+			return fmt.Errorf("--pcap %s is %s (%s): it would be emptied", c.Pcap, o.what, o.path)
+		}
+	}
+	return nil
 }
