@@ -37,6 +37,12 @@ func TestPcapRefusesNsgatesOwnFiles(t *testing.T) {
 			t.Errorf("--pcap %s: %v; want it refused", p, err)
 		}
 	}
+	// Neither there yet: the pcap would make the file the log opens.
+	fresh := filepath.Join(dir, "new.jsonl")
+	cfg2 := Config{Pcap: fresh, Session: session.Config{AuditPath: dir + "/./new.jsonl"}}
+	if err := cfg2.pcapClash(); err == nil {
+		t.Errorf("--pcap and --audit both %s (new): not refused", fresh)
+	}
 	cfg.Pcap = filepath.Join(dir, "worker.pcap")
 	if err := cfg.pcapClash(); err != nil {
 		t.Errorf("--pcap of a new file: %v", err)

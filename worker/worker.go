@@ -27,6 +27,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -526,10 +527,8 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 // It compares the files, not the names, so another name for one of them
 // (a link) is refused too.
 func (c *Config) pcapClash() error {
-	st, err := os.Stat(c.Pcap)
-	if err != nil {
-		return nil // a new file (or one the open reports on)
-	}
+	st, statErr := os.Stat(c.Pcap)
+	abs, _ := filepath.Abs(c.Pcap)
 	s := &c.Session
 	own := []struct{ what, path string }{
 		{"the policy", s.PolicyPath}, {"the audit key", s.AuditKey}, {"the learned policy", c.Learn},
@@ -545,7 +544,14 @@ func (c *Config) pcapClash() error {
 		if o.path == "" {
 			continue
 		}
-		if ost, err := os.Stat(o.path); err == nil && os.SameFile(st, ost) {
+		ost, err := os.Stat(o.path)
+		same := statErr == nil && err == nil && os.SameFile(st, ost)
+		if statErr != nil || err != nil {
+			// Not there yet: one new file named twice.
+			oabs, _ := filepath.Abs(o.path)
+			same = abs != "" && abs == oabs
+		}
+		if same {
 			return fmt.Errorf("--pcap %s is %s (%s): it would be emptied", c.Pcap, o.what, o.path)
 		}
 	}
