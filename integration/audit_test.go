@@ -285,3 +285,45 @@ func TestAuditStuckFIFOEndsOnSIGTERM(t *testing.T) {
 		}
 	})
 }
+
+// TestAuditHumanLinesToAClosedPipe: the human denial lines on standard
+// error are a view for people; a reader of that stream that goes away
+// (`nsgate run ... 2>&1 | head`, a log collector restarting) must not end
+// the run. It did: the write to the broken pipe killed nsgate with SIGPIPE
+// (exit 141), so the log had no exit record and its head file anchored
+// only the records before the run. The run goes on, the log is closed
+// and anchored, and nsgate exits with the worker's status.
+func TestAuditHumanLinesToAClosedPipe(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		log := filepath.Join(dir, "pipe.jsonl")
+		cmd := nsgateCmd(m, "run", "--audit", log, "--", nsgateBin, "__probe", "dns-flood", "10.0.2.3:53", "n%d.evil.test", "2")
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		// Read the first denial line, then go away.
+		buf := make([]byte, 1)
+		if _, err := r.Read(buf); err != nil {
+			t.Fatalf("no human line: %v", err)
+		}
+		r.Close()
+		err = cmd.Wait()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				t.Errorf("nsgate was killed by %v when its stderr reader went away", ws.Signal())
+			}
+		}
+		s, cerr := audit.Check(log, nil, "")
+		if cerr != nil || !s.Closed || s.Anchor != s.Head {
+			t.Errorf("log: %d records, closed %v, anchor %q head %q, %v; want it closed and anchored at its end", s.Records, s.Closed, s.Anchor, s.Head, cerr)
+		}
+		t.Logf("exit %v; %d records", err, s.Records)
+	})
+}
