@@ -184,6 +184,17 @@ func (r *run) fail(err error) int {
 
 func (r *run) run() int {
 	cfg := &r.cfg
+	// A write to a broken pipe on standard output or error (the human
+	// lines, when whoever read them went away) would kill nsgate with
+	// SIGPIPE: no exit record, a head file that anchors only the
+	// records before the run. With SIGPIPE asked for, the write fails
+	// with EPIPE instead: the human lines ignore it, and a log on
+	// standard error (--audit -) fails closed as on any write error. A
+	// handler, unlike SIG_IGN, is reset at exec, so the worker keeps the
+	// default.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	degraded, err := guard.Preflight(guard.Config{BestEffort: cfg.BestEffort, Absent: cfg.Break.absent()})
 	if err != nil {
 		r.errorf("exec guard cannot be enforced: %v", err)
