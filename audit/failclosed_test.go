@@ -266,13 +266,20 @@ func TestDiskFullOnTmpfs(t *testing.T) {
 	t.Logf("64 KiB tmpfs: %s", strings.ReplaceAll(strings.TrimSpace(s), "\n", "; "))
 }
 
-// TestFIFOWithoutReader: a FIFO that nobody reads fills up; the blocked
-// write returns at its deadline and the log has failed, within the bound.
+// TestFIFOWithoutReader: a FIFO that its reader holds open but never reads
+// fills up; the blocked write returns at its deadline and the log has
+// failed, within the bound. (A FIFO with no reader at all is refused by
+// Open: TestFIFOLogNeedsAReader.)
 func TestFIFOWithoutReader(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.fifo")
 	if err := unix.Mkfifo(path, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	r, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
 	const timeout = 300 * time.Millisecond
 	start := time.Now()
 	l := mustOpen(t, path, Options{Timeout: timeout, Delay: -1})
@@ -338,12 +345,16 @@ func TestCloseIsBoundedOnAStuckSink(t *testing.T) {
 			w := &blockingWriter{release: make(chan struct{})}
 			return mustOpen(t, "", Options{Timeout: timeout, Delay: -1, Human: w}), w.unblock
 		}},
-		{"fifo", "a FIFO nobody reads: the deadline is forced at Close", func(t *testing.T, timeout time.Duration) (*Logger, func()) {
+		{"fifo", "a FIFO whose reader never reads: the deadline is forced at Close", func(t *testing.T, timeout time.Duration) (*Logger, func()) {
 			path := filepath.Join(t.TempDir(), "audit.fifo")
 			if err := unix.Mkfifo(path, 0o600); err != nil {
 				t.Fatal(err)
 			}
-			return mustOpen(t, path, Options{Timeout: timeout, Delay: -1}), func() {}
+			r, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return mustOpen(t, path, Options{Timeout: timeout, Delay: -1}), func() { r.Close() }
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

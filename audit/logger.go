@@ -221,9 +221,18 @@ func Open(path string, opts Options) (*Logger, error) {
 		l.setOutput(os.Stderr, opts.Key, zeroHash, 0)
 		l.name = "stderr"
 	default:
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+		var f *os.File
+		var err error
+		if st, serr := os.Stat(path); serr == nil && st.Mode()&fs.ModeNamedPipe != 0 {
+			f, err = openFIFO(path)
+		} else {
+			f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+			if err != nil {
+				err = fmt.Errorf("open audit log: %w", err)
+			}
+		}
 		if err != nil {
-			return nil, fmt.Errorf("open audit log: %w", err)
+			return nil, err
 		}
 		st, err := prepareFile(f, path, opts.Key, opts.LockWait)
 		if err != nil {
@@ -237,6 +246,7 @@ func Open(path string, opts Options) (*Logger, error) {
 			l.regular = true
 			l.size = st.size
 			l.head1 = openHeadFile(HeadFile(path))
+			l.head1.key = append([]byte(nil), opts.Key...)
 			l.headErr = l.head1.writeHead(st.head)
 		} else {
 			// A FIFO or a socket is pollable: a write that no reader
@@ -297,7 +307,7 @@ func prepareFile(f *os.File, path string, key []byte, wait time.Duration) (fileS
 	if err := lockFileWait(f, wait); err != nil {
 		return fileState{}, fmt.Errorf("audit log %s: %w", path, err)
 	}
-	anchor, err := readHeadFile(HeadFile(path))
+	anchor, anchorMAC, err := readHeadFileMAC(HeadFile(path))
 	if err != nil {
 		return fileState{}, fmt.Errorf("refusing to append to %s: %w", path, err)
 	}
@@ -317,6 +327,12 @@ func prepareFile(f *os.File, path string, key []byte, wait time.Duration) (fileS
 	// records from its end, or grew by records nsgate did not write, is
 	// refused, so that appending never hides what happened to it.
 	if sum.Records > 0 {
+		// A keyed log's head file must carry the head's mac: without
+		// it, records cut from the end with the head file rewritten
+		// would be appended to as if nothing happened.
+		if err := checkHeadMAC(sum.AnchorFile, anchor, anchorMAC, key); err != nil {
+			return fileState{}, fmt.Errorf("refusing to append to %s: %w", path, err)
+		}
 		if ve := sum.anchorError(); ve != nil {
 			ve.File = path
 			return fileState{}, fmt.Errorf("refusing to append to %s: %w", path, ve)
@@ -725,6 +741,13 @@ func (l *Logger) flushJSON() {
 		l.head = l.marks[k-1]
 		l.headMu.Unlock()
 		l.size += int64(whole)
+	}
+	if err == nil && l.regular && unlinked(l.file) {
+		// Written, but to a file no name reaches any more: the records
+		// from here on would be lost, and the head at exit would anchor
+		// nothing. Nothing was written to the name, so nothing is cut.
+		l.fail(fmt.Errorf("write %s: the log file was removed or replaced while nsgate wrote it: its records reach no file", l.name))
+		return
 	}
 	if err == nil {
 		if l.copyOut != nil {

@@ -83,34 +83,41 @@ func Follow(ctx context.Context, w io.Writer, path string, f Filter, poll time.D
 		off     int64
 		line    int
 		buf     = make([]byte, 64<<10)
+		// What one read brings is shown with one write (a system call
+		// per record made a long log slow to follow).
+		bw = bufio.NewWriterSize(w, 64<<10)
 	)
+	defer bw.Flush()
 	for {
 		n, rerr := file.Read(buf)
 		if n > 0 {
 			off += int64(n)
 			partial = append(partial, buf[:n]...)
+			start := 0
 			for {
-				i := bytes.IndexByte(partial, '\n')
+				i := bytes.IndexByte(partial[start:], '\n')
 				if i < 0 {
 					break
 				}
 				line++
-				l := partial[:i]
+				l := partial[start : start+i]
+				start += i + 1
 				if len(l) > 0 {
 					rec, err := ParseRecord(l)
 					if err != nil {
 						return &LineError{Line: line, Err: err}
 					}
 					if f.Match(rec) {
-						if _, err := io.WriteString(w, ShowLine(rec)+"\n"); err != nil {
-							return err
-						}
+						bw.WriteString(ShowLine(rec) + "\n")
 					}
 				}
-				partial = append(partial[:0], partial[i+1:]...)
 			}
+			partial = append(partial[:0], partial[start:]...)
 			if len(partial) > maxRecordLine {
 				return &LineError{Line: line + 1, Err: errors.New("line too long")}
+			}
+			if err := bw.Flush(); err != nil {
+				return err
 			}
 			continue
 		}

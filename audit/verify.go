@@ -217,15 +217,15 @@ func Check(path string, key []byte, head string) (Summary, error) {
 	}
 	defer f.Close()
 	live := isLocked(f)
-	anchor, anchorFile := head, ""
+	anchor, anchorFile, anchorMAC := head, "", ""
 	if anchor == "" {
 		hf := HeadFile(path)
-		a, err := readHeadFile(hf)
+		a, mac, err := readHeadFileMAC(hf)
 		if err != nil {
 			return Summary{}, &VerifyError{File: hf, Line: 1, Msg: err.Error()}
 		}
 		if a != "" {
-			anchor, anchorFile = a, hf
+			anchor, anchorFile, anchorMAC = a, hf, mac
 		}
 	}
 	s, err := scan(f, key, anchor)
@@ -235,11 +235,19 @@ func Check(path string, key []byte, head string) (Summary, error) {
 		ve.File = path
 		if ve.Torn && live {
 			s.Writing = true
-			return s, nil
+			err = nil
 		}
 	}
 	if err != nil {
 		return s, err
+	}
+	if anchorFile != "" {
+		if err := checkHeadMAC(anchorFile, anchor, anchorMAC, key); err != nil {
+			return s, &VerifyError{File: anchorFile, Line: 1, Msg: err.Error()}
+		}
+	}
+	if s.Writing {
+		return s, nil
 	}
 	if ve := s.anchorError(); ve != nil {
 		ve.File = path
@@ -397,7 +405,7 @@ func (v *verifier) check(line []byte, want uint64) string {
 	}
 	seq, err := strconv.ParseUint(string(raw), 10, 64)
 	if err != nil {
-		return fmt.Sprintf("seq %s is not a whole number", raw)
+		return fmt.Sprintf("seq %s is not a whole number", lineText(raw))
 	}
 	if seq != want {
 		return fmt.Sprintf("seq %d, want %d", seq, want)
@@ -462,7 +470,8 @@ type member struct {
 }
 
 // topMembers parses line as one JSON object and returns its members, raw,
-// in order. Duplicate member names and trailing data are errors. It
+// in order. Duplicate member names (also two that differ only in case)
+// and trailing data are errors. It
 // validates with json.Valid, then walks the top level by hand (much faster
 // than a token decoder; verifying is linear in the log's size).
 func topMembers(line []byte, dst []member) ([]member, string) {
@@ -492,7 +501,11 @@ func topMembers(line []byte, dst []member) ([]member, string) {
 		i = skipSpace(line, i+1) // the colon
 		j = skipValue(line, i)
 		for _, m := range members {
-			if bytes.Equal(m.name, name) {
+			// Folded: encoding/json, which `audit show` and `audit
+			// stats` read records with, matches names to fields
+			// without regard to case ("Seq", "ſeq" are "seq"), so two
+			// such members would verify one value and show another.
+			if bytes.EqualFold(m.name, name) {
 				return nil, fmt.Sprintf("duplicate member %q", name)
 			}
 		}
@@ -600,4 +613,21 @@ func isLowerHex(s string, n int) bool {
 		}
 	}
 	return true
+}
+
+// lineText is part of a line for a message: at most 64 bytes of it, as
+// it is when that is printable ASCII, else Go-quoted in ASCII, so that no
+// byte of a hostile log reaches the terminal as it is.
+func lineText(b []byte) string {
+	const most = 64
+	more := ""
+	if len(b) > most {
+		b, more = b[:most], "..."
+	}
+	for _, c := range b {
+		if c < ' ' || c > '~' {
+			return strconv.QuoteToASCII(string(b)) + more
+		}
+	}
+	return string(b) + more
 }

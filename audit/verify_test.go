@@ -291,3 +291,51 @@ func (o oneByteReader) Read(p []byte) (int, error) {
 	}
 	return o.r.Read(p)
 }
+
+// TestVerifyRefusesMembersThatReadAsOne: encoding/json matches member names
+// to fields without regard to case (and folds "ſ" to "s", the Kelvin sign
+// to "k"), so a line with "seq" and "Seq" verified on the first while
+// `audit show` and `audit stats` read the last: a record that verified
+// could show another seq, time, event, action or rule than the one
+// checked. Verify refuses two members that fold to one name.
+func TestVerifyRefusesMembersThatReadAsOne(t *testing.T) {
+	for _, extra := range []string{
+		`"Seq":99`,
+		`"ſeq":99`,
+		`"EVENT":"start"`,
+		`"Time":"2030-01-01T00:00:00Z"`,
+		`"Action":"allow"`,
+	} {
+		line := `{"seq":1,"time":"2026-12-01T00:00:00Z","event":"flow","action":"deny",` + extra + `,"prev":"` + zeroHash + `"}`
+		if _, _, err := Verify(strings.NewReader(line+"\n"), nil); err == nil || !strings.Contains(err.Error(), "duplicate member") {
+			rec, perr := ParseRecord([]byte(line))
+			t.Errorf("%s: Verify error %v; want a duplicate member (audit show reads seq %d, event %q, action %q; %v)",
+				extra, err, rec.Seq, rec.Name, rec.Action(), perr)
+		}
+	}
+}
+
+// TestVerifyMessageShowsLineInASCII: `audit verify` prints what is wrong
+// with a line to the terminal; the one message that quoted the line's own
+// bytes (a seq that is not a number) printed them raw: C1 controls (CSI,
+// OSC as UTF-8) reached the terminal, and a 16 MB value became a 16 MB
+// message.
+func TestVerifyMessageShowsLineInASCII(t *testing.T) {
+	for _, seq := range []string{"\"\u009b2J\u009d0;title\u009c\"", `"` + strings.Repeat("a", 1<<20) + `"`} {
+		line := `{"seq":` + seq + `,"time":"2026-12-01T00:00:00Z","event":"exit","prev":"` + zeroHash + `"}` + "\n"
+		_, _, err := Verify(strings.NewReader(line), nil)
+		if err == nil {
+			t.Fatal("a string seq verified")
+		}
+		msg := err.Error()
+		for _, r := range msg {
+			if r < ' ' || r > '~' {
+				t.Errorf("message %.80q holds %U", msg, r)
+				break
+			}
+		}
+		if len(msg) > 300 {
+			t.Errorf("message of %d bytes", len(msg))
+		}
+	}
+}

@@ -230,8 +230,11 @@ func TestAuditAllowedDNSFloodIsBounded(t *testing.T) {
 }
 
 // TestAuditStuckFIFOEndsOnSIGTERM: an audit sink that nobody reads (a FIFO
-// with no reader) fills up; nsgate still ends within a bound on SIGTERM,
-// and says the log failed rather than exiting as if all were recorded.
+// whose reader holds it open and never reads) fills up; nsgate still ends
+// within a bound on SIGTERM, and says the log failed rather than exiting
+// as if all were recorded. A FIFO with no reader at all is refused at
+// once: opened read-write, nsgate was its own reader and a short run's
+// records vanished with an exit status of 0.
 func TestAuditStuckFIFOEndsOnSIGTERM(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
@@ -242,6 +245,19 @@ func TestAuditStuckFIFOEndsOnSIGTERM(t *testing.T) {
 		if m.uid >= 0 {
 			os.Chown(fifo, m.uid, m.gid)
 		}
+		var noReader bytes.Buffer
+		c := nsgateCmd(m, "run", "--audit", fifo, "--", nsgateBin, "__probe", "dns-flood", "10.0.2.3:53", "n%d.evil.test", "1")
+		c.Stderr = &noReader
+		err := c.Run()
+		var xe *exec.ExitError
+		if !errors.As(err, &xe) || xe.ExitCode() != 125 || !strings.Contains(noReader.String(), "nothing reads it") {
+			t.Errorf("a FIFO log without a reader: exit %v stderr %q; want 125 and \"nothing reads it\"", err, noReader.String())
+		}
+		r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close() // held open, never read
 		// Denied names, each new: a record apiece, far more than a pipe
 		// holds.
 		cmd := nsgateCmd(m, "run", "--audit", fifo, "--", nsgateBin, "__probe", "dns-flood", "10.0.2.3:53", "n%d.evil.test", "60")
@@ -255,7 +271,6 @@ func TestAuditStuckFIFOEndsOnSIGTERM(t *testing.T) {
 		time.Sleep(2 * time.Second)
 		sent := time.Now()
 		cmd.Process.Signal(syscall.SIGTERM)
-		var err error
 		select {
 		case err = <-done:
 		case <-time.After(15 * time.Second):
@@ -268,5 +283,47 @@ func TestAuditStuckFIFOEndsOnSIGTERM(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 125 || !strings.Contains(errb.String(), "audit log failed") {
 			t.Errorf("exit %v stderr %q; want 125 and the line naming the audit failure", err, errb.String())
 		}
+	})
+}
+
+// TestAuditHumanLinesToAClosedPipe: the human denial lines on standard
+// error are a view for people; a reader of that stream that goes away
+// (`nsgate run ... 2>&1 | head`, a log collector restarting) must not end
+// the run. It did: the write to the broken pipe killed nsgate with SIGPIPE
+// (exit 141), so the log had no exit record and its head file anchored
+// only the records before the run. The run goes on, the log is closed
+// and anchored, and nsgate exits with the worker's status.
+func TestAuditHumanLinesToAClosedPipe(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		log := filepath.Join(dir, "pipe.jsonl")
+		cmd := nsgateCmd(m, "run", "--audit", log, "--", nsgateBin, "__probe", "dns-flood", "10.0.2.3:53", "n%d.evil.test", "2")
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd.Stderr = w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		w.Close()
+		// Read the first denial line, then go away.
+		buf := make([]byte, 1)
+		if _, err := r.Read(buf); err != nil {
+			t.Fatalf("no human line: %v", err)
+		}
+		r.Close()
+		err = cmd.Wait()
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				t.Errorf("nsgate was killed by %v when its stderr reader went away", ws.Signal())
+			}
+		}
+		s, cerr := audit.Check(log, nil, "")
+		if cerr != nil || !s.Closed || s.Anchor != s.Head {
+			t.Errorf("log: %d records, closed %v, anchor %q head %q, %v; want it closed and anchored at its end", s.Records, s.Closed, s.Anchor, s.Head, cerr)
+		}
+		t.Logf("exit %v; %d records", err, s.Records)
 	})
 }

@@ -618,6 +618,39 @@ func TestPcapWriteErrorDoesNotPanic(t *testing.T) {
 	}
 }
 
+// TestPcapIsBounded: the worker chooses how many packets cross its link
+// (a refused UDP flood wrote 626 MB in 3 s), so a capture through
+// LimitPcap stops at its bound: it holds the file header and whole packets
+// only, never more than the bound, and the packets past it are counted.
+func TestPcapIsBounded(t *testing.T) {
+	var buf syncBuffer
+	const bound = 24 + (16 + 32) + 20 // the header and one 32-byte echo, not two
+	h := newHarness(t, func(c *Config) { c.Pcap = LimitPcap(&buf, bound) })
+	for i := 1; i <= 6; i++ {
+		h.inject(t, icmpEcho(mustAddr(Guest4), mustAddr(Gateway4), 9, uint16(i)))
+	}
+	if h.rec.wait(2*time.Second, func(b []byte) bool { typ, _, ok := icmpInfo(b); return ok && typ == 0 }) == nil {
+		t.Fatal("no echo reply")
+	}
+	st := h.g.Stats()
+	h.g.Close()
+	b := buf.Bytes()
+	if len(b) > bound {
+		t.Fatalf("the capture holds %d bytes, over its bound of %d", len(b), bound)
+	}
+	n := countPcapRecords(b[24:])
+	if st.PcapDropped == 0 || n == 0 {
+		t.Fatalf("%d packets captured, %d dropped; want some of each", n, st.PcapDropped)
+	}
+	rest := b[24:]
+	for i := 0; i < n; i++ {
+		rest = rest[16+int(binary.LittleEndian.Uint32(rest[8:])):]
+	}
+	if len(rest) != 0 {
+		t.Fatalf("%d bytes after the last whole packet: the bound cut a record", len(rest))
+	}
+}
+
 func countPcapRecords(b []byte) int {
 	n := 0
 	for len(b) >= 16 {

@@ -27,6 +27,7 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -39,6 +40,7 @@ import (
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/learn"
 	"github.com/nsgate/nsgate/netplan"
+	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/session"
@@ -93,6 +95,10 @@ type Config struct {
 	Session session.Config
 	// Pcap is a file to write a pcap of the worker's TUN to ("" none).
 	Pcap string
+	// PcapMax bounds the pcap, in bytes (0: no bound): the worker
+	// decides how many packets cross its link. Packets past it are not
+	// captured (the exit record's pcap_dropped counts them).
+	PcapMax int64
 	// Exec guard: programs the worker may run besides the policy's
 	// exec.allow, and what it may do beyond the defaults.
 	ExecAllow              []string
@@ -178,6 +184,17 @@ func (r *run) fail(err error) int {
 
 func (r *run) run() int {
 	cfg := &r.cfg
+	// A write to a broken pipe on standard output or error (the human
+	// lines, when whoever read them went away) would kill nsgate with
+	// SIGPIPE: no exit record, a head file that anchors only the
+	// records before the run. With SIGPIPE asked for, the write fails
+	// with EPIPE instead: the human lines ignore it, and a log on
+	// standard error (--audit -) fails closed as on any write error. A
+	// handler, unlike SIG_IGN, is reset at exec, so the worker keeps the
+	// default.
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
 	degraded, err := guard.Preflight(guard.Config{BestEffort: cfg.BestEffort, Absent: cfg.Break.absent()})
 	if err != nil {
 		r.errorf("exec guard cannot be enforced: %v", err)
@@ -193,13 +210,27 @@ func (r *run) run() int {
 	// The pcap exists before the worker's view is built, so that the view
 	// hides it.
 	if cfg.Pcap != "" {
+		if err := cfg.pcapClash(); err != nil {
+			return r.fail(err)
+		}
 		pf, err := os.OpenFile(cfg.Pcap, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 		if err != nil {
 			return r.fail(fmt.Errorf("pcap: %w", err))
 		}
 		pw := bufio.NewWriterSize(pf, 1<<20)
 		cfg.Session.Pcap = pw
-		r.cleanup = append(r.cleanup, func() { pw.Flush(); pf.Close() })
+		var lim *netstack.PcapLimiter
+		if cfg.PcapMax > 0 {
+			lim = netstack.LimitPcap(pw, cfg.PcapMax)
+			cfg.Session.Pcap = lim
+		}
+		r.cleanup = append(r.cleanup, func() {
+			pw.Flush()
+			pf.Close()
+			if lim != nil && lim.Reached() {
+				r.errorf("pcap: %s reached --pcap-max (%d bytes): later packets were not captured (pcap_dropped in the exit record counts them)", cfg.Pcap, cfg.PcapMax)
+			}
+		})
 	}
 	scfg := cfg.Session
 	if cfg.Learn != "" {
@@ -499,4 +530,41 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 		r.errorf("warning: %s", w)
 	}
 	return v, nil
+}
+
+// pcapClash refuses a --pcap path that is one of nsgate's own files: the
+// pcap is opened with O_TRUNC, and the audit log, its head file, the key
+// or the policy under it would be emptied and overwritten with packets.
+// It compares the files, not the names, so another name for one of them
+// (a link) is refused too.
+func (c *Config) pcapClash() error {
+	st, statErr := os.Stat(c.Pcap)
+	abs, _ := filepath.Abs(c.Pcap)
+	s := &c.Session
+	own := []struct{ what, path string }{
+		{"the policy", s.PolicyPath}, {"the audit key", s.AuditKey}, {"the learned policy", c.Learn},
+	}
+	if s.AuditPath != "" && s.AuditPath != "-" {
+		own = append(own, struct{ what, path string }{"the audit log", s.AuditPath},
+			struct{ what, path string }{"the audit log's head file", s.AuditPath + ".head"})
+	}
+	if s.AuditCopy != "" {
+		own = append(own, struct{ what, path string }{"the audit copy", s.AuditCopy})
+	}
+	for _, o := range own {
+		if o.path == "" {
+			continue
+		}
+		ost, err := os.Stat(o.path)
+		same := statErr == nil && err == nil && os.SameFile(st, ost)
+		if statErr != nil || err != nil {
+			// Not there yet: one new file named twice.
+			oabs, _ := filepath.Abs(o.path)
+			same = abs != "" && abs == oabs
+		}
+		if same {
+			return fmt.Errorf("--pcap %s is %s (%s): it would be emptied", c.Pcap, o.what, o.path)
+		}
+	}
+	return nil
 }

@@ -36,6 +36,7 @@ type runFlags struct {
 	allowUserns, allowUnix, root      bool
 	mtu                               uint
 	maxFlows                          int
+	pcapMax                           int64
 	ipv6, quiet                       bool
 	execGuard                         string
 	// unsafeBreak disables enforcement layers (comma-separated). Hidden:
@@ -44,12 +45,17 @@ type runFlags struct {
 	unsafeBreak string
 }
 
+// defaultPcapMaxMiB is --pcap-max's default: a capture the worker cannot
+// grow past 1 GiB (a refused UDP flood wrote 200 MB a second).
+const defaultPcapMaxMiB = 1024
+
 func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.policy, "policy", os.Getenv("NSGATE_POLICY"), "policy `FILE` (YAML); default $NSGATE_POLICY, else deny-all")
 	fs.Var(&f.audit, "audit", "append the JSON-lines audit log to `FILE` (- for stderr); a second --audit gets a copy of every line: -, /dev/stdout, /dev/stderr or a FIFO (a container's log)")
 	fs.StringVar(&f.auditKey, "audit-key", "", "HMAC-SHA256 key `FILE`: every audit record gets a mac")
 	fs.StringVar(&f.learn, "learn", "", "learn a policy: allow every name and public address (metadata, special ranges and deny rules still refuse) and write what the worker used to `OUT.yaml`")
 	fs.StringVar(&f.pcap, "pcap", "", "write a pcap of every packet on the worker's TUN to `FILE`")
+	fs.Int64Var(&f.pcapMax, "pcap-max", defaultPcapMaxMiB, "stop the --pcap capture at `MIB` mebibytes (0: no bound); later packets are counted, not captured")
 	fs.Var(&f.publish, "publish", "inbound forward `[HOSTIP:]HOSTPORT:PORT[/tcp|/udp]` from the host to the worker (repeatable)")
 	fs.Var(&f.execAllow, "exec-allow", "`PATH` (file or directory) the worker may execute (repeatable)")
 	fs.BoolVar(&f.allowUserns, "allow-userns", false, "let the worker create namespaces (Chromium's own sandbox)")
@@ -106,6 +112,7 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 			Limits:     netstack.Limits{MaxFlows: f.maxFlows},
 		},
 		Pcap:        f.pcap,
+		PcapMax:     f.pcapMax << 20,
 		ExecAllow:   f.execAllow,
 		AllowUserns: f.allowUserns,
 		AllowUnix:   f.allowUnix,
@@ -187,6 +194,9 @@ func (f *runFlags) validate() error {
 	}
 	if f.mtu < 1280 || f.mtu > 65521 {
 		return fmt.Errorf("--mtu %d out of range (1280 to 65521)", f.mtu)
+	}
+	if f.pcapMax < 0 || f.pcapMax > 1<<30 {
+		return fmt.Errorf("--pcap-max %d out of range (0 for no bound, else 1 to %d MiB)", f.pcapMax, 1<<30)
 	}
 	if f.maxFlows < 1 || f.maxFlows > 1<<20 {
 		return fmt.Errorf("--max-flows %d out of range (1 to %d)", f.maxFlows, 1<<20)
