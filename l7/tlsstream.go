@@ -23,15 +23,19 @@ const (
 // say), so none of them can end the watch. TLS 1.3 encrypts in
 // application data records only; TLS 1.2's encrypted Finished and
 // renegotiation are handshake records whose messages, as parsed, are
-// noise. An application data (or heartbeat, or unknown) record ends any
-// message in progress (plaintext handshake messages are not interleaved
-// with other records, and servers refuse such a record inside one), so
-// noise is judged only if it forms a complete ClientHello-typed message
-// within handshake records that only change_cipher_spec and alert records
-// separate: about one chance in 2^26 per encrypted Finished. Those two
-// types do not end a message, since OpenSSL reads a message on across
-// them (interleavable). What it then refuses is what no server reads as
-// a ClientHello naming the flow's host.
+// noise. An application data record ends any message in progress
+// (plaintext handshake messages are not interleaved with other records,
+// and servers refuse one inside a message: OpenSSL and Go do), so noise
+// is judged only if it forms a complete ClientHello-typed message within
+// handshake records that no application data record separates: about one
+// chance in 2^26 per encrypted Finished. Records of the other types
+// (change_cipher_spec, alert, heartbeat, unknown) do not end a message:
+// RFC 8446 §5.1 forbids them inside one, but OpenSSL 3.0 ignores a
+// change_cipher_spec or a warning alert there and goes on reassembling
+// (found by attack: a second ClientHello cut by one took an OpenSSL
+// server to the other name's context), and a server that ignores unknown
+// records, as TLS 1.1 let it, would too. What it then refuses is what no
+// server reads as a ClientHello naming the flow's host.
 //
 // A TLSStream is not safe for concurrent use. It never retains or
 // modifies the slices it is given.
@@ -73,7 +77,7 @@ func (s *TLSStream) Next(b []byte) (n int, v Verdict) {
 			pos += k
 			if s.recN == len(s.rec) {
 				s.recLeft = int(s.rec[3])<<8 | int(s.rec[4])
-				if s.rec[0] != recordTypeHandshake && !interleavable(s.rec[0]) {
+				if s.rec[0] == recordTypeApplicationData {
 					s.msgN, s.msgLeft, s.hello, s.long = 0, 0, s.hello[:0], false
 				}
 				if s.recLeft == 0 {
@@ -135,18 +139,6 @@ func (s *TLSStream) handshake(p []byte) Verdict {
 		}
 	}
 	return Verdict{Allow: true}
-}
-
-// interleavable reports whether a record of type typ leaves a handshake
-// message in progress to go on in the next handshake record: a
-// change_cipher_spec or an alert. RFC 8446 §5.1 forbids them inside a
-// message, but OpenSSL 3.0 reads them (a TLS 1.3 compatibility
-// change_cipher_spec is ignored, a warning alert noted) and goes on
-// reassembling the message; a second ClientHello cut by one took the
-// server to the other name's context. Servers that enforce the rule fail
-// such a handshake anyway.
-func interleavable(typ byte) bool {
-	return typ == recordTypeChangeCipherSpec || typ == recordTypeAlert
 }
 
 // check judges the complete ClientHello in s.hello as the first one was.

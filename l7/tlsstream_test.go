@@ -69,6 +69,10 @@ func TestTLSStream(t *testing.T) {
 			why: "OpenSSL 3.0 reads a handshake message on across a warning alert record"},
 		{name: "second hello cut by records in its header and body", in: cat(app, interleave(t, evil, 2, alert, ccs, alert)), reason: ReasonSNIMismatch, sni: "evil.test",
 			why: "every piece of the message is reassembled, however many such records cut it"},
+		{name: "second hello cut by a heartbeat and an unknown record", in: cat(app, interleave(t, evil, 3, []byte{24, 3, 3, 0, 1, 1}, []byte{30, 3, 3, 0, 0})), reason: ReasonSNIMismatch, sni: "evil.test",
+			why: "a server that ignores records it does not know (TLS 1.1 let it) reads the message on"},
+		{name: "encrypted noise across an alert", in: cat(app, ccs, noise, alert, noise, appData),
+			why: "noise stays noise when an alert cuts it: its length runs past what follows"},
 		{name: "second hello, same name, cut by a change_cipher_spec", in: cat(app, ccs, interleave(t, app, 1, ccs), appData),
 			why: "the control: the reassembled hello names the flow's host"},
 	}
