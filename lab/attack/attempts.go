@@ -705,6 +705,24 @@ func helloRecord(sni string) []byte {
 	return append([]byte{22, 3, 1, byte(len(m) >> 8), byte(len(m))}, m...)
 }
 
+// cutHelloRecords is a ClientHello for first, then a change_cipher_spec
+// record and a ClientHello for second whose handshake message another
+// change_cipher_spec record cuts after its first byte: OpenSSL 3.0 reads a
+// message on across such a record (and took the second name after a
+// HelloRetryRequest), so the gateway must too.
+func cutHelloRecords(first, second string) []byte {
+	a := helloRecord(first)
+	m, err := clientHello(second)
+	if a == nil || err != nil || len(m) > 1<<14 {
+		return nil
+	}
+	ccs := []byte{20, 3, 3, 0, 1, 1}
+	out := append(append(a, ccs...), 22, 3, 3, 0, 1, m[0])
+	out = append(out, ccs...)
+	out = append(out, 22, 3, 3, byte((len(m)-1)>>8), byte(len(m)-1))
+	return append(out, m[1:]...)
+}
+
 // quicRepeatedPN is the split the attack review found: the first datagram
 // carries two Initials with the same packet number, the ClientHello cut
 // just before its server name, the second part naming the approved name;

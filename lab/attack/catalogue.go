@@ -351,6 +351,8 @@ func Catalogue() []Attempt {
 			"GET\r/ HTTP/1.1\r\nHost: "+internet.UnapprovedName+"\r\n"+internet.KeepAliveHeader+": 1\r\n\r\n"),
 		l7Stream("l7-second-client-hello", "TLS to app.test:443: a ClientHello for app.test, then a handshake whose ClientHello names unapproved.test (OpenSSL servers take the second name after a HelloRetryRequest)", 443,
 			helloRecord(internet.AppName), internet.UnapprovedName, 1, keptAlive(internet.UnapprovedName)),
+		l7Stream("l7-cut-second-hello", "TLS to app.test:443: a ClientHello for app.test, then one naming unapproved.test whose message a change_cipher_spec record cuts (OpenSSL servers read on across it)", 443,
+			cutHelloRecords(internet.AppName, internet.UnapprovedName), "", 1),
 		l7Stream("l7-alert-before-hello", "TLS to app.test:443: a warning alert record, then a ClientHello with SNI unapproved.test", 443,
 			[]byte{0x15, 3, 1, 0, 2, 1, 0x5a}, internet.UnapprovedName, 1, keptAlive(internet.UnapprovedName)),
 		l7Stream("l7-ccs-before-hello", "TLS to app.test:443: a change_cipher_spec record, then a ClientHello with SNI unapproved.test", 443,
