@@ -2,17 +2,16 @@ package l7
 
 // TLS constants (RFC 8446, RFC 6066, draft-ietf-tls-esni).
 const (
-	recordTypeHandshake       = 22
-	recordTypeApplicationData = 23
-	recordHeaderLen           = 5
-	maxRecordPayload          = 1 << 14
-	handshakeHeaderLen        = 4
-	handshakeClientHello      = 1
-	extServerName             = 0
-	extECH                    = 0xfe0d
-	sniHostName               = 0
-	maxSessionID              = 32
-	randomLen                 = 32
+	recordTypeHandshake  = 22
+	recordHeaderLen      = 5
+	maxRecordPayload     = 1 << 14
+	handshakeHeaderLen   = 4
+	handshakeClientHello = 1
+	extServerName        = 0
+	extECH               = 0xfe0d
+	sniHostName          = 0
+	maxSessionID         = 32
+	randomLen            = 32
 )
 
 // Errors of the TLS path.

@@ -52,7 +52,7 @@ func TestTLSStream(t *testing.T) {
 		{name: "second hello, same name", in: cat(app, ccs, app, appData),
 			why: "a second ClientHello after a HelloRetryRequest names the same host"},
 		{name: "encrypted noise", in: cat(app, ccs, noise, appData, noise),
-			why: "an encrypted handshake record that starts like a hello is noise when another record ends it"},
+			why: "an encrypted handshake record that starts like a hello is noise: its length runs past every later record"},
 		{name: "second hello, other name", in: cat(app, ccs, evil), reason: ReasonSNIMismatch, sni: "evil.test",
 			why: "OpenSSL servers take the second ClientHello's name"},
 		{name: "second hello after early data", in: cat(app, appData, ccs, evil), reason: ReasonSNIMismatch, sni: "evil.test",
