@@ -442,10 +442,11 @@ func clientHello(t *testing.T, serverName string) (arg string, n int) {
 }
 
 // cutClientHello is clientHello for serverName with its handshake
-// message cut after the first byte by a change_cipher_spec record: OpenSSL
-// 3.0 reads the message on across it (and took the second ClientHello's
-// name after a HelloRetryRequest that way).
-func cutClientHello(t *testing.T, serverName string) (arg string, n int) {
+// message cut after the first byte by a record of type typ carrying
+// payload: OpenSSL 3.0 reads the message on across a change_cipher_spec,
+// or an application data record after a HelloRetryRequest that turned
+// down early data (and took the second ClientHello's name that way).
+func cutClientHello(t *testing.T, serverName string, typ byte, payload string) (arg string, n int) {
 	t.Helper()
 	arg, _ = clientHello(t, serverName)
 	b, err := strconv.Unquote(`"` + arg + `"`)
@@ -456,7 +457,7 @@ func cutClientHello(t *testing.T, serverName string) (arg string, n int) {
 	rec := func(typ byte, p string) string {
 		return string([]byte{typ, 3, 3, byte(len(p) >> 8), byte(len(p))}) + p
 	}
-	c := rec(22, m[:1]) + rec(20, "\x01") + rec(22, m[1:])
+	c := rec(22, m[:1]) + rec(typ, payload) + rec(22, m[1:])
 	q := strconv.Quote(c)
 	return q[1 : len(q)-1], len(c)
 }
@@ -465,9 +466,9 @@ func cutClientHello(t *testing.T, serverName string) (arg string, n int) {
 // second one for another name (what a worker sends after a
 // HelloRetryRequest; OpenSSL servers switch to its name) must be refused:
 // a reset, an l7 deny naming its SNI, and the server never has the whole
-// of it, also when a change_cipher_spec record cuts the message (found by
-// attack: it passed unread, and OpenSSL 3.0 reads a message on across
-// one). The control, a second ClientHello for the same name, passes.
+// of it, also when a change_cipher_spec or application data record cuts
+// the message (found by attack: it passed unread, and OpenSSL 3.0 reads a
+// message on across either). The control, a second ClientHello for the same name, passes.
 func TestL7SecondClientHello(t *testing.T) {
 	srv := startRawSink(t, tlsPort)
 	addr := fmt.Sprintf("app.test:%d", tlsPort)
@@ -475,7 +476,8 @@ func TestL7SecondClientHello(t *testing.T) {
 	first, n1 := clientHello(t, "app.test")
 	same, n2 := clientHello(t, "app.test")
 	evil, n3 := clientHello(t, "evil.test")
-	cut, n4 := cutClientHello(t, "evil.test")
+	cut, n4 := cutClientHello(t, "evil.test", 20, "\x01")
+	cutData, n5 := cutClientHello(t, "evil.test", 23, "early data")
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
 		pol := writeFile(t, dir, "policy.yaml", policy)
@@ -488,6 +490,7 @@ func TestL7SecondClientHello(t *testing.T) {
 			{"control: the same name again", same, n1 + n2, false},
 			{"another name", evil, n1 + n3, true},
 			{"another name, cut by a change_cipher_spec record", cut, n1 + n4, true},
+			{"another name, cut by an application data record", cutData, n1 + n5, true},
 		} {
 			srv.bytes.Store(0)
 			log := filepath.Join(dir, fmt.Sprintf("hello%d.jsonl", i))
