@@ -705,20 +705,27 @@ func helloRecord(sni string) []byte {
 	return append([]byte{22, 3, 1, byte(len(m) >> 8), byte(len(m))}, m...)
 }
 
-// cutHelloRecords is a ClientHello for first, then a change_cipher_spec
-// record and a ClientHello for second whose handshake message another
-// change_cipher_spec record cuts after its first byte: OpenSSL 3.0 reads a
-// message on across such a record (and took the second name after a
-// HelloRetryRequest), so the gateway must too.
-func cutHelloRecords(first, second string) []byte {
+// ccsRecord and earlyDataRecord are a change_cipher_spec record and an
+// application data record (opaque to a server without early data keys).
+var (
+	ccsRecord       = []byte{20, 3, 3, 0, 1, 1}
+	earlyDataRecord = []byte{23, 3, 3, 0, 10, 'e', 'a', 'r', 'l', 'y', ' ', 'd', 'a', 't', 'a'}
+)
+
+// cutHelloRecords is a ClientHello for first, then a record pre and a
+// ClientHello for second whose handshake message the record cut cuts
+// after its first byte: OpenSSL 3.0 reads a message on across a
+// change_cipher_spec record, and across an application data record after
+// a HelloRetryRequest that turned down early data (it took the second
+// name both ways), so the gateway must too.
+func cutHelloRecords(first, second string, pre, cut []byte) []byte {
 	a := helloRecord(first)
 	m, err := clientHello(second)
 	if a == nil || err != nil || len(m) > 1<<14 {
 		return nil
 	}
-	ccs := []byte{20, 3, 3, 0, 1, 1}
-	out := append(append(a, ccs...), 22, 3, 3, 0, 1, m[0])
-	out = append(out, ccs...)
+	out := append(append(a, pre...), 22, 3, 3, 0, 1, m[0])
+	out = append(out, cut...)
 	out = append(out, 22, 3, 3, byte((len(m)-1)>>8), byte(len(m)-1))
 	return append(out, m[1:]...)
 }
