@@ -705,6 +705,25 @@ func helloRecord(sni string) []byte {
 	return append([]byte{22, 3, 1, byte(len(m) >> 8), byte(len(m))}, m...)
 }
 
+// nbspFrame is a final, masked binary WebSocket frame whose bytes as
+// sent (masking key, then masked payload) read, after its first byte, as
+// the rest of a request line and a Host for host: its length byte
+// (0x80|len) is NBSP (0xa0) when the payload is 32 bytes, a word
+// separator to Python's request line parsing, so a server built on it
+// that hands any method to its application reads a request with method
+// 0x82. The payload is padded to 32 bytes with the path.
+func nbspFrame(host string) string {
+	rest := " HTTP/1.1\r\nHost:" + host + "\r\n\r\n"
+	path := "/"
+	for len(path)+len(rest) < 36 {
+		path += "x"
+	}
+	if len(path)+len(rest) != 36 {
+		return ""
+	}
+	return "\x82\xa0" + path + rest
+}
+
 // ccsRecord and earlyDataRecord are a change_cipher_spec record and an
 // application data record (opaque to a server without early data keys).
 var (
