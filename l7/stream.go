@@ -11,6 +11,8 @@ const (
 	errWSFrame         Error = "websocket: invalid frame header from the client"
 	errWSMask          Error = "websocket: unmasked client frame"
 	errWSIncomplete    Error = "websocket: incomplete frame header at end of stream"
+	errWSEarly         Error = "websocket: client bytes before the server answered the upgrade"
+	errWSNotFirst      Error = "websocket: upgrade request after another request on the connection"
 )
 
 // streamState is where an HTTPStream is in the worker's byte stream.
@@ -23,6 +25,7 @@ const (
 	stChunkData                    // chunk data (counted through)
 	stChunkEnd                     // the CRLF after chunk data (held)
 	stTrailer                      // the trailer section (held)
+	stWSAnswer                     // after an upgrade request: waiting for the server's answer
 	stWSHeader                     // a WebSocket frame header (held)
 	stWSPayload                    // a WebSocket frame payload (counted through)
 	stDenied                       // refused: everything is refused
@@ -36,7 +39,8 @@ const (
 // chunked bodies (with extensions and trailers) are followed by counting,
 // never held or copied. After a request asking to upgrade to WebSocket,
 // the worker's bytes must be client WebSocket frames (masked, known
-// opcodes); their payloads are counted through unread. Any other upgrade,
+// opcodes) if the server switched protocols (WatchUpgrade says whether
+// it did); their payloads are counted through unread. Any other upgrade,
 // CONNECT, h2c and anything malformed is refused.
 //
 // The relay keeps the worker's bytes it has not yet forwarded at the start
@@ -60,6 +64,36 @@ type HTTPStream struct {
 	seen  int   // bytes of it already searched for the current line's end
 	head  headParser
 	deny  Verdict
+
+	requests int                              // request heads checked so far
+	answer   func() (answered, switched bool) // WatchUpgrade's function, or nil
+}
+
+// WatchUpgrade tells the stream how the server answered the connection's
+// first request: answer reports whether the server's first bytes have
+// come and whether they are a 101 (Switching Protocols) status line.
+// It is called on the stream's goroutine and must be safe against the
+// writer of the server's bytes.
+//
+// With it, a WebSocket upgrade request must be the connection's first
+// request (so that the server's first answer is the one to it), the
+// worker may send nothing after it before the server answered (a client
+// waits, RFC 6455 §4.1), and what it sends after the answer is frames
+// only if the server switched; if not, it is requests again, checked as
+// such. Without it, the bytes after an upgrade request are taken as
+// frames whatever the server answered: a server that did not switch and
+// hands any method to its application (Python's request line parsing
+// splits on NBSP, a frame's second byte when its payload is 32 bytes)
+// reads a request from them that was never checked.
+func (s *HTTPStream) WatchUpgrade(answer func() (answered, switched bool)) {
+	s.answer = answer
+}
+
+// SwitchingProtocols reports whether b, the first bytes a server sent on a
+// connection, begin an HTTP/1.x status line with status 101.
+func SwitchingProtocols(b []byte) bool {
+	return len(b) >= 13 && string(b[:7]) == "HTTP/1." && b[7] >= '0' && b[7] <= '9' &&
+		string(b[8:12]) == " 101" && (b[12] == ' ' || b[12] == '\r')
 }
 
 // NewHTTPStream returns an HTTPStream for a flow opened by name (normalized
@@ -81,6 +115,17 @@ func (s *HTTPStream) Next(b []byte) (n int, v Verdict) {
 	pos := 0
 	for pos < len(b) {
 		switch s.state {
+		case stWSAnswer:
+			answered, switched := s.answer()
+			switch {
+			case !answered:
+				return s.refuse(Verdict{Reason: errWSEarly.Error()})
+			case switched:
+				s.state = stWSHeader
+			default:
+				s.state = stHead
+			}
+			continue
 		case stBody, stChunkData, stWSPayload:
 			k := int(min(s.left, int64(len(b)-pos)))
 			pos += k
@@ -220,7 +265,12 @@ func (s *HTTPStream) line(l []byte) (bool, error) {
 			s.refuse(v)
 			return true, nil
 		}
+		s.requests++
 		switch {
+		case s.head.websocket && s.answer != nil && s.requests > 1:
+			return true, errWSNotFirst
+		case s.head.websocket && s.answer != nil:
+			s.state = stWSAnswer
 		case s.head.websocket:
 			s.state = stWSHeader
 		case body == bodyLength:

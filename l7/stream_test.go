@@ -321,3 +321,98 @@ func TestClassifyStrictFirstBytes(t *testing.T) {
 		})
 	}
 }
+
+// TestHTTPStreamUpgradeAnswer: with the server's answer watched
+// (WatchUpgrade), the bytes after a WebSocket upgrade request are frames
+// only if the server switched protocols; if it answered otherwise they
+// are requests again, checked as such; before it answered they are
+// refused (a client waits for the answer, RFC 6455 §4.1); and an upgrade
+// must be the connection's first request, so that the server's first
+// answer is the one to it. Found by attack: after a refused upgrade, the
+// frame 82 a0 + "/xxxxx HTTP/1.1\r\nHost: evil.test\r\n\r\n" (masking key
+// and payload as sent are the worker's to choose) is a request for
+// evil.test to a Python server that dispatches any method, since Python
+// splits the request line on NBSP (0xa0).
+func TestHTTPStreamUpgradeAnswer(t *testing.T) {
+	const (
+		get     = "GET / HTTP/1.1\r\nHost: app.test\r\n\r\n"
+		getEvil = "GET / HTTP/1.1\r\nHost: evil.test\r\n\r\n"
+		wsUpg   = "GET /ws HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+		// A final binary frame, 32 bytes, whose masking key and payload
+		// as sent read "/xxxxx HTTP/1.1\r\nHost: evil.test\r\n\r\n".
+		nbspFrame = "\x82\xa0/xxxxx HTTP/1.1\r\nHost: evil.test\r\n\r\n"
+	)
+	frames := wsFrame(true, 1, "hi") + wsFrame(true, 8, "")
+	type answer struct{ answered, switched bool }
+	switched, refused, silent := answer{true, true}, answer{true, false}, answer{}
+	tests := []struct {
+		name   string
+		ans    answer
+		in     string
+		evil   string
+		reason string
+		host   string
+		why    string
+	}{
+		{name: "switched, then frames", ans: switched, in: wsUpg + frames,
+			why: "the server switched: the worker's bytes are frames"},
+		{name: "switched, the nbsp frame", ans: switched, in: wsUpg + nbspFrame,
+			why: "a server that switched reads a frame"},
+		{name: "refused, then a request", ans: refused, in: wsUpg + get,
+			why: "the server did not switch: the connection carries requests again"},
+		{name: "refused, the nbsp frame", ans: refused, in: wsUpg + nbspFrame, evil: nbspFrame,
+			reason: string(errHTTPRequestLine), why: "what a lenient server would read as a request for evil.test is checked as a request"},
+		{name: "refused, then a request for another host", ans: refused, in: wsUpg + getEvil, evil: getEvil,
+			reason: ReasonHostMismatch, host: "evil.test", why: "requests after a refused upgrade are checked like any"},
+		{name: "frames before the answer", ans: silent, in: wsUpg + nbspFrame, evil: nbspFrame,
+			reason: string(errWSEarly), why: "a client waits for the server's answer before it sends frames"},
+		{name: "upgrade after another request", ans: switched, in: get + wsUpg + frames, evil: wsUpg,
+			reason: string(errWSNotFirst), why: "the server's first answer would not be the one to the upgrade"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			in := []byte(tt.in)
+			limit := len(in)
+			if tt.evil != "" {
+				limit = strings.LastIndex(tt.in, tt.evil)
+			}
+			for how, parts := range splits(in) {
+				s := NewHTTPStream("app.test", 80)
+				s.WatchUpgrade(func() (bool, bool) { return tt.ans.answered, tt.ans.switched })
+				fwd, v := relayThrough(s, parts...)
+				if tt.evil == "" {
+					if !v.Allow || len(fwd) != len(in) {
+						t.Fatalf("%s: %+v after forwarding %d of %d bytes (%s)", how, v, len(fwd), len(in), tt.why)
+					}
+					continue
+				}
+				if v.Allow || v.Reason != tt.reason || v.HTTPHost != tt.host {
+					t.Fatalf("%s: verdict %+v, want reason %q host %q (%s)", how, v, tt.reason, tt.host, tt.why)
+				}
+				if len(fwd) > limit {
+					t.Fatalf("%s: forwarded %q, past the refused element at %d (%s)", how, fwd, limit, tt.why)
+				}
+			}
+		})
+	}
+}
+
+func TestSwitchingProtocols(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want bool
+	}{
+		{"HTTP/1.1 101 Switching Protocols\r\n", true},
+		{"HTTP/1.1 101\r\n", true},
+		{"HTTP/1.0 101 x", true},
+		{"HTTP/1.1 200 OK\r\n", false},
+		{"HTTP/1.1 1010 x", false},
+		{"HTTP/2.0 101 x", false},
+		{"http/1.1 101 x", false},
+		{"HTTP/1.1 101", false},
+	} {
+		if got := SwitchingProtocols([]byte(tc.in)); got != tc.want {
+			t.Errorf("SwitchingProtocols(%q) = %v, want %v", tc.in, got, tc.want)
+		}
+	}
+}

@@ -20,15 +20,23 @@ const (
 //
 // It reads record headers for the whole flow: the worker chooses when
 // to send application data records (0-RTT data before a HelloRetryRequest,
-// say), so none of them can end the watch. TLS 1.3 encrypts in
-// application data records only; TLS 1.2's encrypted Finished and
-// renegotiation are handshake records whose messages, as parsed, are
-// noise. A record of another type ends any message in progress (plaintext
-// handshake messages are not interleaved with other records), so noise
-// is judged only if it forms a complete ClientHello-typed message within
-// consecutive handshake records: about one chance in 2^26 per encrypted
-// Finished. What it then refuses is what no server reads as a ClientHello
-// naming the flow's host.
+// say), so none of them can end the watch. A handshake message goes on
+// across records of every other type until its last byte: RFC 8446 §5.1
+// forbids other records inside a message, but servers do not all enforce
+// it. OpenSSL 3.0 ignores a change_cipher_spec or a warning alert there,
+// and after a HelloRetryRequest that turned down early data it skips an
+// application data record that comes before the message header is whole;
+// either way it reads the message on (found by attack: a second
+// ClientHello cut so took an OpenSSL server to the other name's context
+// while the watch had dropped the message). TLS 1.3 encrypts in
+// application data records only, so nothing after the handshake parses as
+// messages. TLS 1.2's encrypted Finished and renegotiation are handshake
+// records whose messages, as parsed, are noise: noise is judged only if
+// it forms a complete ClientHello-typed message, about one chance in 2^26
+// within an encrypted Finished, and otherwise only when enough later
+// handshake records (a renegotiation) make up the length it declares.
+// What it then refuses is what no server reads as a ClientHello naming
+// the flow's host.
 //
 // A TLSStream is not safe for concurrent use. It never retains or
 // modifies the slices it is given.
@@ -70,9 +78,6 @@ func (s *TLSStream) Next(b []byte) (n int, v Verdict) {
 			pos += k
 			if s.recN == len(s.rec) {
 				s.recLeft = int(s.rec[3])<<8 | int(s.rec[4])
-				if s.rec[0] != recordTypeHandshake {
-					s.msgN, s.msgLeft, s.hello, s.long = 0, 0, s.hello[:0], false
-				}
 				if s.recLeft == 0 {
 					s.recN = 0
 				}

@@ -35,6 +35,7 @@ func TestTLSStream(t *testing.T) {
 	evil := helloFor(t, "evil.test")
 	ccs := []byte{20, 3, 3, 0, 1, 1}
 	appData := []byte{23, 3, 3, 0, 5, 1, 2, 3, 4, 5}
+	alert := []byte{21, 3, 3, 0, 2, 1, 90} // warning, user_canceled
 	// A TLS 1.2 encrypted Finished that happens to start like a
 	// ClientHello header whose length runs past the record.
 	noise := []byte{22, 3, 3, 0, 8, 1, 0xff, 0xff, 0xff, 9, 9, 9, 9}
@@ -51,7 +52,7 @@ func TestTLSStream(t *testing.T) {
 		{name: "second hello, same name", in: cat(app, ccs, app, appData),
 			why: "a second ClientHello after a HelloRetryRequest names the same host"},
 		{name: "encrypted noise", in: cat(app, ccs, noise, appData, noise),
-			why: "an encrypted handshake record that starts like a hello is noise when another record ends it"},
+			why: "an encrypted handshake record that starts like a hello is noise: its length runs past every later record"},
 		{name: "second hello, other name", in: cat(app, ccs, evil), reason: ReasonSNIMismatch, sni: "evil.test",
 			why: "OpenSSL servers take the second ClientHello's name"},
 		{name: "second hello after early data", in: cat(app, appData, ccs, evil), reason: ReasonSNIMismatch, sni: "evil.test",
@@ -62,6 +63,22 @@ func TestTLSStream(t *testing.T) {
 			why: "a server would pick its default host"},
 		{name: "second hello pipelined with the first", in: cat(app, evil), reason: ReasonSNIMismatch, sni: "evil.test",
 			why: "a second hello pipelined with the first"},
+		{name: "second hello cut by a change_cipher_spec", in: cat(app, ccs, interleave(t, evil, 1, ccs)), reason: ReasonSNIMismatch, sni: "evil.test",
+			why: "OpenSSL 3.0 reads a handshake message on across a change_cipher_spec record (and took evil.test's context)"},
+		{name: "second hello cut by a warning alert", in: cat(app, ccs, interleave(t, evil, 1, alert)), reason: ReasonSNIMismatch, sni: "evil.test",
+			why: "OpenSSL 3.0 reads a handshake message on across a warning alert record"},
+		{name: "second hello cut by records in its header and body", in: cat(app, interleave(t, evil, 2, alert, ccs, alert)), reason: ReasonSNIMismatch, sni: "evil.test",
+			why: "every piece of the message is reassembled, however many such records cut it"},
+		{name: "second hello cut by a heartbeat and an unknown record", in: cat(app, interleave(t, evil, 3, []byte{24, 3, 3, 0, 1, 1}, []byte{30, 3, 3, 0, 0})), reason: ReasonSNIMismatch, sni: "evil.test",
+			why: "a server that ignores records it does not know (TLS 1.1 let it) reads the message on"},
+		{name: "encrypted noise across an alert", in: cat(app, ccs, noise, alert, noise, appData),
+			why: "noise stays noise when an alert cuts it: its length runs past what follows"},
+		{name: "second hello cut by application data in its header", in: cat(app, appData, ccs, interleave(t, evil, 1, appData)), reason: ReasonSNIMismatch, sni: "evil.test",
+			why: "OpenSSL 3.0, after a HelloRetryRequest that turned down early data, skips an application data record that comes before the message header is whole (and took evil.test's context)"},
+		{name: "second hello cut by application data in its body", in: cat(app, ccs, interleave(t, evil, 10, appData, appData)), reason: ReasonSNIMismatch, sni: "evil.test",
+			why: "no record type ends a message in progress: a server that skips one there reads the message on"},
+		{name: "second hello, same name, cut by a change_cipher_spec", in: cat(app, ccs, interleave(t, app, 1, ccs), appData),
+			why: "the control: the reassembled hello names the flow's host"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -82,6 +99,27 @@ func TestTLSStream(t *testing.T) {
 			}
 		})
 	}
+}
+
+// interleave re-frames the handshake message carried by the records of
+// hello into records of at bytes each, and puts the records ins between
+// them, one after each (a record of another type inside the message).
+func interleave(t testing.TB, hello []byte, at int, ins ...[]byte) []byte {
+	t.Helper()
+	recs := resplit(t, hello, at)
+	var out []byte
+	for i := 0; len(recs) > 0; i++ {
+		n := 5 + (int(recs[3])<<8 | int(recs[4]))
+		out = append(out, recs[:n]...)
+		recs = recs[n:]
+		if i < len(ins) {
+			out = append(out, ins[i]...)
+		} else {
+			out = append(out, recs...)
+			break
+		}
+	}
+	return out
 }
 
 // TestTLSStreamRealHandshakes: whole client streams of real crypto/tls

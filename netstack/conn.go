@@ -3,12 +3,15 @@ package netstack
 import (
 	"io"
 	"os"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"gvisor.dev/gvisor/pkg/tcpip"
 	"gvisor.dev/gvisor/pkg/tcpip/adapters/gonet"
 	"gvisor.dev/gvisor/pkg/waiter"
+
+	"github.com/nsgate/nsgate/l7"
 )
 
 // workerConn is the worker's side of a TCP flow: gonet's net.Conn over the
@@ -19,6 +22,48 @@ type workerConn struct {
 	ep    tcpip.Endpoint
 	wq    *waiter.Queue
 	spawn func(func()) // runs NotifyReadable's function on a goroutine
+	// first, when set (before the relay starts), keeps the first bytes
+	// written to the worker: the server's answer to the first request,
+	// which the L7 gate needs to know whether a WebSocket upgrade
+	// switched protocols.
+	first *serverStart
+}
+
+// Write writes the server's bytes to the worker, after first (if set)
+// has kept those it still wants: so the gate knows them before the worker
+// can have read them.
+func (c *workerConn) Write(b []byte) (int, error) {
+	if f := c.first; f != nil && !f.done.Load() {
+		f.keep(b)
+	}
+	return c.TCPConn.Write(b)
+}
+
+// serverStart is the start of what the server sent on a flow: enough
+// bytes for a status line's version and code.
+type serverStart struct {
+	mu   sync.Mutex
+	buf  [13]byte
+	n    int
+	done atomic.Bool // buf is full
+}
+
+func (f *serverStart) keep(b []byte) {
+	f.mu.Lock()
+	f.n += copy(f.buf[f.n:], b)
+	if f.n == len(f.buf) {
+		f.done.Store(true)
+	}
+	f.mu.Unlock()
+}
+
+// answer reports whether the server's first bytes have come, and whether
+// they are a 101 status line (l7.HTTPStream.WatchUpgrade).
+func (f *serverStart) answer() (answered, switched bool) {
+	if !f.done.Load() {
+		return false, false
+	}
+	return true, l7.SwitchingProtocols(f.buf[:])
 }
 
 func newWorkerConn(wq *waiter.Queue, ep tcpip.Endpoint, spawn func(func())) *workerConn {

@@ -34,7 +34,11 @@ const l7Hold = 3 * time.Second
 // is checked too. A TLS flow, with the SNI check on, gets one with l7.TLSStream:
 // every later ClientHello (one after a HelloRetryRequest) is checked as
 // the first. Other flows are copied as they are.
-func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
+//
+// first keeps the server's first bytes on the flow: an HTTP flow's
+// stream learns from them whether a WebSocket upgrade switched protocols
+// (l7.HTTPStream.WatchUpgrade).
+func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission, first *serverStart) relay.Gate {
 	p, pol, flowSeq := &a.p, a.pol, a.seq
 	return func(worker net.Conn) ([]byte, relay.Filter, error) {
 		// Until the worker's first byte the relay's idle timeout applies
@@ -99,7 +103,9 @@ func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission) relay.Gate {
 		var f relay.Filter
 		switch {
 		case r.Kind == l7.HTTP && pol.VerifyHost():
-			f = &l7Filter{g: g, ep: ep, s: l7.NewHTTPStream(p.host, p.dst.Port()), flowSeq: flowSeq, host: p.host}
+			s := l7.NewHTTPStream(p.host, p.dst.Port())
+			s.WatchUpgrade(first.answer)
+			f = &l7Filter{g: g, ep: ep, s: s, flowSeq: flowSeq, host: p.host}
 		case r.Kind == l7.TLS && pol.VerifySNI():
 			f = &l7Filter{g: g, ep: ep, s: l7.NewTLSStream(p.host, p.dst.Port()), flowSeq: flowSeq, host: p.host}
 		}

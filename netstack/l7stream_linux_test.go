@@ -290,3 +290,97 @@ func TestL7RefusalTellsTheWorker(t *testing.T) {
 		})
 	}
 }
+
+// TestL7WebSocketAnswer: the bytes after a WebSocket upgrade request are
+// frames only once the server answered 101, which the gate learns from
+// what it writes to the worker. After another answer they are requests
+// again (the frame below, a request for evil.test to a Python server that
+// hands any method on, is refused as one), and before any answer nothing
+// may follow the upgrade request.
+func TestL7WebSocketAnswer(t *testing.T) {
+	const (
+		wsUpg = "GET /ws HTTP/1.1\r\nHost: app.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n"
+		// A final binary frame of 32 bytes: its length byte is NBSP.
+		frame = "\x82\xa0/xxxxxx HTTP/1.1\r\nHost:evil.test\r\n\r\n"
+	)
+	tests := []struct {
+		name   string
+		answer string // the server's answer to the upgrade request; "" for none
+		wantUp string
+		reason string
+	}{
+		{"switched", "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n", wsUpg + frame, ""},
+		{"not switched", "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", wsUpg, "http: malformed request line"},
+		{"no answer yet", "", wsUpg, "websocket: client bytes before the server answered the upgrade"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := make(chan []byte, 1)
+			up := serveTCP(t, func(c *net.TCPConn) {
+				var b bytes.Buffer
+				buf := make([]byte, 4096)
+				for !bytes.Contains(b.Bytes(), []byte("\r\n\r\n")) {
+					n, err := c.Read(buf)
+					b.Write(buf[:n])
+					if err != nil {
+						got <- b.Bytes()
+						return
+					}
+				}
+				if tt.answer != "" {
+					c.Write([]byte(tt.answer))
+				}
+				io.Copy(&b, c)
+				got <- b.Bytes()
+			})
+			h := nameHarness(t, up)
+			c, err := h.dialTCP("198.18.0.5:80")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			_, seq := h.sink.flowBySrc(t, c.LocalAddr().String())
+			c.Write([]byte(wsUpg))
+			if tt.answer != "" {
+				// A client waits for the answer before it sends frames.
+				c.SetReadDeadline(time.Now().Add(3 * time.Second))
+				if _, err := io.ReadFull(c, make([]byte, len(tt.answer))); err != nil {
+					t.Fatalf("read the answer: %v", err)
+				}
+			} else {
+				time.Sleep(30 * time.Millisecond)
+			}
+			c.Write([]byte(frame))
+			if tt.reason == "" {
+				c.CloseWrite()
+			}
+			c.SetReadDeadline(time.Now().Add(3 * time.Second))
+			_, rerr := io.ReadAll(c)
+			var seen []byte
+			select {
+			case seen = <-got:
+			case <-time.After(5 * time.Second):
+				t.Fatal("upstream never ended")
+			}
+			if string(seen) != tt.wantUp {
+				t.Fatalf("upstream read %q, want %q", seen, tt.wantUp)
+			}
+			if tt.reason == "" {
+				if rerr != nil || h.sink.hasL7Deny(seq) {
+					t.Fatalf("control: read error %v, l7 deny %v%s", rerr, h.sink.hasL7Deny(seq), h.sink.dump())
+				}
+				return
+			}
+			if rerr == nil {
+				t.Fatal("worker saw a clean end, want a reset")
+			}
+			ev, _ := h.sink.waitEvent(t, "l7 deny", func(ev audit.Event) bool {
+				r, ok := ev.(audit.L7)
+				return ok && r.FlowSeq == seq && r.Action == "deny"
+			})
+			if r := ev.(audit.L7); r.Reason != tt.reason {
+				t.Fatalf("l7 deny reason %q, want %q", r.Reason, tt.reason)
+			}
+		})
+	}
+}

@@ -45,7 +45,8 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 	g.track(a, func() { ep.Abort(); up.Close() })
 	opts := relay.Options{Idle: g.lim.TCPIdle, Go: g.pool.Go}
 	if a.verifyL7() {
-		opts.Gate = g.gateL7(ep, a)
+		worker.first = &serverStart{}
+		opts.Gate = g.gateL7(ep, a, worker.first)
 	}
 	// The relay runs on a new goroutine: this one's stack grew deep in
 	// the stack's handshake code, and an idle flow would keep it (a

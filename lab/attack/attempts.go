@@ -705,6 +705,50 @@ func helloRecord(sni string) []byte {
 	return append([]byte{22, 3, 1, byte(len(m) >> 8), byte(len(m))}, m...)
 }
 
+// nbspFrame is a final, masked binary WebSocket frame whose bytes as
+// sent (masking key, then masked payload) read, after its first byte, as
+// the rest of a request line and a Host for host: its length byte
+// (0x80|len) is NBSP (0xa0) when the payload is 32 bytes, a word
+// separator to Python's request line parsing, so a server built on it
+// that hands any method to its application reads a request with method
+// 0x82. The payload is padded to 32 bytes with the path.
+func nbspFrame(host string) string {
+	rest := " HTTP/1.1\r\nHost:" + host + "\r\n\r\n"
+	path := "/"
+	for len(path)+len(rest) < 36 {
+		path += "x"
+	}
+	if len(path)+len(rest) != 36 {
+		return ""
+	}
+	return "\x82\xa0" + path + rest
+}
+
+// ccsRecord and earlyDataRecord are a change_cipher_spec record and an
+// application data record (opaque to a server without early data keys).
+var (
+	ccsRecord       = []byte{20, 3, 3, 0, 1, 1}
+	earlyDataRecord = []byte{23, 3, 3, 0, 10, 'e', 'a', 'r', 'l', 'y', ' ', 'd', 'a', 't', 'a'}
+)
+
+// cutHelloRecords is a ClientHello for first, then a record pre and a
+// ClientHello for second whose handshake message the record cut cuts
+// after its first byte: OpenSSL 3.0 reads a message on across a
+// change_cipher_spec record, and across an application data record after
+// a HelloRetryRequest that turned down early data (it took the second
+// name both ways), so the gateway must too.
+func cutHelloRecords(first, second string, pre, cut []byte) []byte {
+	a := helloRecord(first)
+	m, err := clientHello(second)
+	if a == nil || err != nil || len(m) > 1<<14 {
+		return nil
+	}
+	out := append(append(a, pre...), 22, 3, 3, 0, 1, m[0])
+	out = append(out, cut...)
+	out = append(out, 22, 3, 3, byte((len(m)-1)>>8), byte(len(m)-1))
+	return append(out, m[1:]...)
+}
+
 // quicRepeatedPN is the split the attack review found: the first datagram
 // carries two Initials with the same packet number, the ClientHello cut
 // just before its server name, the second part naming the approved name;
