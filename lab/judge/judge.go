@@ -80,8 +80,9 @@ const lastWindowGrace = 2 * time.Second
 // the next attempt has begun. An aggregate record (count > 0, written at
 // the end of the audit log's aggregation window) belongs to the attempt
 // that owns the latest record with the same aggregation key; a flow_end or
-// l7 record belongs with its flow record. Every other record, and every
-// hit, belongs to the window its time falls in.
+// l7 record belongs with its flow record, unless the log folded other
+// flows into that record (then it goes by its time). Every other record,
+// and every hit, belongs to the window its time falls in.
 //
 // An attack passes when it was observed blocked, no unapproved target was
 // hit in its window, and its audit expectation (and rule, if any) is met.
@@ -165,6 +166,17 @@ func DecideHost(cat []attack.Attempt, obs []attack.Observation, recs []audit.Rec
 		}
 		return best
 	}
+	// folded are the allowed flow records that stand for more than one
+	// flow: the audit log folded later flows of the same key into them
+	// (its burst of records in a window was spent) and wrote an aggregate
+	// naming them. The l7 and flow_end records that name such a flow may
+	// be any of those flows', so they go by their time, not their flow.
+	folded := make(map[uint64]bool)
+	for _, r := range recs {
+		if r.Name == "flow" && r.Count() > 0 && r.FlowSeq() != 0 {
+			folded[r.FlowSeq()] = true
+		}
+	}
 	var rep Report
 	var later []audit.Record
 	for _, r := range recs {
@@ -189,6 +201,12 @@ func DecideHost(cat []attack.Attempt, obs []attack.Observation, recs []audit.Rec
 		case r.Count() > 0:
 			if i = latestWithKey(recs, owner, r); i < 0 {
 				i = byKey(r)
+			}
+		case r.FlowSeq() != 0 && folded[r.FlowSeq()]:
+			if i = windowOf(r.Time); i < 0 {
+				if o, ok := owner[r.FlowSeq()]; ok {
+					i = o
+				}
 			}
 		case r.FlowSeq() != 0:
 			if o, ok := owner[r.FlowSeq()]; ok {

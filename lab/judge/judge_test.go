@@ -258,3 +258,36 @@ func TestJudgeSetupHits(t *testing.T) {
 		}
 	}
 }
+
+// TestJudgeFoldedFlowL7: when the audit log folds a second allowed flow
+// into the first one's record (more than its burst of records in a
+// window), the second flow's l7 and flow_end records name the first
+// flow's seq. They belong to the attempt whose window they fall in, not
+// to the attempt that owns that seq: a flake of the lab's run once judged
+// l7-alert-before-hello "blocked, but the audit log has no deny record".
+func TestJudgeFoldedFlowL7(t *testing.T) {
+	cat := []attack.Attempt{
+		{ID: "first", Category: "l7", Layer: attack.LayerL7, Expect: attack.Blocked, Audit: attack.AuditDeny, Keys: []string{"sni:unapproved.test"}},
+		{ID: "second", Category: "l7", Layer: attack.LayerL7, Expect: attack.Blocked, Audit: attack.AuditDeny},
+	}
+	flow := `,"event":"flow","action":"allow","proto":"tcp","src":"10.0.2.100:%d","dst":"198.18.0.1:443","host":"app.test","upstream":"203.0.113.10:443","rule":"allow[0]"%s`
+	recs := []audit.Record{
+		rec(1, 10, fmt.Sprintf(flow, 1000, "")),
+		rec(2, 11, `,"event":"l7","action":"deny","flow":1,"host":"app.test","sni":"unapproved.test","reason":"sni does not match"`),
+		rec(3, 12, `,"event":"flow_end","flow":1,"error":"l7 check refused the flow"`),
+		// The second attempt's flow was folded into record 1: its l7
+		// deny names flow 1.
+		rec(4, 110, `,"event":"l7","action":"deny","flow":1,"host":"app.test","reason":"tls: first record is not a handshake record"`),
+		rec(5, 1010, fmt.Sprintf(flow, 1001, `,"count":1,"flow":1`)),
+	}
+	rep := Decide(cat, []attack.Observation{obs("first", attack.Blocked, 0, 50), obs("second", attack.Blocked, 100, 150)}, recs, nil, approvedCanned)
+	if got := resultOf(rep, "second").AuditSeqs; !slices.Contains(got, 4) {
+		t.Errorf("second got %v, want its l7 deny (4) among them", got)
+	}
+	if got := resultOf(rep, "first").AuditSeqs; slices.Contains(got, 4) {
+		t.Errorf("first got %v: the second attempt's l7 deny (4) among them", got)
+	}
+	if !rep.Pass {
+		t.Fatalf("failed: %v", rep.Reasons)
+	}
+}
