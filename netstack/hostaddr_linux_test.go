@@ -1,6 +1,7 @@
 package netstack
 
 import (
+	"errors"
 	"io"
 	"net"
 	"net/netip"
@@ -156,5 +157,74 @@ func TestReadHostAddrs(t *testing.T) {
 		if a.IsLoopback() {
 			t.Errorf("loopback %s in the host set", a)
 		}
+	}
+}
+
+// TestHostWatchRereads: the watch re-reads the host's addresses when the
+// kernel announced a change (stale) and on every load without a
+// subscription (poll); a failed re-read keeps the last set and tries
+// again on the next load.
+func TestHostWatchRereads(t *testing.T) {
+	reads := 0
+	next := []netip.Addr{mustAddr("198.51.100.50")}
+	var fail error
+	w := &hostWatch{read: func() (*policy.HostAddrs, error) {
+		reads++
+		if fail != nil {
+			return nil, fail
+		}
+		return policy.NewHostAddrs(next), nil
+	}}
+	first, _ := w.read()
+	w.cur.Store(first)
+	if got := w.load(); got != first || reads != 1 {
+		t.Fatalf("a fresh watch re-read (%d reads)", reads)
+	}
+	next = []netip.Addr{mustAddr("198.51.100.51")}
+	w.stale.Store(true)
+	if got := w.load(); !got.Contains(mustAddr("198.51.100.51")) || got.Contains(mustAddr("198.51.100.50")) {
+		t.Fatalf("after a change: %v", got.Addrs())
+	}
+	if w.load(); reads != 2 {
+		t.Fatalf("%d reads, want 2 (one per change)", reads)
+	}
+	same := w.cur.Load()
+	w.stale.Store(true)
+	if got := w.load(); got != same {
+		t.Error("an unchanged set was replaced (the policy copy would be made again)")
+	}
+	fail = errors.New("netlink down")
+	next = []netip.Addr{mustAddr("198.51.100.52")}
+	w.stale.Store(true)
+	if got := w.load(); got != same || !w.stale.Load() {
+		t.Fatalf("a failed re-read: set %v stale %v; want the last set, still stale", got.Addrs(), w.stale.Load())
+	}
+	fail = nil
+	if got := w.load(); !got.Contains(mustAddr("198.51.100.52")) {
+		t.Fatalf("the next load did not re-read: %v", got.Addrs())
+	}
+	w.poll.Store(true)
+	before := reads
+	w.load()
+	w.load()
+	if reads != before+2 {
+		t.Errorf("polling: %d reads for 2 loads", reads-before)
+	}
+}
+
+// TestWatchHostAddrs: the gateway's own watch starts with what
+// ReadHostAddrs reads.
+func TestWatchHostAddrs(t *testing.T) {
+	w, err := watchHostAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.close()
+	addrs, err := ReadHostAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := w.load(); !got.Equal(policy.NewHostAddrs(addrs)) {
+		t.Errorf("watch holds %v, ReadHostAddrs gives %v", got.Addrs(), addrs)
 	}
 }
