@@ -29,28 +29,41 @@ const (
 // is removed when the test ends.
 func addHostLink(t *testing.T, name string, addrs ...netip.Addr) {
 	t.Helper()
+	t.Cleanup(func() {
+		if l, err := netlink.LinkByName(name); err == nil {
+			netlink.LinkDel(l)
+		}
+	})
+	need(t, "a veth pair with an address in the sealed namespace", addLink(name, addrs...))
+}
+
+// addLink makes the veth pair name and name+"p", sets both up and puts
+// addrs on name.
+func addLink(name string, addrs ...netip.Addr) error {
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
-	need(t, "a veth pair in the sealed namespace", netlink.LinkAdd(veth))
-	t.Cleanup(func() { netlink.LinkDel(veth) })
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("add veth %s: %w", name, err)
+	}
 	for _, n := range []string{name, name + "p"} {
 		l, err := netlink.LinkByName(n)
 		if err != nil {
-			t.Fatal(err)
+			return err
 		}
 		if err := netlink.LinkSetUp(l); err != nil {
-			t.Fatalf("%s up: %v", n, err)
+			return fmt.Errorf("%s up: %w", n, err)
 		}
 	}
 	l, err := netlink.LinkByName(name)
 	if err != nil {
-		t.Fatal(err)
+		return err
 	}
 	for _, a := range addrs {
 		na := &netlink.Addr{IPNet: &net.IPNet{IP: a.AsSlice(), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}, Flags: unix.IFA_F_NODAD}
 		if err := netlink.AddrAdd(l, na); err != nil {
-			t.Fatalf("address %s on %s: %v", a, name, err)
+			return fmt.Errorf("address %s on %s: %w", a, name, err)
 		}
 	}
+	return nil
 }
 
 // countingServer accepts TCP connections at addr until the test ends and
@@ -81,7 +94,10 @@ func countingServer(t *testing.T, addr string) *atomic.Int64 {
 // one port (0.0.0.0/0 and ::/0), a worker connecting to an address the
 // host itself holds on a non-loopback interface is refused with a RST,
 // the host's service there sees no connection, and the audit log records
-// the denial as the special-range guard of the host's own address.
+// the denial as the special-range guard of the host's own address. The
+// same holds for an address the host gains while the gateway runs (the
+// host's service listens on the wildcard address), and nsgate explain
+// gives the same answer.
 func TestRunRefusesHostOwnAddress(t *testing.T) {
 	needSealed(t)
 	addHostLink(t, "nsgh0", netip.MustParseAddr(hostOwnV4), netip.MustParseAddr(hostOwnV6))
@@ -90,7 +106,18 @@ func TestRunRefusesHostOwnAddress(t *testing.T) {
 	for _, a := range []string{hostOwnV4, hostOwnV6} {
 		servers[a] = countingServer(t, net.JoinHostPort(a, port))
 	}
-	const pol = "version: 1\nallow:\n  - {cidr: 0.0.0.0/0, ports: [5432]}\n  - {cidr: \"::/0\", ports: [5432]}\n"
+	// The host's service on every address, for the address gained later.
+	wildcard := countingServer(t, "0.0.0.0:5433")
+	// The worker waits at this gate (allowed by a rule inside 127/8)
+	// until the test has given the host a new address.
+	gate, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { gate.Close() })
+	gatePort := gate.Addr().(*net.TCPAddr).Port
+	pol := fmt.Sprintf("version: 1\nallow:\n  - {cidr: 0.0.0.0/0, ports: [5432, 5433]}\n  - {cidr: \"::/0\", ports: [5432]}\n"+
+		"  - {cidr: 127.0.0.1/32, ports: [%d]}\n", gatePort)
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
 		polFile := writeFile(t, dir, "policy.yaml", pol)
@@ -106,14 +133,65 @@ func TestRunRefusesHostOwnAddress(t *testing.T) {
 				if got := servers[a].Load() - before; got != 0 {
 					t.Errorf("the host's service at %s saw %d connections, want 0", dst, got)
 				}
-				rec, ok := findFlow(readAudit(t, log), "deny", dst)
-				if !ok {
-					t.Fatalf("no deny flow record for %s: %v", dst, readAudit(t, log))
-				}
-				if rec.str("rule") != "builtin:special-range" || !strings.Contains(rec.str("reason"), "the host's own address") {
-					t.Errorf("record rule %q reason %q; want builtin:special-range naming the host's own address", rec.str("rule"), rec.str("reason"))
+				checkHostDenial(t, log, dst)
+				r = runNsgate(t, m, "explain", "--policy", polFile, dst)
+				if r.code != 1 || !strings.Contains(r.stdout, "deny rule=builtin:special-range") || !strings.Contains(r.stdout, "the host's own address") {
+					t.Errorf("explain %s: exit %d stdout %q; want the same denial", dst, r.code, r.stdout)
 				}
 			})
 		}
+		t.Run("gained while running", func(t *testing.T) {
+			name := "nsgh" + m.name
+			gained := "198.51.100.62"
+			if m.name == "user" {
+				gained = "198.51.100.63"
+			}
+			dst := net.JoinHostPort(gained, "5433")
+			added := make(chan error, 1)
+			go func() {
+				c, err := gate.Accept()
+				if err != nil {
+					added <- err
+					return
+				}
+				defer c.Close()
+				err = addLink(name, netip.MustParseAddr(gained))
+				added <- err
+				c.Write([]byte("go\n"))
+			}()
+			t.Cleanup(func() {
+				if l, err := netlink.LinkByName(name); err == nil {
+					netlink.LinkDel(l)
+				}
+			})
+			log := filepath.Join(dir, "audit-gained.jsonl")
+			before := wildcard.Load()
+			p := nsgateBin + " __probe "
+			r := runNsgate(t, m, "run", "--policy", polFile, "--audit", log, "--exec-allow", nsgateBin, "--",
+				"/bin/sh", "-c", fmt.Sprintf("%sbanner 127.0.0.1:%d && %stcp %s", p, gatePort, p, dst))
+			if err := <-added; err != nil {
+				t.Fatalf("giving the host %s: %v", gained, err)
+			}
+			if r.code != 1 || !strings.Contains(r.stdout, "ok 127.0.0.1") || !strings.Contains(r.stdout, "connection refused") {
+				t.Errorf("exit %d stdout %q; want the gate passed, then a refusal (RST: connection refused)", r.code, r.stdout)
+			}
+			if got := wildcard.Load() - before; got != 0 {
+				t.Errorf("the host's service on 0.0.0.0:5433 saw %d connections, want 0", got)
+			}
+			checkHostDenial(t, log, dst)
+		})
 	})
+}
+
+// checkHostDenial fails t unless the audit log at log denies a flow to
+// dst as the host's own address.
+func checkHostDenial(t *testing.T, log, dst string) {
+	t.Helper()
+	rec, ok := findFlow(readAudit(t, log), "deny", dst)
+	if !ok {
+		t.Fatalf("no deny flow record for %s: %v", dst, readAudit(t, log))
+	}
+	if rec.str("rule") != "builtin:special-range" || !strings.Contains(rec.str("reason"), "the host's own address") {
+		t.Errorf("record rule %q reason %q; want builtin:special-range naming the host's own address", rec.str("rule"), rec.str("reason"))
+	}
 }
