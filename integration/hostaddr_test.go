@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -108,16 +109,17 @@ func TestRunRefusesHostOwnAddress(t *testing.T) {
 	}
 	// The host's service on every address, for the address gained later.
 	wildcard := countingServer(t, "0.0.0.0:5433")
-	// The worker waits at this gate (allowed by a rule inside 127/8)
-	// until the test has given the host a new address.
-	gate, err := net.Listen("tcp", "127.0.0.1:0")
+	// The worker waits at this gate, on the fake internet's app server
+	// address (on lo, so not one of the host's), until the test has given
+	// the host a new address.
+	gate, err := net.Listen("tcp", net.JoinHostPort(appV4, "0"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { gate.Close() })
 	gatePort := gate.Addr().(*net.TCPAddr).Port
 	pol := fmt.Sprintf("version: 1\nallow:\n  - {cidr: 0.0.0.0/0, ports: [5432, 5433]}\n  - {cidr: \"::/0\", ports: [5432]}\n"+
-		"  - {cidr: 127.0.0.1/32, ports: [%d]}\n", gatePort)
+		"  - {cidr: %s/32, ports: [%d]}\n", appV4, gatePort)
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
 		polFile := writeFile(t, dir, "policy.yaml", pol)
@@ -168,11 +170,16 @@ func TestRunRefusesHostOwnAddress(t *testing.T) {
 			before := wildcard.Load()
 			p := nsgateBin + " __probe "
 			r := runNsgate(t, m, "run", "--policy", polFile, "--audit", log, "--exec-allow", nsgateBin, "--",
-				"/bin/sh", "-c", fmt.Sprintf("%sbanner 127.0.0.1:%d && %stcp %s", p, gatePort, p, dst))
-			if err := <-added; err != nil {
-				t.Fatalf("giving the host %s: %v", gained, err)
+				"/bin/sh", "-c", fmt.Sprintf("%sbanner %s:%d && %stcp %s", p, appV4, gatePort, p, dst))
+			// A worker that never reached the gate leaves Accept waiting:
+			// end it, then open the gate again for the next mode.
+			gate.(*net.TCPListener).SetDeadline(time.Now())
+			err := <-added
+			gate.(*net.TCPListener).SetDeadline(time.Time{})
+			if err != nil {
+				t.Fatalf("the gate or giving the host %s: %v", gained, err)
 			}
-			if r.code != 1 || !strings.Contains(r.stdout, "ok 127.0.0.1") || !strings.Contains(r.stdout, "connection refused") {
+			if r.code != 1 || !strings.Contains(r.stdout, "ok "+appV4) || !strings.Contains(r.stdout, "connection refused") {
 				t.Errorf("exit %d stdout %q; want the gate passed, then a refusal (RST: connection refused)", r.code, r.stdout)
 			}
 			if got := wildcard.Load() - before; got != 0 {

@@ -2,52 +2,60 @@ package netstack
 
 import (
 	"sync"
-	"sync/atomic"
 
 	"github.com/nsgate/nsgate/policy"
 )
 
 // hostWatch keeps the host's own addresses (ReadHostAddrs) for the
 // gateway's policy guard (policy.Policy.WithHostAddrs). They are read when
-// the gateway starts and again after the kernel announces an address
-// change (a netlink subscription sets stale; the next flow re-reads before
-// it is decided). When the subscription fails or ends unasked (its socket
-// overflowed, say), every flow re-reads them: slower, never stale.
+// the gateway starts, and again by the first flow decided after the
+// kernel announced an address change: each load asks a netlink socket
+// subscribed to address changes, without blocking, whether one came, so
+// a change the kernel made before a flow is decided is in that flow's
+// set. Without a subscription, every load reads them.
 type hostWatch struct {
-	cur   atomic.Pointer[policy.HostAddrs]
-	stale atomic.Bool // an address changed since cur was read
-	poll  atomic.Bool // no subscription: read on every load
-	mu    sync.Mutex  // serializes re-reads
-	read  func() (*policy.HostAddrs, error)
+	mu  sync.Mutex
+	cur *policy.HostAddrs
+	// changed reports whether the kernel announced a change since the
+	// last call (or lost track of them); nil: no subscription, read on
+	// every load.
+	changed func() bool
+	read    func() (*policy.HostAddrs, error)
+	// stale: a change was announced and reading it failed; the next
+	// load reads again.
+	stale bool
 	stop  func()
 }
 
-// load returns the current set, re-reading it first when it may be stale.
-// A failed re-read keeps the last set and stays stale, so the next flow
-// tries again.
+// load returns the current set, read again first when it may be stale.
+// A failed read keeps the last set and the next load tries again.
 func (w *hostWatch) load() *policy.HostAddrs {
-	if !w.stale.Load() && !w.poll.Load() {
-		return w.cur.Load()
-	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if !w.stale.Swap(false) && !w.poll.Load() {
-		return w.cur.Load()
+	if w.changed == nil || w.changed() {
+		w.stale = true
+	}
+	if !w.stale {
+		return w.cur
 	}
 	h, err := w.read()
 	if err != nil {
-		w.stale.Store(true)
-		return w.cur.Load()
+		return w.cur
 	}
-	if !h.Equal(w.cur.Load()) {
-		w.cur.Store(h)
+	w.stale = false
+	if !h.Equal(w.cur) {
+		w.cur = h // a new pointer: the gateway makes a new guarded policy
 	}
-	return w.cur.Load()
+	return w.cur
 }
 
-// close stops the subscription, if any.
+// close releases the subscription, if any.
 func (w *hostWatch) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.stop != nil {
 		w.stop()
+		w.stop = nil
+		w.changed = nil
 	}
 }

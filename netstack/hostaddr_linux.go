@@ -1,12 +1,13 @@
 package netstack
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"sync"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/nsgate/nsgate/policy"
 )
@@ -57,35 +58,59 @@ func readHostSet() (*policy.HostAddrs, error) {
 	return policy.NewHostAddrs(addrs), nil
 }
 
-// watchHostAddrs reads the host's own addresses and subscribes to the
-// kernel's address changes in the calling thread's network namespace.
-// It fails when the first read fails: a gateway that cannot tell the
-// host's addresses does not start. A subscription that cannot be made
-// leaves the watch reading on every flow.
+// watchHostAddrs subscribes to the kernel's address changes in the
+// calling thread's network namespace, then reads the host's own
+// addresses (a change between the two is seen by the first load). It
+// fails when the read fails: a gateway that cannot tell the host's
+// addresses does not start. Without a subscription (the socket cannot be
+// made) every load reads them.
 func watchHostAddrs() (*hostWatch, error) {
 	w := &hostWatch{read: readHostSet}
-	done := make(chan struct{})
-	ch := make(chan netlink.AddrUpdate, 16)
-	// Subscribe first, then read: a change between the two is in both.
-	if err := netlink.AddrSubscribeWithOptions(ch, done, netlink.AddrSubscribeOptions{}); err != nil {
-		w.poll.Store(true)
-	} else {
-		var once sync.Once
-		w.stop = func() { once.Do(func() { close(done) }) }
-		go func() {
-			for range ch {
-				w.stale.Store(true)
-			}
-			// The subscription ended: asked to (done), or its socket
-			// failed (an overflow loses changes): read on every flow.
-			w.poll.Store(true)
-		}()
+	if fd, err := subscribeAddrs(); err == nil {
+		w.changed = func() bool { return drainChanges(fd) }
+		w.stop = func() { unix.Close(fd) }
 	}
 	h, err := readHostSet()
 	if err != nil {
 		w.close()
 		return nil, fmt.Errorf("the host's own addresses: %w", err)
 	}
-	w.cur.Store(h)
+	w.cur = h
 	return w, nil
+}
+
+// subscribeAddrs opens a non-blocking netlink socket that receives the
+// kernel's IPv4 and IPv6 address changes.
+func subscribeAddrs() (int, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_ROUTE)
+	if err != nil {
+		return -1, err
+	}
+	sa := &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// drainChanges empties the subscription socket without blocking and
+// reports whether anything was in it. An overflowed socket (ENOBUFS: the
+// kernel dropped announcements) or any other error also counts as a
+// change, so the addresses are read again.
+func drainChanges(fd int) bool {
+	var buf [8192]byte
+	changed := false
+	for {
+		_, _, err := unix.Recvfrom(fd, buf[:], unix.MSG_DONTWAIT)
+		switch {
+		case err == nil || errors.Is(err, unix.ENOBUFS):
+			changed = true
+		case errors.Is(err, unix.EAGAIN):
+			return changed
+		case errors.Is(err, unix.EINTR):
+		default:
+			return true
+		}
+	}
 }

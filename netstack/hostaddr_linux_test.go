@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nsgate/nsgate/policy"
 )
 
@@ -160,55 +162,95 @@ func TestReadHostAddrs(t *testing.T) {
 	}
 }
 
-// TestHostWatchRereads: the watch re-reads the host's addresses when the
-// kernel announced a change (stale) and on every load without a
-// subscription (poll); a failed re-read keeps the last set and tries
-// again on the next load.
+// TestHostWatchRereads: the watch reads the host's addresses again when
+// the kernel announced a change and on every load without a
+// subscription; a failed read keeps the last set and the next load reads
+// again.
 func TestHostWatchRereads(t *testing.T) {
 	reads := 0
 	next := []netip.Addr{mustAddr("198.51.100.50")}
 	var fail error
+	announced := false
 	w := &hostWatch{read: func() (*policy.HostAddrs, error) {
 		reads++
 		if fail != nil {
 			return nil, fail
 		}
 		return policy.NewHostAddrs(next), nil
+	}, changed: func() bool {
+		a := announced
+		announced = false
+		return a
 	}}
 	first, _ := w.read()
-	w.cur.Store(first)
+	w.cur = first
 	if got := w.load(); got != first || reads != 1 {
-		t.Fatalf("a fresh watch re-read (%d reads)", reads)
+		t.Fatalf("a fresh watch read again (%d reads)", reads)
 	}
 	next = []netip.Addr{mustAddr("198.51.100.51")}
-	w.stale.Store(true)
+	announced = true
 	if got := w.load(); !got.Contains(mustAddr("198.51.100.51")) || got.Contains(mustAddr("198.51.100.50")) {
 		t.Fatalf("after a change: %v", got.Addrs())
 	}
 	if w.load(); reads != 2 {
 		t.Fatalf("%d reads, want 2 (one per change)", reads)
 	}
-	same := w.cur.Load()
-	w.stale.Store(true)
+	same := w.cur
+	announced = true
 	if got := w.load(); got != same {
 		t.Error("an unchanged set was replaced (the policy copy would be made again)")
 	}
 	fail = errors.New("netlink down")
 	next = []netip.Addr{mustAddr("198.51.100.52")}
-	w.stale.Store(true)
-	if got := w.load(); got != same || !w.stale.Load() {
-		t.Fatalf("a failed re-read: set %v stale %v; want the last set, still stale", got.Addrs(), w.stale.Load())
+	announced = true
+	if got := w.load(); got != same {
+		t.Fatalf("a failed read: set %v; want the last set", got.Addrs())
 	}
 	fail = nil
 	if got := w.load(); !got.Contains(mustAddr("198.51.100.52")) {
-		t.Fatalf("the next load did not re-read: %v", got.Addrs())
+		t.Fatalf("the next load did not read again: %v", got.Addrs())
 	}
-	w.poll.Store(true)
+	w.changed = nil
 	before := reads
 	w.load()
 	w.load()
 	if reads != before+2 {
-		t.Errorf("polling: %d reads for 2 loads", reads-before)
+		t.Errorf("without a subscription: %d reads for 2 loads", reads-before)
+	}
+}
+
+// TestDrainChanges: the subscription socket reports a change the kernel
+// announced before the call, once.
+func TestDrainChanges(t *testing.T) {
+	fd, err := subscribeAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	if drainChanges(fd) {
+		t.Fatal("a change on a fresh subscription")
+	}
+	// A netlink message from ourselves to our own socket stands in for
+	// the kernel's announcement (making a real one needs privilege).
+	self, err := unix.Getsockname(fd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_ROUTE)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(tx)
+	msg := make([]byte, unix.SizeofNlMsghdr)
+	msg[0] = byte(len(msg))
+	if err := unix.Sendto(tx, msg, 0, self); err != nil {
+		t.Fatal(err)
+	}
+	if !drainChanges(fd) {
+		t.Fatal("a pending message was not seen")
+	}
+	if drainChanges(fd) {
+		t.Fatal("the same message was seen twice")
 	}
 }
 
