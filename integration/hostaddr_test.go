@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -201,4 +202,44 @@ func checkHostDenial(t *testing.T, log, dst string) {
 	if rec.str("rule") != "builtin:special-range" || !strings.Contains(rec.str("reason"), "the host's own address") {
 		t.Errorf("record rule %q reason %q; want builtin:special-range naming the host's own address", rec.str("rule"), rec.str("reason"))
 	}
+}
+
+// TestSlirp4netnsRefusesHostOwnAddress: nsgate slirp4netns, confined as
+// Podman runs it (--enable-sandbox: its own root, no capabilities,
+// seccomp), guards the host's own addresses as nsgate run does: one held
+// when it starts and one the host gains afterwards, under a policy
+// allowing 0.0.0.0/0 on the port. The container sees a refusal, the
+// host's service none, and the audit log the denial.
+func TestSlirp4netnsRefusesHostOwnAddress(t *testing.T) {
+	needSealed(t)
+	const held, gained = "198.51.100.64", "198.51.100.65"
+	addHostLink(t, "nsghs0", netip.MustParseAddr(held))
+	service := countingServer(t, "0.0.0.0:5434")
+	forEachMode(t, func(t *testing.T, m mode) {
+		_, err := exec.LookPath("nsenter")
+		need(t, "nsenter and unshare (util-linux)", err)
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", "version: 1\nallow:\n  - {cidr: 0.0.0.0/0, ports: [5434]}\n")
+		target := startTarget(t, m)
+		s := startSlirp(t, m, dir, pol, target, false, "--enable-seccomp", "--enable-sandbox")
+		before := service.Load()
+		link := "nsghg" + m.name
+		addHostLink(t, link, netip.MustParseAddr(gained))
+		for _, a := range []string{held, gained} {
+			dst := net.JoinHostPort(a, "5434")
+			if out, code := s.probe(t, m, dst); code == 0 || !strings.Contains(out, "connection refused") {
+				t.Errorf("%s: exit %d %q, want refused (RST)", dst, code, out)
+			}
+		}
+		if l, err := netlink.LinkByName(link); err == nil {
+			netlink.LinkDel(l)
+		}
+		s.stop(t)
+		if got := service.Load() - before; got != 0 {
+			t.Errorf("the host's service on 0.0.0.0:5434 saw %d connections, want 0", got)
+		}
+		for _, a := range []string{held, gained} {
+			checkHostDenial(t, s.audit, net.JoinHostPort(a, "5434"))
+		}
+	})
 }
