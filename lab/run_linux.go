@@ -152,6 +152,12 @@ func Run(ctx context.Context, cfg Config) int {
 	for _, a := range failed {
 		ev.Environment.Notes = append(ev.Environment.Notes, "the kernel refused "+a.String()+" on lo")
 	}
+	// The host's own addresses on a link other than lo: the attempts on
+	// them (host-own-*) need it, so a kernel that cannot make one fails
+	// the run rather than leave them unjudged.
+	if err := sealed.AddHostLink(internet.HostLinkName, layout.HostLink); err != nil {
+		return errorf("fake internet: the host's own addresses: %v", err)
+	}
 	inet, err := internet.Start(layout, work)
 	if err != nil {
 		return errorf("fake internet: %v", err)

@@ -84,24 +84,33 @@ func decideWith(p *policy.Policy, f policy.Flow) policy.Decision {
 // decide asks the flow's policy snapshot about f.
 func (a *admission) decide(f policy.Flow) policy.Decision { return decideWith(a.pol, f) }
 
-// guardedPolicy pairs a policy from Config.Policy with its WithLocal copy.
-type guardedPolicy struct{ src, p *policy.Policy }
+// guardedPolicy pairs a policy from Config.Policy and a set of the host's
+// own addresses with its guarded copy.
+type guardedPolicy struct {
+	src  *policy.Policy
+	host *policy.HostAddrs
+	p    *policy.Policy
+}
 
 // guardedPolicy returns the current policy with the gateway's own
 // addresses guarded (Policy.WithLocal: its prefixes and the fake-IP
 // pools), so that no policy, however it was built, can make the gateway
 // dial them: a flow to a fake address is a flow to its name, and anything
-// else there is the gateway itself. The copy is made once per policy the
-// source returns, not per flow. nil when there is no policy.
+// else there is the gateway itself. The host's own addresses are guarded
+// too (Policy.WithHostAddrs, from Config.HostAddrs): a flow the gateway
+// dials to one reaches the host's own services. The copy is made once per
+// policy and host address set the sources return, not per flow. nil when
+// there is no policy.
 func (g *Gateway) guardedPolicy() *policy.Policy {
 	src := g.policy()
 	if src == nil {
 		return nil
 	}
-	if c := g.guarded.Load(); c != nil && c.src == src {
+	host := g.hostAddrs()
+	if c := g.guarded.Load(); c != nil && c.src == src && c.host == host {
 		return c.p
 	}
-	c := &guardedPolicy{src: src, p: src.WithLocal(g.own...)}
+	c := &guardedPolicy{src: src, host: host, p: src.WithLocal(g.own...).WithHostAddrs(host)}
 	g.guarded.Store(c)
 	return c.p
 }

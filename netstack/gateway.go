@@ -130,6 +130,15 @@ type Config struct {
 	// (its two prefixes and the fake-IP pools), made once per policy
 	// returned: whatever the policy allows, nothing there is dialled.
 	Policy func() *policy.Policy
+	// HostAddrs returns the host's own addresses, which the gateway's
+	// copy of the policy guards too (policy.Policy.WithHostAddrs): a
+	// flow to one is refused unless a rule names exactly that address
+	// or dns.hosts answers it. It is called once per new flow and must
+	// not block. nil: the gateway reads them itself from the network
+	// namespace it dials from (ReadHostAddrs, when New runs and again
+	// after the kernel announces an address change); New fails when it
+	// cannot.
+	HostAddrs func() *policy.HostAddrs
 	// Audit receives every decision; nil discards them. Each TCP or UDP
 	// flow gets one flow record: "allow" once its upstream is dialed
 	// (Upstream names the address), followed by a flow_end when the relay
@@ -240,6 +249,10 @@ type Gateway struct {
 	// guarded (see guardedPolicy).
 	own     []netip.Prefix
 	guarded atomic.Pointer[guardedPolicy]
+	// hostAddrs returns the host's own addresses (Config.HostAddrs);
+	// hostWatch, when the gateway reads them itself, is stopped by Close.
+	hostAddrs func() *policy.HostAddrs
+	hostWatch *hostWatch
 	// gw4 and gw6 are the gateway's addresses in the stack's form.
 	gw4, gw6 tcpip.Address
 
@@ -337,6 +350,15 @@ func New(cfg Config) (*Gateway, error) {
 		dnsSlots:   make(chan struct{}, dnsMaxInFlight),
 	}
 	g.own = n.Local()
+	g.hostAddrs = cfg.HostAddrs
+	if g.hostAddrs == nil {
+		w, err := watchHostAddrs()
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("netstack: %w", err)
+		}
+		g.hostWatch, g.hostAddrs = w, w.load
+	}
 	g.gw4, g.gw6 = tcpip.AddrFrom4(n.Gateway4().As4()), tcpip.AddrFrom16(n.Gateway6().As16())
 	if g.audit == nil {
 		g.audit = discard{}
@@ -351,6 +373,9 @@ func New(cfg Config) (*Gateway, error) {
 	g.auditFailed = audit.FailedOf(cfg.Audit)
 	if err := g.build(cfg); err != nil {
 		cancel()
+		if g.hostWatch != nil {
+			g.hostWatch.close()
+		}
 		g.closeListeners()
 		g.wg.Wait()
 		if g.stack != nil {
@@ -503,6 +528,9 @@ func (g *Gateway) Close() error {
 	g.wg.Wait()
 	g.pool.Close()
 	g.stack.Wait() // removes the NIC: detaches the link and waits for it
+	if g.hostWatch != nil {
+		g.hostWatch.close()
+	}
 	return nil
 }
 

@@ -61,7 +61,8 @@ type Flow struct {
 // "builtin:metadata", "builtin:special-range" or "default". A flow to the
 // gateway's own addresses (Policy.WithLocal) is denied with rule
 // "builtin:special-range" too; its reason says "the gateway's own
-// addresses".
+// addresses". So is a flow to one of the host's own addresses
+// (Policy.WithHostAddrs); its reason says "the host's own address".
 type Decision struct {
 	Verdict Verdict
 	Rule    string

@@ -22,7 +22,9 @@ import (
 //     range (its prefix is the range or narrower: 10.1.2.0/24 opens
 //     10.1.2.x, while 0.0.0.0/0, ::/0 or 8.0.0.0/6 never open 10/8), or
 //     f.Host has a dns.hosts entry holding f.Addr. The range is the
-//     narrowest special range holding the address.
+//     narrowest special range holding the address; each of the host's own
+//     addresses (WithHostAddrs) is a range of its own, the address alone,
+//     so only a rule naming exactly it (/32, /128) or dns.hosts opens it.
 //  4. The first allow rule matching proto, port and (host rule) f.Host or
 //     (cidr rule) f.Addr: allow, rule allow[i]. A cidr rule broader than
 //     the special range holding f.Addr does not match it.
@@ -105,17 +107,18 @@ func (p *Policy) Decide(f Flow) Decision {
 			return Decision{Deny, RuleSpecialRange, rb.String()}
 		}
 	}
-	var sr0 *specialRange // the special range holding addrs[0], for step 4
+	var sr0 specialRange // the guarded range holding addrs[0], for step 4
+	var in0 bool
 	if n > 0 {
-		sr0 = specialRangeOf(addrs[0])
+		sr0, in0 = p.guardRangeOf(addrs[0])
 	}
 	if n > 0 && !(host != "" && p.hostsHas(host, addrs[0])) {
 		for i, a := range addrs {
-			sr := sr0
+			sr, in := sr0, in0
 			if i > 0 {
-				sr = specialRangeOf(a)
+				sr, in = p.guardRangeOf(a)
 			}
-			if sr == nil {
+			if !in {
 				continue
 			}
 			lift := noHit()
@@ -125,7 +128,7 @@ func (p *Policy) Decide(f Flow) Decision {
 			}
 			broad := noHit()
 			p.allow.matchAddrBits(a, 0, sr.prefix.Bits(), w, &broad)
-			return Decision{Deny, RuleSpecialRange, p.specialReason(addrs[0], a, i > 0, sr, broad.best)}
+			return Decision{Deny, RuleSpecialRange, p.specialReason(addrs[0], a, i > 0, &sr, broad.best)}
 		}
 	}
 
@@ -134,7 +137,7 @@ func (p *Policy) Decide(f Flow) Decision {
 	p.allow.matchHost(host, w, &h)
 	if n > 0 {
 		minBits := 0
-		if sr0 != nil {
+		if in0 {
 			minBits = sr0.prefix.Bits()
 		}
 		p.allow.matchAddrBits(addrs[0], minBits, 129, w, &h)
@@ -174,10 +177,18 @@ func (p *Policy) specialReason(outer, a netip.Addr, embedded bool, sr *specialRa
 	if embedded {
 		rb.addr(outer).str(" embeds ")
 	}
-	rb.addr(a).str(" is in ").prefix(sr.prefix).str(" (").str(sr.what).str("); allow it with a cidr rule inside that range or dns.hosts")
+	if sr.what == hostAddrWhat {
+		rb.addr(a).str(" is the host's own address; allow it with a cidr rule naming exactly ").prefix(sr.prefix).str(" or dns.hosts")
+	} else {
+		rb.addr(a).str(" is in ").prefix(sr.prefix).str(" (").str(sr.what).str("); allow it with a cidr rule inside that range or dns.hosts")
+	}
 	if broad >= 0 {
 		r := &p.allow.rules[broad]
-		rb.str(" (").str(r.id).str(" ").prefix(r.prefix).str(" is broader than the range and does not open it)")
+		what := " is broader than the range and does not open it)"
+		if sr.what == hostAddrWhat {
+			what = " is broader than the address and does not open it)"
+		}
+		rb.str(" (").str(r.id).str(" ").prefix(r.prefix).str(what)
 	}
 	return rb.String()
 }

@@ -45,6 +45,7 @@ type Policy struct {
 	fsHide                        []string       // filesystem.hide, the same forms
 	warnings                      []Error        // in file order
 	local                         []netip.Prefix // WithLocal prefixes, masked
+	hostAddrs                     *HostAddrs     // WithHostAddrs: the host's own addresses
 }
 
 // protoMask is a set of protocols a rule applies to.

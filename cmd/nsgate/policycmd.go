@@ -9,6 +9,7 @@ import (
 
 	"github.com/nsgate/nsgate/cliflag"
 	"github.com/nsgate/nsgate/netplan"
+	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 )
 
@@ -105,7 +106,16 @@ func cmdExplain(e env, args []string) int {
 			return exitUsage
 		}
 	}
-	d, err := p.WithLocal(netplan.Default().Local()...).Explain(pr, host, uint16(port))
+	// The gateway guards the host's own addresses as it finds them when
+	// a flow is made; explain reads them here, in the network namespace
+	// it runs in, which is the gateway's when both run on one host.
+	p = p.WithLocal(netplan.Default().Local()...)
+	if addrs, err := netstack.ReadHostAddrs(); err != nil {
+		fmt.Fprintf(e.stderr, "warning: explain: the host's own addresses are unknown (%v): the answer does not guard them, a flow would\n", err)
+	} else {
+		p = p.WithHostAddrs(policy.NewHostAddrs(addrs))
+	}
+	d, err := p.Explain(pr, host, uint16(port))
 	if err != nil {
 		e.errorf("explain: %v", err)
 		return exitUsage

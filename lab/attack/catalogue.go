@@ -255,6 +255,8 @@ func Catalogue() []Attempt {
 		withKeys(local("link-local-v6", LayerSpecial, "", "GET http://[fe80::1%tun0]/ (IPv6 link-local with a zone)", "fe80::1%tun0", 80, "link-local"), "packet:fe80::1"),
 		local("cgnat", LayerSpecial, "builtin:special-range", "GET http://100.64.0.1/ (carrier-grade NAT)", internet.CGNATV4, 80, "cgnat"),
 		local("fake-pool", LayerSpecial, "builtin:special-range", "GET http://198.19.255.250/ (an unassigned fake-IP address)", "198.19.255.250", 80, "unapproved"),
+		local("host-own-v4", LayerSpecial, "builtin:special-range", "GET http://"+internet.HostOwnV4+":5432/ (the host's own address on a link other than lo; the lab policy approves 0.0.0.0/0 on 5432)", internet.HostOwnV4, 5432, "host-own"),
+		local("host-own-v6", LayerSpecial, "builtin:special-range", "GET http://["+internet.HostOwnV6+"]:5432/ (the host's own IPv6 address; the lab policy approves ::/0 on 5432)", internet.HostOwnV6, 5432, "host-own"),
 	)
 
 	// Unapproved destinations reached directly.
@@ -289,6 +291,7 @@ func Catalogue() []Attempt {
 		answerHTTP("dns-mixed-answers", LayerResolve, "", AuditRefused, "mixed.ok.test answers 127.0.0.1 and 203.0.113.13: only the public one may be dialed", internet.MixedName, "loopback"),
 		answerHTTP("dns-private-answer", LayerResolve, "builtin:special-range", AuditDeny, "private.ok.test answers 10.1.2.3", internet.PrivateName, "private"),
 		answerHTTP("dns-loopback-answer", LayerResolve, "builtin:special-range", AuditDeny, "loop.ok.test answers 127.0.0.1", internet.LoopName, "loopback"),
+		answerHTTP("dns-host-own-answer", LayerResolve, "builtin:special-range", AuditDeny, "hostown.ok.test answers "+internet.HostOwnV4+", the host's own address", internet.HostOwnName, "host-own"),
 		answerHTTP("dns-benchmark-answer", LayerResolve, "builtin:special-range", AuditDeny, "bench.ok.test answers 198.18.0.77 (the benchmarking range, nsgate's fake pool) from a resolver that fails the nsgate gateway handshake", internet.BenchName, "benchmark"),
 		answerHTTP("dns-metadata-answer", LayerResolve, "builtin:metadata", AuditDeny, "meta.ok.test answers 169.254.169.254", internet.MetaAName, "metadata"),
 		answerHTTP("dns-cname-metadata", LayerResolve, "builtin:metadata", AuditDeny, "cname.ok.test is a CNAME for metadata.google.internal", internet.CNAMEName, "metadata"),

@@ -375,6 +375,7 @@ func DefaultZone() Zone {
 		CNAMEName:                  {CNAME: "metadata.google.internal", TTL: 60},
 		AAAAName:                   {Addrs: []netip.Addr{a(MetadataV6)}, TTL: 60},
 		BenchName:                  {Addrs: []netip.Addr{a(BenchV4)}, TTL: 60},
+		HostOwnName:                {Addrs: []netip.Addr{a(HostOwnV4)}, TTL: 60},
 		"metadata.google.internal": {Addrs: []netip.Addr{a(MetadataV4)}, TTL: 60},
 		UnapprovedName:             {Addrs: []netip.Addr{a(OtherV4)}, TTL: 60},
 		"*." + ExfilZone:           {Addrs: []netip.Addr{a(OtherV4)}, TXT: []string{"exfil-ack"}, TTL: 60},

@@ -83,6 +83,10 @@ type Layout struct {
 	// Optional are addresses the kernel may refuse to put on lo; their
 	// services are then skipped (Internet.Skipped says which).
 	Optional []netip.Addr
+	// HostLink are addresses that live on a link other than lo
+	// (sealed.AddHostLink: the host's own addresses), not on lo. Start
+	// skips their services when no link holds them.
+	HostLink []netip.Addr
 	// DNS are the fake DNS server's listeners, serving Zone.
 	DNS  []DNSListener
 	Zone Zone
@@ -116,7 +120,7 @@ const (
 func (l Layout) LoopbackAddrs() []netip.Addr {
 	var out []netip.Addr
 	add := func(a netip.Addr) {
-		if a.IsLoopback() || a.IsUnspecified() || slices.Contains(out, a) {
+		if a.IsLoopback() || a.IsUnspecified() || slices.Contains(out, a) || slices.Contains(l.HostLink, a) {
 			return
 		}
 		out = append(out, a)
@@ -176,6 +180,9 @@ func DefaultLayout() Layout {
 		svc("site-cdn", SiteCDNV4, 8080, KindHTTP, "hello from cdn.test", SiteCDNNames...),
 		svc("site-assets", SiteAssetsV4, 8080, KindHTTP, "hello from js.assets.test", SiteAssetsName),
 		svc("site-tracker", SiteTrackerV4, 8080, KindHTTP, "hello from tracker.test", SiteTracker),
+		svc("host-own", HostOwnV4, 5432, KindHTTP, "the host's own service"),
+		svc("host-own", HostOwnV6, 5432, KindHTTP, "the host's own service v6"),
+		svc("host-own", HostOwnV4, 8080, KindHTTP, "the host's own service"),
 	)
 	const meta = "fake metadata: iam credentials"
 	for _, p := range []uint16{80, 8080} {
@@ -187,6 +194,7 @@ func DefaultLayout() Layout {
 	return Layout{
 		Services: s,
 		Optional: []netip.Addr{mustAddr(CompatMeta)},
+		HostLink: []netip.Addr{mustAddr(HostOwnV4), mustAddr(HostOwnV6)},
 		DNS: []DNSListener{
 			{Addr: netip.MustParseAddrPort(UpstreamDNS), Target: "upstream-dns"},
 			{Addr: ap(ResolverV4, 53), Target: "resolver"},
@@ -287,7 +295,8 @@ func (in *Internet) start() error {
 	l := in.layout
 	for _, s := range l.Services {
 		err := in.serve(s)
-		if err != nil && slices.Contains(l.Optional, s.Addr.Addr()) && errors.Is(err, syscall.EADDRNOTAVAIL) {
+		optional := slices.Contains(l.Optional, s.Addr.Addr()) || slices.Contains(l.HostLink, s.Addr.Addr())
+		if err != nil && optional && errors.Is(err, syscall.EADDRNOTAVAIL) {
 			in.skipped = append(in.skipped, s.Key())
 			continue
 		}
@@ -682,7 +691,9 @@ func (in *Internet) pages(u *url.URL) (string, bool) {
 
 // Setup checks that this process is sealed (sealed.Check), puts the
 // layout's addresses on lo and starts its servers (Start) with dir for
-// the CA certificate and unix socket.
+// the CA certificate and unix socket. It leaves the HostLink addresses
+// out (their services are skipped): a link other than lo would unseal the
+// namespace for an attacker run in it; nsgate lab adds one itself.
 func Setup(l Layout, dir string) (*Internet, error) {
 	if err := sealed.Check(); err != nil {
 		return nil, fmt.Errorf("refusing to build the fake internet: %w", err)

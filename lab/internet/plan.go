@@ -42,6 +42,14 @@ const (
 	CGNATV4      = "100.64.0.1"
 	BenchV4      = "198.18.0.77" // the benchmarking range, where nsgate's fake-IP pool lies (bench.ok.test)
 
+	// The host's own addresses: not on lo but on a link of their own
+	// (HostLinkName, Layout.HostLink), as a host holds its public
+	// addresses on eth0. A service listening there is the host's own.
+	HostOwnV4 = "198.51.100.50"
+	HostOwnV6 = "2001:db8:5::50"
+	// HostLinkName is the link (one end of a veth pair) that holds them.
+	HostLinkName = "labhost0"
+
 	// UpstreamDNS is where the fake upstream DNS server listens; the lab
 	// policy's dns.upstream points at it.
 	UpstreamDNS = "127.0.0.53:53"
@@ -60,6 +68,7 @@ const (
 	CNAMEName      = "cname.ok.test"   // CNAME metadata.google.internal
 	AAAAName       = "aaaa.ok.test"    // AAAA MetadataV6 only
 	BenchName      = "bench.ok.test"   // BenchV4: an answer in nsgate's fake pool from a resolver that is no nsgate
+	HostOwnName    = "hostown.ok.test" // HostOwnV4: an answer that is the host's own address
 	StaticName     = "static.test"     // dns.hosts StaticV4, approved on 8080
 	QUICName       = "quic.test"       // dns.hosts AppV4, approved for QUIC on 443/udp
 	MetaAliasName  = "meta-alias.test" // dns.hosts MetadataV4, "approved" on 80

@@ -197,6 +197,43 @@ func Check() error {
 	return nil
 }
 
+// AddHostLink makes a veth pair, name and name+"p", both ends in this
+// namespace and up, and puts each address on name (/32 or /128): the
+// host's own addresses on a link other than lo, as a host's eth0 holds
+// its public ones (the gateway guards those; loopback ones are left to
+// the special ranges). The pair leads nowhere else. It fails if the
+// kernel cannot make a veth pair here.
+func AddHostLink(name string, addrs []netip.Addr) error {
+	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
+	if err := netlink.LinkAdd(veth); err != nil {
+		return fmt.Errorf("add veth pair %s: %w", name, err)
+	}
+	for _, n := range []string{name, name + "p"} {
+		l, err := netlink.LinkByName(n)
+		if err != nil {
+			return fmt.Errorf("find %s: %w", n, err)
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return fmt.Errorf("bring %s up: %w", n, err)
+		}
+	}
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", name, err)
+	}
+	for _, a := range addrs {
+		a = a.Unmap()
+		na := &netlink.Addr{IPNet: &net.IPNet{IP: net.IP(a.AsSlice()), Mask: net.CIDRMask(a.BitLen(), a.BitLen())}}
+		if a.Is6() {
+			na.Flags = syscall.IFA_F_NODAD
+		}
+		if err := netlink.AddrAdd(l, na); err != nil && !errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("add %s to %s: %w", a, name, err)
+		}
+	}
+	return waitLocalRoutes(addrs, nil)
+}
+
 // AddLoopback brings lo up and adds each address to it (/32 or /128).
 // Addresses it could not add are returned in failed when they are in
 // optional; any other failure is an error. An address lo already has is

@@ -39,3 +39,6 @@ func Check() error { return errors.ErrUnsupported }
 func AddLoopback(addrs, optional []netip.Addr) ([]netip.Addr, error) {
 	return nil, errors.ErrUnsupported
 }
+
+// AddHostLink needs Linux.
+func AddHostLink(name string, addrs []netip.Addr) error { return errors.ErrUnsupported }

@@ -1,0 +1,116 @@
+package netstack
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/nsgate/nsgate/policy"
+)
+
+// ReadHostAddrs returns the addresses on the interfaces of the calling
+// thread's network namespace (the host's, for the gateway), except those
+// on loopback interfaces: the host's own addresses, which a flow the
+// gateway dials would reach as the host's local services. Loopback is
+// left out on purpose: the special ranges already guard 127.0.0.0/8 and
+// ::1, and the test bench and the lab put their fake internet on lo
+// (docs/threat-model.md, "The host's own addresses").
+func ReadHostAddrs() ([]netip.Addr, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	loopback := map[int]bool{}
+	for _, l := range links {
+		if a := l.Attrs(); a.Flags&net.FlagLoopback != 0 {
+			loopback[a.Index] = true
+		}
+	}
+	// A link made after LinkList is not in loopback: its addresses count
+	// as the host's, which guards more, never less.
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, fmt.Errorf("list addresses: %w", err)
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if loopback[a.LinkIndex] || a.IPNet == nil {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(a.IP)
+		if !ok {
+			continue
+		}
+		out = append(out, ip.Unmap())
+	}
+	return out, nil
+}
+
+func readHostSet() (*policy.HostAddrs, error) {
+	addrs, err := ReadHostAddrs()
+	if err != nil {
+		return nil, err
+	}
+	return policy.NewHostAddrs(addrs), nil
+}
+
+// watchHostAddrs subscribes to the kernel's address changes in the
+// calling thread's network namespace, then reads the host's own
+// addresses (a change between the two is seen by the first load). It
+// fails when the read fails: a gateway that cannot tell the host's
+// addresses does not start. Without a subscription (the socket cannot be
+// made) every load reads them.
+func watchHostAddrs() (*hostWatch, error) {
+	w := &hostWatch{read: readHostSet}
+	if fd, err := subscribeAddrs(); err == nil {
+		w.changed = func() bool { return drainChanges(fd) }
+		w.stop = func() { unix.Close(fd) }
+	}
+	h, err := readHostSet()
+	if err != nil {
+		w.close()
+		return nil, fmt.Errorf("the host's own addresses: %w", err)
+	}
+	w.cur = h
+	return w, nil
+}
+
+// subscribeAddrs opens a non-blocking netlink socket that receives the
+// kernel's IPv4 and IPv6 address changes.
+func subscribeAddrs() (int, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_ROUTE)
+	if err != nil {
+		return -1, err
+	}
+	sa := &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR}
+	if err := unix.Bind(fd, sa); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// drainChanges empties the subscription socket without blocking and
+// reports whether anything was in it. An overflowed socket (ENOBUFS: the
+// kernel dropped announcements) or any other error also counts as a
+// change, so the addresses are read again.
+func drainChanges(fd int) bool {
+	var buf [8192]byte
+	changed := false
+	for {
+		_, _, err := unix.Recvfrom(fd, buf[:], unix.MSG_DONTWAIT)
+		switch {
+		case err == nil || errors.Is(err, unix.ENOBUFS):
+			changed = true
+		case errors.Is(err, unix.EAGAIN):
+			return changed
+		case errors.Is(err, unix.EINTR):
+		default:
+			return true
+		}
+	}
+}

@@ -1,0 +1,108 @@
+package policy
+
+import (
+	"net/netip"
+	"slices"
+)
+
+// HostAddrs is a set of the host's own addresses: those on the interfaces
+// of the network namespace the gateway dials from, other than loopback
+// (netstack reads them). A flow to one of them reaches whatever listens on
+// the host's wildcard address, so WithHostAddrs guards each as a special
+// range of its own. A HostAddrs is immutable and safe for concurrent use;
+// the zero value and nil are the empty set.
+type HostAddrs struct {
+	set  map[netip.Addr]struct{}
+	list []netip.Addr // sorted, unmapped, zone-free
+}
+
+// NewHostAddrs returns the set of addrs: IPv4-mapped addresses are read as
+// IPv4, zones are dropped, invalid and unspecified addresses are ignored.
+func NewHostAddrs(addrs []netip.Addr) *HostAddrs {
+	h := &HostAddrs{set: make(map[netip.Addr]struct{}, len(addrs))}
+	for _, a := range addrs {
+		a = a.Unmap().WithZone("")
+		if !a.IsValid() || a.IsUnspecified() {
+			continue
+		}
+		if _, ok := h.set[a]; ok {
+			continue
+		}
+		h.set[a] = struct{}{}
+		h.list = append(h.list, a)
+	}
+	slices.SortFunc(h.list, netip.Addr.Compare)
+	return h
+}
+
+// Contains reports whether a (zone-free, unmapped) is in the set.
+func (h *HostAddrs) Contains(a netip.Addr) bool {
+	if h == nil || len(h.set) == 0 {
+		return false
+	}
+	_, ok := h.set[a]
+	return ok
+}
+
+// Addrs returns the set's addresses, sorted.
+func (h *HostAddrs) Addrs() []netip.Addr {
+	if h == nil {
+		return nil
+	}
+	return slices.Clone(h.list)
+}
+
+// Len returns the number of addresses in the set.
+func (h *HostAddrs) Len() int {
+	if h == nil {
+		return 0
+	}
+	return len(h.list)
+}
+
+// Equal reports whether h and o hold the same addresses.
+func (h *HostAddrs) Equal(o *HostAddrs) bool {
+	var a, b []netip.Addr
+	if h != nil {
+		a = h.list
+	}
+	if o != nil {
+		b = o.list
+	}
+	return slices.Equal(a, b)
+}
+
+// WithHostAddrs returns a copy of p that guards the host's own addresses
+// h (replacing any set given before; nil guards none). Each address is a
+// special range of its own, the narrowest one holding it: at step 3 of
+// Decide a flow to it, or embedding it, is denied with rule
+// builtin:special-range, unless an allow cidr rule naming exactly that
+// address (a /32 or /128, with matching proto and port) covers it, or the
+// flow's name has a dns.hosts entry holding it. 0.0.0.0/0, ::/0, and a
+// rule for the address's subnet or its private range, never open it. p is
+// not changed.
+func (p *Policy) WithHostAddrs(h *HostAddrs) *Policy {
+	q := *p
+	q.hostAddrs = h
+	return &q
+}
+
+// HostAddrs returns the host's own addresses WithHostAddrs gave p (nil:
+// none).
+func (p *Policy) HostAddrs() *HostAddrs { return p.hostAddrs }
+
+// hostAddrWhat names the range a host's own address is.
+const hostAddrWhat = "the host's own address"
+
+// guardRangeOf returns the narrowest guarded range holding a (zone-free,
+// unmapped): the address itself when it is one of the host's own, else
+// its built-in special range. ok is false when a is in none.
+func (p *Policy) guardRangeOf(a netip.Addr) (sr specialRange, ok bool) {
+	if p.hostAddrs.Contains(a) {
+		return specialRange{netip.PrefixFrom(a, a.BitLen()), hostAddrWhat}, true
+	}
+	if r := specialRangeOf(a); r != nil {
+		return *r, true
+	}
+	return specialRange{}, false
+}
