@@ -51,7 +51,7 @@ head -c 6M /dev/zero > "$HOME/b" 2>/dev/null && echo home-ok || echo home-full
 rm -f /tmp/a "$HOME/b"
 head -c 6M /dev/zero > /dev/shm/c && echo shm-ok
 rm -f /dev/shm/c
-i=0; while [ $i -lt 4000 ]; do : > /var/tmp/f$i 2>/dev/null || break; i=$((i+1)); done; echo "files $i"`)
+i=0; while [ $i -lt 4000 ]; do printf "" 2>/dev/null > /var/tmp/f$i || break; i=$((i+1)); done; echo "files $i"`)
 		if r.code != 0 {
 			t.Fatalf("exit %d; stderr %q", r.code, r.stderr)
 		}

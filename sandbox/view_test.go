@@ -459,3 +459,15 @@ func TestPlanViewPrograms(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanViewScratchSize(t *testing.T) {
+	for _, tc := range []struct {
+		in, want int64
+		err      bool
+	}{{0, DefaultScratchSize, false}, {-1, 0, false}, {8 << 20, 8 << 20, false}, {4096, 0, true}} {
+		v, err := PlanView(ViewConfig{ScratchSize: tc.in})
+		if (err != nil) != tc.err || v.ScratchSize != tc.want {
+			t.Errorf("ScratchSize %d: %d, %v; want %d (error %v)", tc.in, v.ScratchSize, err, tc.want, tc.err)
+		}
+	}
+}

@@ -101,6 +101,10 @@ type Config struct {
 	// File-system view: --rw, --ro, --home.
 	Writable, ReadOnly []string
 	HomeDir            string
+	// ScratchSize bounds the worker's private directories together, in
+	// bytes (--scratch-size): 0 sandbox.DefaultScratchSize, negative the
+	// kernel's default.
+	ScratchSize int64
 	// Root maps the caller to uid 0 inside the sandbox.
 	Root bool
 	// Publish are inbound forwards from the host to the worker.
@@ -474,16 +478,17 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 	}
 	cwd, _ := os.Getwd()
 	v, err := sandbox.PlanView(sandbox.ViewConfig{
-		Writable:   append(slices.Clone(cfg.Writable), fs.Write...),
-		Hide:       hide,
-		ReadOnly:   cfg.ReadOnly,
-		Home:       os.Getenv("HOME"),
-		HomeDir:    cfg.HomeDir,
-		UID:        os.Getuid(),
-		RuntimeDir: os.Getenv("XDG_RUNTIME_DIR"),
-		SessionBus: os.Getenv("DBUS_SESSION_BUS_ADDRESS"),
-		SSHAgent:   os.Getenv("SSH_AUTH_SOCK"),
-		SystemBus:  os.Getenv("DBUS_SYSTEM_BUS_ADDRESS"),
+		Writable:    append(slices.Clone(cfg.Writable), fs.Write...),
+		Hide:        hide,
+		ReadOnly:    cfg.ReadOnly,
+		Home:        os.Getenv("HOME"),
+		HomeDir:     cfg.HomeDir,
+		ScratchSize: cfg.ScratchSize,
+		UID:         os.Getuid(),
+		RuntimeDir:  os.Getenv("XDG_RUNTIME_DIR"),
+		SessionBus:  os.Getenv("DBUS_SESSION_BUS_ADDRESS"),
+		SSHAgent:    os.Getenv("SSH_AUTH_SOCK"),
+		SystemBus:   os.Getenv("DBUS_SYSTEM_BUS_ADDRESS"),
 		EngineHosts: []string{os.Getenv("DOCKER_HOST"), os.Getenv("CONTAINER_HOST"),
 			os.Getenv("CONTAINERD_ADDRESS"), os.Getenv("BUILDKIT_HOST")},
 		Exec:       plan.Allow,
