@@ -3,6 +3,10 @@
 package integration
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -71,6 +75,83 @@ i=0; while [ $i -lt 4000 ]; do printf "" 2>/dev/null > /var/tmp/f$i || break; i=
 		}
 		if files == 0 || files >= 4000 {
 			t.Errorf("the worker made %d empty files in an 8 MiB --scratch-size; want fewer than 2,048 (one inode per 4 KiB)", files)
+		}
+	})
+}
+
+// buildQuotaHog builds integration/quotahog into dir.
+func buildQuotaHog(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "quotahog")
+	cmd := exec.Command("go", "build", "-o", bin, "./integration/quotahog")
+	cmd.Dir = ".."
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build quotahog: %v\n%s", err, out)
+	}
+	os.Chmod(bin, 0o755)
+	return bin
+}
+
+// nproc prints the RLIMIT_NPROC line of /proc/self/limits (dash has no
+// ulimit -u).
+const nproc = `while read -r l; do case "$l" in "Max processes"*) echo "$l";; esac; done < /proc/self/limits`
+
+// nprocOf returns the soft and hard RLIMIT_NPROC in what nproc printed.
+func nprocOf(out string) (soft, hard string) {
+	for _, l := range strings.Split(out, "\n") {
+		if f := strings.Fields(l); len(f) >= 4 && f[0] == "Max" && f[1] == "processes" {
+			return f[2], f[3]
+		}
+	}
+	return "", ""
+}
+
+// TestWorkerQuotaBounded: what the kernel counts per user is counted for
+// the worker's uid on the host too, the caller's own (rootless) or root's:
+// inotify instances (128 by default, for every program of that uid) and
+// processes (RLIMIT_NPROC). A worker that takes them all leaves the
+// caller's editors, file managers and systemd without inotify, and the
+// caller's shell unable to fork, while it runs. The worker gets half of
+// each inotify quota, and at most --max-procs processes and threads.
+func TestWorkerQuotaBounded(t *testing.T) {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hostMax, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	forEachMode(t, func(t *testing.T, m mode) {
+		hog := buildQuotaHog(t, workDir(t, m))
+		r := runNsgate(t, m, "run", "--", hog)
+		var got, errno int
+		if _, err := fmt.Sscanf(r.stdout, "inotify %d %d", &got, &errno); err != nil || r.code != 0 {
+			t.Fatalf("exit %d stdout %q: want the count of inotify instances", r.code, r.stdout)
+		}
+		if got == 0 || got > hostMax/2 {
+			t.Errorf("the worker opened %d inotify instances of the %d its uid may hold on the host; want at most half", got, hostMax)
+		}
+
+		if m.name == "root" {
+			return // RLIMIT_NPROC does not hold for uid 0 (see docs/threat-model.md)
+		}
+		r = runNsgate(t, m, "run", "--max-procs", "32", "--exec-allow", "/usr/bin/sleep", "--", "/bin/sh", "-c",
+			nproc+`
+i=0; while [ $i -lt 100 ]; do (sleep 3 &) 2>/dev/null || break; i=$((i+1)); done; echo "forked $i"`)
+		if soft, hard := nprocOf(r.stdout); soft != "32" || hard != "32" {
+			t.Errorf("stdout %q: want RLIMIT_NPROC 32, soft and hard", r.stdout)
+		}
+		var forked int
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if n, ok := strings.CutPrefix(l, "forked "); ok {
+				forked, _ = strconv.Atoi(n)
+			}
+		}
+		if forked == 0 || forked >= 32 {
+			t.Errorf("the worker started %d processes under --max-procs 32", forked)
+		}
+		r = runNsgate(t, m, "run", "--", "/bin/sh", "-c", nproc)
+		if soft, hard := nprocOf(r.stdout); soft == "" || soft == "unlimited" || hard == "unlimited" {
+			t.Errorf("stdout %q: want a bounded RLIMIT_NPROC by default", r.stdout)
 		}
 	})
 }
