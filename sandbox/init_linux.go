@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -75,10 +76,28 @@ func InitMain(apply ApplyGuard) int {
 	}
 	starttrace.Mark("go")
 
+	// The worker's share of the caller's per-user quotas: the limits of
+	// this user namespace, set while init still holds CAP_SYS_RESOURCE in
+	// it and /proc/sys is writable (the view makes it read-only). Where
+	// they cannot be set (a container's read-only /proc/sys) the run says
+	// so as a degraded layer.
+	quotaDegraded := setUserNSQuota(spec.Quota.UserNS)
+	if p := spec.Quota.Procs; p > 0 {
+		rl := unix.Rlimit{Cur: p, Max: p}
+		var cur unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_NPROC, &cur) == nil && cur.Max < p {
+			rl = unix.Rlimit{Cur: min(cur.Cur, cur.Max), Max: cur.Max}
+		}
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &rl); err != nil {
+			return fail(fmt.Errorf("limit the worker's processes: %w", err))
+		}
+	}
+
 	degraded, err := applyView(&spec.View)
 	if err != nil {
 		return fail(viewError(err))
 	}
+	degraded = append(degraded, quotaDegraded...)
 	starttrace.Mark("view")
 	if spec.Hostname != "" {
 		unix.Sethostname([]byte(spec.Hostname))
@@ -186,4 +205,19 @@ func reap(worker int) int {
 			return 128 + int(ws.Signal())
 		}
 	}
+}
+
+// setUserNSQuota writes each limit to /proc/sys/user/NAME, which sets it
+// for init's own user namespace. It returns "user-quota" when one could
+// not be set.
+func setUserNSQuota(limits map[string]int64) (degraded []string) {
+	for name, n := range limits {
+		if strings.ContainsAny(name, "/.") || n <= 0 {
+			continue
+		}
+		if err := os.WriteFile("/proc/sys/user/"+name, []byte(strconv.FormatInt(n, 10)), 0); err != nil {
+			return []string{"user-quota"}
+		}
+	}
+	return nil
 }

@@ -17,6 +17,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/nsgate/nsgate/tun/tundev"
 )
@@ -105,9 +107,64 @@ type Spec struct {
 	// GuardSpec is opaque data for the guard that cmd installs with
 	// SetGuardFactory; sandbox only carries it.
 	GuardSpec []byte
+	// Quota bounds what the worker may take of the caller's per-user
+	// kernel quotas (see Quota).
+	Quota Quota
 	// Build is the parent's buildStamp; init refuses a spec whose Build
 	// is not its own.
 	Build string
+}
+
+// Quota bounds what the worker takes of the kernel's per-user quotas. The
+// kernel counts a process of the worker's user namespace against its uid
+// there and against the caller's uid on the host, which every other
+// program of the caller (root's, for a root caller) shares: without a
+// bound of its own the worker could take all of one and leave the caller
+// unable to fork or to watch files while it runs.
+type Quota struct {
+	// Procs is the RLIMIT_NPROC (soft and hard) of init and the worker:
+	// the processes and threads of the worker's uid in its user
+	// namespace. 0 leaves it. The kernel does not apply it to uid 0 of the
+	// host (a root caller's worker).
+	Procs uint64 `json:",omitempty"`
+	// UserNS are per-user limits of the worker's user namespace
+	// (/proc/sys/user/NAME), set by init before the worker starts.
+	UserNS map[string]int64 `json:",omitempty"`
+}
+
+// userNSQuotas are the per-user counts of /proc/sys/user that the worker
+// shares with the caller and that a worker could exhaust: inotify
+// instances (128 by default for all of a uid's programs) and watches, and
+// fanotify groups and marks.
+var userNSQuotas = []string{"max_inotify_instances", "max_inotify_watches", "max_fanotify_groups", "max_fanotify_marks"}
+
+// DefaultMaxProcs is the default RLIMIT_NPROC of the worker: room for a
+// browser or a parallel build, far from what a fork bomb needs to stop the
+// caller's shell or the host.
+const DefaultMaxProcs = 4096
+
+// DefaultQuota is the worker's share of the caller's quotas: half of each
+// of userNSQuotas as nsgate's own user namespace has it, and procs
+// processes, or half of nsgate's own soft RLIMIT_NPROC where that is
+// less (0: that half alone).
+func DefaultQuota(procs uint64) Quota {
+	q := Quota{UserNS: map[string]int64{}}
+	for _, name := range userNSQuotas {
+		b, err := os.ReadFile("/proc/sys/user/" + name)
+		if err != nil {
+			continue
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil || n <= 1 {
+			continue
+		}
+		q.UserNS[name] = n / 2
+	}
+	if half := ownNprocHalf(); half > 0 && (procs == 0 || half < procs) {
+		procs = half
+	}
+	q.Procs = procs
+	return q
 }
 
 // Stdio are the worker's standard streams (nil: nsgate's own).

@@ -21,6 +21,7 @@ package worker
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -105,6 +106,10 @@ type Config struct {
 	// bytes (--scratch-size): 0 sandbox.DefaultScratchSize, negative the
 	// kernel's default.
 	ScratchSize int64
+	// MaxProcs bounds the worker's processes and threads (--max-procs;
+	// 0: sandbox.DefaultMaxProcs), and never above half of nsgate's own
+	// RLIMIT_NPROC.
+	MaxProcs int
 	// Root maps the caller to uid 0 inside the sandbox.
 	Root bool
 	// Publish are inbound forwards from the host to the worker.
@@ -281,6 +286,7 @@ func (r *run) run() int {
 		View:      view,
 		Hostname:  "nsgate",
 		GuardSpec: gspec,
+		Quota:     sandbox.DefaultQuota(uint64(cmp.Or(cfg.MaxProcs, sandbox.DefaultMaxProcs))),
 	}
 	starttrace.Mark("planned")
 	child, err := sandbox.Start(spec, cfg.Stdio)

@@ -37,7 +37,7 @@ type runFlags struct {
 	scratchSize                       string
 	allowUserns, allowUnix, root      bool
 	mtu                               uint
-	maxFlows                          int
+	maxFlows, maxProcs                int
 	ipv6, quiet                       bool
 	execGuard                         string
 	// unsafeBreak disables enforcement layers (comma-separated). Hidden:
@@ -59,6 +59,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.root, "root", false, "map the caller to uid 0 inside the sandbox")
 	fs.UintVar(&f.mtu, "mtu", tundev.DefaultMTU, "MTU of the worker's TUN device")
 	fs.IntVar(&f.maxFlows, "max-flows", netstack.DefaultMaxFlows, "concurrent TCP flows the worker may hold open; more are refused (audited)")
+	fs.IntVar(&f.maxProcs, "max-procs", sandbox.DefaultMaxProcs, "processes and threads the worker may run at once (its RLIMIT_NPROC; at most half of the caller's own, and not applied to a root caller's worker)")
 	fs.BoolVar(&f.ipv6, "ipv6", true, "give the worker IPv6 (--ipv6=false: IPv4 only)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no human-readable denial lines on stderr")
 	fs.Var(&f.rw, "rw", "host `PATH` (file or directory) the worker may write (repeatable); the rest of the host is read-only")
@@ -117,6 +118,7 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 		ReadOnly:    f.ro,
 		HomeDir:     f.home,
 		ScratchSize: f.scratchBytes(),
+		MaxProcs:    f.maxProcs,
 		Root:        f.root,
 		Quiet:       f.quiet,
 		Learn:       f.learn,
@@ -198,6 +200,9 @@ func (f *runFlags) validate() error {
 		return fmt.Errorf("--scratch-size %q: %v", f.scratchSize, err)
 	} else if n != 0 && n < 1<<20 {
 		return fmt.Errorf("--scratch-size %q: want at least 1M, or 0 for the kernel's default", f.scratchSize)
+	}
+	if f.maxProcs != 0 && (f.maxProcs < 16 || f.maxProcs > 1<<22) {
+		return fmt.Errorf("--max-procs %d out of range (16 to %d)", f.maxProcs, 1<<22)
 	}
 	if f.maxFlows < 1 || f.maxFlows > 1<<20 {
 		return fmt.Errorf("--max-flows %d out of range (1 to %d)", f.maxFlows, 1<<20)
