@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestScratchSpaceBounded: the worker's private directories (/tmp,
@@ -152,6 +154,58 @@ i=0; while [ $i -lt 100 ]; do (sleep 3 &) 2>/dev/null || break; i=$((i+1)); done
 		r = runNsgate(t, m, "run", "--", "/bin/sh", "-c", nproc)
 		if soft, hard := nprocOf(r.stdout); soft == "" || soft == "unlimited" || hard == "unlimited" {
 			t.Errorf("stdout %q: want a bounded RLIMIT_NPROC by default", r.stdout)
+		}
+	})
+}
+
+// TestPcapOnFullDiskSaysSo: a pcap that cannot be written (its disk full:
+// the worker can fill the disk through a --rw path) is reported, in the
+// exit record's pcap_dropped and on stderr. It was buffered, 1 MiB at a
+// time, and the last flush's error was dropped after the exit record had
+// said pcap_dropped 0: the pcap came out empty, and nothing said so.
+func TestPcapOnFullDiskSaysSo(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		full := mkdirFor(t, m, dir, "full")
+		if err := unix.Mount("tmpfs", full, "tmpfs", 0, "size=64k,mode=0777"); err != nil {
+			t.Fatalf("mount a small tmpfs for the pcap: %v", err)
+		}
+		t.Cleanup(func() { unix.Unmount(full, unix.MNT_DETACH) })
+		// Fill it: the pcap file can be made, not written.
+		f, err := os.Create(filepath.Join(full, "fill"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for {
+			if _, err := f.Write(make([]byte, 4096)); err != nil {
+				break
+			}
+		}
+		f.Close()
+		log := filepath.Join(dir, "audit.jsonl")
+		pcap := filepath.Join(full, "cap.pcap")
+		r := runNsgate(t, m, "run", "--audit", log, "--pcap", pcap, "--exec-allow", "/usr/bin/getent", "--", "/bin/sh", "-c",
+			`for n in a b c d; do getent hosts $n.test; done; exit 0`)
+		if r.code != 0 {
+			t.Fatalf("exit %d", r.code)
+		}
+		var dropped uint64
+		for _, rec := range readAudit(t, log) {
+			if rec.str("event") == "exit" {
+				c, _ := rec["counters"].(map[string]any)
+				f, _ := c["pcap_dropped"].(float64)
+				dropped = uint64(f)
+			}
+		}
+		st, _ := os.Stat(pcap)
+		if st == nil || st.Size() != 0 {
+			t.Fatalf("the pcap on a full disk holds %v: the test shows nothing", st)
+		}
+		if dropped == 0 {
+			t.Errorf("the pcap is empty and the exit record says pcap_dropped 0")
+		}
+		if !strings.Contains(r.stderr, "pcap") {
+			t.Errorf("stderr %q: want a line saying the pcap is incomplete", r.stderr)
 		}
 	})
 }
