@@ -151,9 +151,9 @@ type Config struct {
 	// Limits bound concurrent flows, dials and idle times.
 	Limits Limits
 	// Pcap, when non-nil, receives a pcap capture (LINKTYPE_RAW) of every
-	// packet on Link, written from the packet path: give it a buffered
-	// writer and flush it after Close. Write errors stop the capture (the
-	// gateway keeps running; see Stats.PcapDropped).
+	// packet on Link, buffered by the gateway and written out by Close at
+	// the latest (give it the file itself). Write errors stop the capture
+	// (the gateway keeps running; see Stats.PcapDropped and PcapErr).
 	Pcap io.Writer
 	// IPv6 serves IPv6 too; when false every IPv6 packet is dropped.
 	IPv6 bool
@@ -496,7 +496,19 @@ func (g *Gateway) Close() error {
 	g.wg.Wait()
 	g.pool.Close()
 	g.stack.Wait() // removes the NIC: detaches the link and waits for it
+	if g.pcap != nil {
+		g.pcap.Flush() // its error: PcapErr; what it lost: Stats
+	}
 	return nil
+}
+
+// PcapErr returns the error that stopped the pcap capture, if any: the
+// capture then lacks Stats().PcapDropped writes.
+func (g *Gateway) PcapErr() error {
+	if g.pcap == nil {
+		return nil
+	}
+	return g.pcap.Err()
 }
 
 // enter registers a goroutine with Close's wait group; false once closed.

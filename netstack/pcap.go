@@ -10,14 +10,22 @@ import (
 // any MTU nsgate supports.
 const pcapSnapLen = 256 << 10
 
+// pcapBuffer is how much of the capture pcapWriter holds before it writes.
+const pcapBuffer = 1 << 20
+
 // pcapWriter serializes the sniffer's writes (it writes from the receive
-// and send paths at once, without locking) and stops at the first error:
-// gVisor's sniffer panics when a write fails, and a full disk must not take
-// the gateway down. It counts the packets it could not write.
+// and send paths at once, without locking), buffers them and stops at the
+// first error: gVisor's sniffer panics when a write fails, and a full disk
+// must not take the gateway down. It counts the writes it could not make,
+// the ones lost in a buffer that failed to go out included, so that the
+// exit record's pcap_dropped says what the file lacks. Flush writes the
+// rest (Gateway.Close calls it, before anyone reads Stats).
 type pcapWriter struct {
 	mu     sync.Mutex
 	w      io.Writer
-	err    error // first write error; guarded by mu
+	buf    []byte // guarded by mu
+	n      uint64 // writes in buf; guarded by mu
+	err    error  // first write error; guarded by mu
 	failed atomic.Uint64
 }
 
@@ -28,11 +36,31 @@ func (p *pcapWriter) Write(b []byte) (int, error) {
 		p.failed.Add(1)
 		return len(b), nil
 	}
-	if _, err := p.w.Write(b); err != nil {
-		p.err = err
-		p.failed.Add(1)
+	p.buf = append(p.buf, b...)
+	p.n++
+	if len(p.buf) >= pcapBuffer {
+		p.flushLocked()
 	}
 	return len(b), nil
+}
+
+func (p *pcapWriter) flushLocked() {
+	if len(p.buf) == 0 || p.err != nil {
+		return
+	}
+	if _, err := p.w.Write(p.buf); err != nil {
+		p.err = err
+		p.failed.Add(p.n)
+	}
+	p.buf, p.n = p.buf[:0], 0
+}
+
+// Flush writes what is buffered and returns the first write error, if any.
+func (p *pcapWriter) Flush() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.flushLocked()
+	return p.err
 }
 
 // Err returns the first write error, if any.

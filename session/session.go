@@ -435,6 +435,9 @@ func (s *Session) Close(code int) int {
 	}
 	if gw != nil {
 		gw.Close()
+		if err := gw.PcapErr(); err != nil {
+			fmt.Fprintf(s.cfg.Stderr, "nsgate: pcap incomplete: %v; %d writes lost (the exit record's pcap_dropped)\n", err, gw.Stats().PcapDropped)
+		}
 	}
 	for _, a := range execs {
 		a.close()

@@ -20,7 +20,6 @@
 package worker
 
 import (
-	"bufio"
 	"cmp"
 	"encoding/json"
 	"fmt"
@@ -206,9 +205,10 @@ func (r *run) run() int {
 		if err != nil {
 			return r.fail(fmt.Errorf("pcap: %w", err))
 		}
-		pw := bufio.NewWriterSize(pf, 1<<20)
-		cfg.Session.Pcap = pw
-		r.cleanup = append(r.cleanup, func() { pw.Flush(); pf.Close() })
+		// The gateway buffers the capture and writes the rest when it
+		// closes, before the exit record counts what it lost.
+		cfg.Session.Pcap = pf
+		r.cleanup = append(r.cleanup, func() { pf.Close() })
 	}
 	scfg := cfg.Session
 	if cfg.Learn != "" {
