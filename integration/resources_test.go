@@ -209,3 +209,21 @@ func TestPcapOnFullDiskSaysSo(t *testing.T) {
 		}
 	})
 }
+
+// TestSysVShmBounded: SysV shared memory is memory no process is charged
+// for once detached, like a private tmpfs; the worker's IPC namespace had
+// the kernel's default limits (no limit), so a worker could pin any amount.
+// It now gets --scratch-size of it.
+func TestSysVShmBounded(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		hog := buildQuotaHog(t, workDir(t, m))
+		r := runNsgate(t, m, "run", "--scratch-size", "8M", "--", hog, "shm", "64")
+		var n, errno int
+		if _, err := fmt.Sscanf(r.stdout, "shm %d %d", &n, &errno); err != nil || r.code != 0 {
+			t.Fatalf("exit %d stdout %q: want the count of segments", r.code, r.stdout)
+		}
+		if n == 0 || n > 8 || errno == 0 {
+			t.Errorf("the worker made %d segments of 1 MiB (errno %d) under --scratch-size 8M; want at most 8, then a refusal", n, errno)
+		}
+	})
+}
