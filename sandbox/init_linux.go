@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -81,7 +82,7 @@ func InitMain(apply ApplyGuard) int {
 	// it and /proc/sys is writable (the view makes it read-only). Where
 	// they cannot be set (a container's read-only /proc/sys) the run says
 	// so as a degraded layer.
-	quotaDegraded := setUserNSQuota(spec.Quota.UserNS)
+	quotaDegraded := setNamespaceSysctls(spec.Quota.Sysctl)
 	if p := spec.Quota.Procs; p > 0 {
 		rl := unix.Rlimit{Cur: p, Max: p}
 		var cur unix.Rlimit
@@ -207,16 +208,22 @@ func reap(worker int) int {
 	}
 }
 
-// setUserNSQuota writes each limit to /proc/sys/user/NAME, which sets it
-// for init's own user namespace. It returns "user-quota" when one could
-// not be set.
-func setUserNSQuota(limits map[string]int64) (degraded []string) {
+// setNamespaceSysctls writes each limit to /proc/sys/NAME, which sets it
+// for init's own user or IPC namespace; a NAME not in namespaceSysctls
+// is never written. It returns "namespace-quota" when one could not be
+// set. The IPC namespace's (kernel/...) only uid 0 of the namespace may
+// set, whatever its capabilities: a rootless worker without --root keeps
+// the kernel's defaults there (docs/threat-model.md).
+func setNamespaceSysctls(limits map[string]int64) (degraded []string) {
 	for name, n := range limits {
-		if strings.ContainsAny(name, "/.") || n <= 0 {
+		if !slices.Contains(namespaceSysctls, name) || n <= 0 {
 			continue
 		}
-		if err := os.WriteFile("/proc/sys/user/"+name, []byte(strconv.FormatInt(n, 10)), 0); err != nil {
-			return []string{"user-quota"}
+		if strings.HasPrefix(name, "kernel/") && os.Geteuid() != 0 {
+			continue
+		}
+		if err := os.WriteFile("/proc/sys/"+name, []byte(strconv.FormatInt(n, 10)), 0); err != nil {
+			return []string{"namespace-quota"}
 		}
 	}
 	return nil

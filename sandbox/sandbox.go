@@ -17,6 +17,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -127,16 +128,23 @@ type Quota struct {
 	// namespace. 0 leaves it. The kernel does not apply it to uid 0 of the
 	// host (a root caller's worker).
 	Procs uint64 `json:",omitempty"`
-	// UserNS are per-user limits of the worker's user namespace
-	// (/proc/sys/user/NAME), set by init before the worker starts.
-	UserNS map[string]int64 `json:",omitempty"`
+	// Sysctl are limits of the worker's own namespaces, set by init
+	// before the worker starts, by their path below /proc/sys: the
+	// per-user counts of its user namespace (userNSQuotas) and the SysV
+	// shared memory of its IPC namespace (kernel/shmall, kernel/shmmax).
+	// Init sets no other (namespaceSysctls).
+	Sysctl map[string]int64 `json:",omitempty"`
 }
+
+// namespaceSysctls are the /proc/sys paths Quota.Sysctl may set: each
+// belongs to a namespace of the worker's own.
+var namespaceSysctls = append(slices.Clone(userNSQuotas), "kernel/shmall", "kernel/shmmax")
 
 // userNSQuotas are the per-user counts of /proc/sys/user that the worker
 // shares with the caller and that a worker could exhaust: inotify
 // instances (128 by default for all of a uid's programs) and watches, and
 // fanotify groups and marks.
-var userNSQuotas = []string{"max_inotify_instances", "max_inotify_watches", "max_fanotify_groups", "max_fanotify_marks"}
+var userNSQuotas = []string{"user/max_inotify_instances", "user/max_inotify_watches", "user/max_fanotify_groups", "user/max_fanotify_marks"}
 
 // DefaultMaxProcs is the default RLIMIT_NPROC of the worker: room for a
 // browser or a parallel build, far from what a fork bomb needs to stop the
@@ -144,13 +152,18 @@ var userNSQuotas = []string{"max_inotify_instances", "max_inotify_watches", "max
 const DefaultMaxProcs = 4096
 
 // DefaultQuota is the worker's share of the caller's quotas: half of each
-// of userNSQuotas as nsgate's own user namespace has it, and procs
-// processes, or half of nsgate's own soft RLIMIT_NPROC where that is
-// less (0: that half alone).
-func DefaultQuota(procs uint64) Quota {
-	q := Quota{UserNS: map[string]int64{}}
+// of userNSQuotas as nsgate's own user namespace has it, procs processes,
+// or half of nsgate's own soft RLIMIT_NPROC where that is less (0: that
+// half alone), and shm bytes of SysV shared memory (0: the kernel's
+// default, no limit).
+func DefaultQuota(procs uint64, shm int64) Quota {
+	q := Quota{Sysctl: map[string]int64{}}
+	if shm > 0 {
+		q.Sysctl["kernel/shmmax"] = shm
+		q.Sysctl["kernel/shmall"] = max(shm/int64(os.Getpagesize()), 1)
+	}
 	for _, name := range userNSQuotas {
-		b, err := os.ReadFile("/proc/sys/user/" + name)
+		b, err := os.ReadFile("/proc/sys/" + name)
 		if err != nil {
 			continue
 		}
@@ -158,7 +171,7 @@ func DefaultQuota(procs uint64) Quota {
 		if err != nil || n <= 1 {
 			continue
 		}
-		q.UserNS[name] = n / 2
+		q.Sysctl[name] = n / 2
 	}
 	if half := ownNprocHalf(); half > 0 && (procs == 0 || half < procs) {
 		procs = half

@@ -286,7 +286,8 @@ func (r *run) run() int {
 		View:      view,
 		Hostname:  "nsgate",
 		GuardSpec: gspec,
-		Quota:     sandbox.DefaultQuota(uint64(cmp.Or(cfg.MaxProcs, sandbox.DefaultMaxProcs))),
+		// SysV shared memory is bounded like the private directories.
+		Quota: sandbox.DefaultQuota(uint64(cmp.Or(cfg.MaxProcs, sandbox.DefaultMaxProcs)), view.ScratchSize),
 	}
 	starttrace.Mark("planned")
 	child, err := sandbox.Start(spec, cfg.Stdio)
