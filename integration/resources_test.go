@@ -233,3 +233,21 @@ func TestSysVShmBounded(t *testing.T) {
 		}
 	})
 }
+
+// TestWorkerPtysBounded: every devpts instance but the host's shares
+// kernel.pty.max less pty.reserve (3,072 ptys by default): a worker that
+// held them all left other sandboxes and containers without a pty while it
+// ran. Its devpts instance allows 256.
+func TestWorkerPtysBounded(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		hog := buildQuotaHog(t, workDir(t, m))
+		r := runNsgate(t, m, "run", "--", hog, "pty", "300")
+		var n, errno int
+		if _, err := fmt.Sscanf(r.stdout, "pty %d %d", &n, &errno); err != nil || r.code != 0 {
+			t.Fatalf("exit %d stdout %q: want the count of ptys", r.code, r.stdout)
+		}
+		if n == 0 || n > 256 {
+			t.Errorf("the worker opened %d ptys; want at most 256", n)
+		}
+	})
+}

@@ -3,6 +3,8 @@
 // prints how many it got ("inotify N ERRNO"). With "shm MIB" it makes
 // SysV shared memory segments of 1 MiB, touching each, until the kernel
 // refuses one or MIB are made, and prints "shm N ERRNO" (ERRNO 0: all).
+// With "pty N" it opens up to N ptys of its /dev/ptmx and prints "pty N
+// ERRNO".
 package main
 
 import (
@@ -14,6 +16,19 @@ import (
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == "pty" {
+		want, _ := strconv.Atoi(os.Args[2])
+		n := 0
+		for n < want {
+			if _, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY, 0); err != nil {
+				fmt.Printf("pty %d %d\n", n, err.(unix.Errno))
+				return
+			}
+			n++
+		}
+		fmt.Printf("pty %d 0\n", n)
+		return
+	}
 	if len(os.Args) == 3 && os.Args[1] == "shm" {
 		want, _ := strconv.Atoi(os.Args[2])
 		n := 0
