@@ -163,7 +163,7 @@ func applyView(v *View) (degraded []string, err error) {
 	if err := os.Mkdir(devDir+"/pts", 0o755); err != nil {
 		return nil, fmt.Errorf("private /dev: %w", err)
 	}
-	if err := unix.Mount("devpts", devDir+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if err := unix.Mount("devpts", devDir+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,max="+strconv.Itoa(devptsMax)); err != nil {
 		return nil, fmt.Errorf("private /dev/pts: %w", err)
 	}
 	for link, target := range devLinks {
@@ -356,6 +356,12 @@ func bindFrom(stage int, name, target string) error {
 	}
 	return unix.MoveMount(t, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS)
 }
+
+// devptsMax is how many ptys the worker's devpts instance allows. Every
+// instance but the host's shares kernel.pty.max less pty.reserve (3,072
+// by default): without a bound of its own a worker could hold them all
+// and leave other sandboxes and containers without a pty.
+const devptsMax = 256
 
 // hideEmpty is the staging file bound over hidden files: empty, mode 0.
 const hideEmpty = "hidden"
