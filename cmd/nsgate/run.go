@@ -65,7 +65,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.rw, "rw", "host `PATH` (file or directory) the worker may write (repeatable); the rest of the host is read-only")
 	fs.Var(&f.ro, "ro", "host `PATH` the worker may read where the view would hide it: below /tmp, /var/tmp, /dev/shm or $HOME (repeatable)")
 	fs.StringVar(&f.home, "home", "", "host `DIR` to be the worker's $HOME, writable (default: a private, empty tmpfs)")
-	fs.StringVar(&f.scratchSize, "scratch-size", "2G", "what the worker may keep in its private /tmp, /var/tmp, /dev/shm, /run/user/UID and $HOME all together, in `BYTES` (K, M, G suffixes: powers of 1024), with one file per 4 KiB; 0: the kernel's default, half of RAM")
+	fs.StringVar(&f.scratchSize, "scratch-size", "2G", "what the worker may keep in its private /tmp, /var/tmp, /dev/shm, /run/user/UID and $HOME all together, in `BYTES` (K, M, G suffixes: powers of 1024), with one file per 4 KiB, and as much SysV shared memory; 0: the kernel's defaults (half of RAM; no limit)")
 	fs.StringVar(&f.execGuard, "exec-guard", "strict", "`strict`, or best-effort: start even if Landlock or seccomp is missing (audited)")
 }
 
