@@ -146,13 +146,38 @@ var namespaceSysctls = append(slices.Clone(userNSQuotas), "kernel/shmall", "kern
 // fanotify groups and marks.
 var userNSQuotas = []string{"user/max_inotify_instances", "user/max_inotify_watches", "user/max_fanotify_groups", "user/max_fanotify_marks"}
 
+// hostQuotas are the same limits of the initial user namespace, the host's,
+// which /proc/sys/user does not show from inside a nested one (it shows
+// that namespace's own, often no limit at all: nsgate under the lab, in a
+// container, in Kubernetes).
+var hostQuotas = map[string]string{
+	"user/max_inotify_instances": "fs/inotify/max_user_instances",
+	"user/max_inotify_watches":   "fs/inotify/max_user_watches",
+	"user/max_fanotify_groups":   "fs/fanotify/max_user_groups",
+	"user/max_fanotify_marks":    "fs/fanotify/max_user_marks",
+}
+
+// readSysctl reads a number from /proc/sys/NAME (0 when it cannot).
+func readSysctl(name string) int64 {
+	b, err := os.ReadFile("/proc/sys/" + name)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
 // DefaultMaxProcs is the default RLIMIT_NPROC of the worker: room for a
 // browser or a parallel build, far from what a fork bomb needs to stop the
 // caller's shell or the host.
 const DefaultMaxProcs = 4096
 
 // DefaultQuota is the worker's share of the caller's quotas: half of each
-// of userNSQuotas as nsgate's own user namespace has it, procs processes,
+// of userNSQuotas, as nsgate's own user namespace or the host has it
+// (the lower), procs processes,
 // or half of nsgate's own soft RLIMIT_NPROC where that is less (0: that
 // half alone), and shm bytes of SysV shared memory (0: the kernel's
 // default, no limit).
@@ -163,12 +188,12 @@ func DefaultQuota(procs uint64, shm int64) Quota {
 		q.Sysctl["kernel/shmall"] = max(shm/int64(os.Getpagesize()), 1)
 	}
 	for _, name := range userNSQuotas {
-		b, err := os.ReadFile("/proc/sys/" + name)
-		if err != nil {
-			continue
+		// The least of nsgate's own namespace's limit and the host's.
+		n := readSysctl(name)
+		if h := readSysctl(hostQuotas[name]); h > 0 && (n <= 0 || h < n) {
+			n = h
 		}
-		n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
-		if err != nil || n <= 1 {
+		if n <= 1 {
 			continue
 		}
 		q.Sysctl[name] = n / 2

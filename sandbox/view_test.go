@@ -471,3 +471,20 @@ func TestPlanViewScratchSize(t *testing.T) {
 		}
 	}
 }
+
+// TestDefaultQuotaNested: inside a nested user namespace /proc/sys/user
+// shows that namespace's limits (no limit, by default); the worker's share
+// is still half of the host's.
+func TestDefaultQuotaNested(t *testing.T) {
+	host := readSysctl("fs/inotify/max_user_instances")
+	if host <= 1 {
+		t.Fatalf("the host's inotify limit reads %d", host)
+	}
+	q := DefaultQuota(64, 0)
+	if got := q.Sysctl["user/max_inotify_instances"]; got <= 0 || got > host/2 {
+		t.Errorf("max_inotify_instances %d, want at most half of the host's %d", got, host)
+	}
+	if q.Procs == 0 || q.Procs > 64 {
+		t.Errorf("Procs %d, want at most 64", q.Procs)
+	}
+}
