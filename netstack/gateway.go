@@ -160,10 +160,14 @@ type Config struct {
 	// Limits bound concurrent flows, dials and idle times.
 	Limits Limits
 	// Pcap, when non-nil, receives a pcap capture (LINKTYPE_RAW) of every
-	// packet on Link, written from the packet path: give it a buffered
-	// writer and flush it after Close. Write errors stop the capture (the
-	// gateway keeps running; see Stats.PcapDropped).
+	// packet on Link, buffered by the gateway and written out by Close at
+	// the latest (give it the file itself). Write errors stop the capture
+	// (the gateway keeps running; see Stats.PcapDropped and PcapErr).
 	Pcap io.Writer
+	// PcapMax, when positive, bounds the capture in bytes: it stops in
+	// whole packets, and those past the bound count in Stats.PcapDropped
+	// (PcapReached).
+	PcapMax int64
 	// IPv6 serves IPv6 too; when false every IPv6 packet is dropped.
 	IPv6 bool
 	// DHCP answers DHCPv4 on an L2 link (a TAP), as slirp4netns does:
@@ -396,7 +400,7 @@ func (g *Gateway) build(cfg Config) error {
 		// gVisor's sniffer also logs every packet to stderr unless
 		// this process-wide switch is off; nsgate never wants that.
 		sniffer.LogPackets.Store(0)
-		g.pcap = &pcapWriter{w: cfg.Pcap}
+		g.pcap = &pcapWriter{w: cfg.Pcap, max: cfg.PcapMax}
 		sn, err := sniffer.NewWithWriter(link, g.pcap, pcapSnapLen)
 		if err != nil {
 			return fmt.Errorf("netstack: pcap: %w", err)
@@ -531,7 +535,25 @@ func (g *Gateway) Close() error {
 	if g.hostWatch != nil {
 		g.hostWatch.close()
 	}
+	if g.pcap != nil {
+		g.pcap.Flush() // its error: PcapErr; what it lost: Stats
+	}
 	return nil
+}
+
+// PcapReached reports whether the pcap capture stopped at Config.PcapMax:
+// it then lacks Stats().PcapDropped packets.
+func (g *Gateway) PcapReached() bool {
+	return g.pcap != nil && g.pcap.Reached()
+}
+
+// PcapErr returns the error that stopped the pcap capture, if any: the
+// capture then lacks Stats().PcapDropped writes.
+func (g *Gateway) PcapErr() error {
+	if g.pcap == nil {
+		return nil
+	}
+	return g.pcap.Err()
 }
 
 // enter registers a goroutine with Close's wait group; false once closed.

@@ -606,26 +606,31 @@ func TestPcap(t *testing.T) {
 	}
 }
 
+// TestPcapWriteErrorDoesNotPanic: a pcap that cannot be written (a full
+// disk) stops the capture, not the gateway, and what it lost is counted,
+// also what was still buffered when the write failed: the writes of the
+// file header, the request and the reply.
 func TestPcapWriteErrorDoesNotPanic(t *testing.T) {
-	w := &failAfter{n: 1} // the file header succeeds, packets fail
+	w := &failAfter{n: 0}
 	h := newHarness(t, func(c *Config) { c.Pcap = w })
 	h.inject(t, icmpEcho(mustAddr(Guest4), mustAddr(Gateway4), 8, 1))
 	if h.rec.wait(2*time.Second, func(b []byte) bool { typ, _, ok := icmpInfo(b); return ok && typ == 0 }) == nil {
 		t.Fatal("no echo reply after a pcap write error")
 	}
-	if st := h.g.Stats(); st.PcapDropped == 0 {
-		t.Fatalf("stats %+v", st)
+	h.g.Close()
+	if st := h.g.Stats(); st.PcapDropped < 3 || h.g.PcapErr() == nil {
+		t.Fatalf("stats %+v, pcap error %v: want the lost writes counted and the error kept", st, h.g.PcapErr())
 	}
 }
 
 // TestPcapIsBounded: the worker chooses how many packets cross its link
 // (a refused UDP flood wrote 626 MB in 3 s), so a capture through
-// LimitPcap stops at its bound: it holds the file header and whole packets
+// Config.PcapMax stops at its bound: it holds the file header and whole packets
 // only, never more than the bound, and the packets past it are counted.
 func TestPcapIsBounded(t *testing.T) {
 	var buf syncBuffer
 	const bound = 24 + (16 + 32) + 20 // the header and one 32-byte echo, not two
-	h := newHarness(t, func(c *Config) { c.Pcap = LimitPcap(&buf, bound) })
+	h := newHarness(t, func(c *Config) { c.Pcap, c.PcapMax = &buf, bound })
 	for i := 1; i <= 6; i++ {
 		h.inject(t, icmpEcho(mustAddr(Guest4), mustAddr(Gateway4), 9, uint16(i)))
 	}
@@ -650,6 +655,33 @@ func TestPcapIsBounded(t *testing.T) {
 		t.Fatalf("%d bytes after the last whole packet: the bound cut a record", len(rest))
 	}
 }
+
+// TestPcapWritesInBulk: the capture reaches the writer in large writes
+// (the gateway buffers it), and all of it by Close, before Stats (the exit
+// record) is read.
+func TestPcapWritesInBulk(t *testing.T) {
+	var buf syncBuffer
+	cw := &countingWriter{w: &buf}
+	h := newHarness(t, func(c *Config) { c.Pcap = cw })
+	h.inject(t, icmpEcho(mustAddr(Guest4), mustAddr(Gateway4), 9, 1))
+	if h.rec.wait(2*time.Second, func(b []byte) bool { typ, _, ok := icmpInfo(b); return ok && typ == 0 }) == nil {
+		t.Fatal("no echo reply")
+	}
+	if cw.writes != 0 {
+		t.Fatalf("%d writes before Close, want the capture held in the buffer", cw.writes)
+	}
+	h.g.Close()
+	if n := countPcapRecords(buf.Bytes()[24:]); n < 2 || cw.writes != 1 {
+		t.Fatalf("%d packets in %d writes, want the request and the reply, with the header, in one", n, cw.writes)
+	}
+}
+
+type countingWriter struct {
+	w      io.Writer
+	writes int
+}
+
+func (c *countingWriter) Write(b []byte) (int, error) { c.writes++; return c.w.Write(b) }
 
 func countPcapRecords(b []byte) int {
 	n := 0

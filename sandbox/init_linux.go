@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -75,10 +77,28 @@ func InitMain(apply ApplyGuard) int {
 	}
 	starttrace.Mark("go")
 
+	// The worker's share of the caller's per-user quotas: the limits of
+	// this user namespace, set while init still holds CAP_SYS_RESOURCE in
+	// it and /proc/sys is writable (the view makes it read-only). Where
+	// they cannot be set (a container's read-only /proc/sys) the run says
+	// so as a degraded layer.
+	quotaDegraded := setNamespaceSysctls(spec.Quota.Sysctl)
+	if p := spec.Quota.Procs; p > 0 {
+		rl := unix.Rlimit{Cur: p, Max: p}
+		var cur unix.Rlimit
+		if unix.Getrlimit(unix.RLIMIT_NPROC, &cur) == nil && cur.Max < p {
+			rl = unix.Rlimit{Cur: min(cur.Cur, cur.Max), Max: cur.Max}
+		}
+		if err := unix.Setrlimit(unix.RLIMIT_NPROC, &rl); err != nil {
+			return fail(fmt.Errorf("limit the worker's processes: %w", err))
+		}
+	}
+
 	degraded, err := applyView(&spec.View)
 	if err != nil {
 		return fail(viewError(err))
 	}
+	degraded = append(degraded, quotaDegraded...)
 	starttrace.Mark("view")
 	if spec.Hostname != "" {
 		unix.Sethostname([]byte(spec.Hostname))
@@ -186,4 +206,25 @@ func reap(worker int) int {
 			return 128 + int(ws.Signal())
 		}
 	}
+}
+
+// setNamespaceSysctls writes each limit to /proc/sys/NAME, which sets it
+// for init's own user or IPC namespace; a NAME not in namespaceSysctls
+// is never written. It returns "namespace-quota" when one could not be
+// set. The IPC namespace's (kernel/...) only uid 0 of the namespace may
+// set, whatever its capabilities: a rootless worker without --root keeps
+// the kernel's defaults there (docs/threat-model.md).
+func setNamespaceSysctls(limits map[string]int64) (degraded []string) {
+	for name, n := range limits {
+		if !slices.Contains(namespaceSysctls, name) || n <= 0 {
+			continue
+		}
+		if strings.HasPrefix(name, "kernel/") && os.Geteuid() != 0 {
+			continue
+		}
+		if err := os.WriteFile("/proc/sys/"+name, []byte(strconv.FormatInt(n, 10)), 0); err != nil {
+			return []string{"namespace-quota"}
+		}
+	}
+	return nil
 }

@@ -203,7 +203,9 @@ func sysProcAttr(root bool) *syscall.SysProcAttr {
 		Pdeathsig: syscall.SIGKILL,
 	}
 	if !root && inUID != 0 {
-		a.AmbientCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP}
+		// CAP_SYS_RESOURCE: the per-user limits of the namespace
+		// (Quota.UserNS). Init drops every capability before the worker.
+		a.AmbientCaps = []uintptr{unix.CAP_NET_ADMIN, unix.CAP_SYS_ADMIN, unix.CAP_SETPCAP, unix.CAP_SYS_RESOURCE}
 	}
 	return a
 }
@@ -442,3 +444,12 @@ func (c *Child) kill() {
 // Kill stops init (and with it every process in the worker's PID
 // namespace) and reaps it.
 func (c *Child) Kill() { c.kill() }
+
+// ownNprocHalf is half of nsgate's own soft RLIMIT_NPROC (0: unlimited).
+func ownNprocHalf() uint64 {
+	var rl unix.Rlimit
+	if unix.Getrlimit(unix.RLIMIT_NPROC, &rl) != nil || rl.Cur == unix.RLIM_INFINITY {
+		return 0
+	}
+	return max(rl.Cur/2, 1)
+}

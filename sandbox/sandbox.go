@@ -17,6 +17,9 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/nsgate/nsgate/tun/tundev"
 )
@@ -105,9 +108,101 @@ type Spec struct {
 	// GuardSpec is opaque data for the guard that cmd installs with
 	// SetGuardFactory; sandbox only carries it.
 	GuardSpec []byte
+	// Quota bounds what the worker may take of the caller's per-user
+	// kernel quotas (see Quota).
+	Quota Quota
 	// Build is the parent's buildStamp; init refuses a spec whose Build
 	// is not its own.
 	Build string
+}
+
+// Quota bounds what the worker takes of the kernel's per-user quotas. The
+// kernel counts a process of the worker's user namespace against its uid
+// there and against the caller's uid on the host, which every other
+// program of the caller (root's, for a root caller) shares: without a
+// bound of its own the worker could take all of one and leave the caller
+// unable to fork or to watch files while it runs.
+type Quota struct {
+	// Procs is the RLIMIT_NPROC (soft and hard) of init and the worker:
+	// the processes and threads of the worker's uid in its user
+	// namespace. 0 leaves it. The kernel does not apply it to uid 0 of the
+	// host (a root caller's worker).
+	Procs uint64 `json:",omitempty"`
+	// Sysctl are limits of the worker's own namespaces, set by init
+	// before the worker starts, by their path below /proc/sys: the
+	// per-user counts of its user namespace (userNSQuotas) and the SysV
+	// shared memory of its IPC namespace (kernel/shmall, kernel/shmmax).
+	// Init sets no other (namespaceSysctls).
+	Sysctl map[string]int64 `json:",omitempty"`
+}
+
+// namespaceSysctls are the /proc/sys paths Quota.Sysctl may set: each
+// belongs to a namespace of the worker's own.
+var namespaceSysctls = append(slices.Clone(userNSQuotas), "kernel/shmall", "kernel/shmmax")
+
+// userNSQuotas are the per-user counts of /proc/sys/user that the worker
+// shares with the caller and that a worker could exhaust: inotify
+// instances (128 by default for all of a uid's programs) and watches, and
+// fanotify groups and marks.
+var userNSQuotas = []string{"user/max_inotify_instances", "user/max_inotify_watches", "user/max_fanotify_groups", "user/max_fanotify_marks"}
+
+// hostQuotas are the same limits of the initial user namespace, the host's,
+// which /proc/sys/user does not show from inside a nested one (it shows
+// that namespace's own, often no limit at all: nsgate under the lab, in a
+// container, in Kubernetes).
+var hostQuotas = map[string]string{
+	"user/max_inotify_instances": "fs/inotify/max_user_instances",
+	"user/max_inotify_watches":   "fs/inotify/max_user_watches",
+	"user/max_fanotify_groups":   "fs/fanotify/max_user_groups",
+	"user/max_fanotify_marks":    "fs/fanotify/max_user_marks",
+}
+
+// readSysctl reads a number from /proc/sys/NAME (0 when it cannot).
+func readSysctl(name string) int64 {
+	b, err := os.ReadFile("/proc/sys/" + name)
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil || n < 0 {
+		return 0
+	}
+	return n
+}
+
+// DefaultMaxProcs is the default RLIMIT_NPROC of the worker: room for a
+// browser or a parallel build, far from what a fork bomb needs to stop the
+// caller's shell or the host.
+const DefaultMaxProcs = 4096
+
+// DefaultQuota is the worker's share of the caller's quotas: half of each
+// of userNSQuotas, as nsgate's own user namespace or the host has it
+// (the lower), procs processes,
+// or half of nsgate's own soft RLIMIT_NPROC where that is less (0: that
+// half alone), and shm bytes of SysV shared memory (0: the kernel's
+// default, no limit).
+func DefaultQuota(procs uint64, shm int64) Quota {
+	q := Quota{Sysctl: map[string]int64{}}
+	if shm > 0 {
+		q.Sysctl["kernel/shmmax"] = shm
+		q.Sysctl["kernel/shmall"] = max(shm/int64(os.Getpagesize()), 1)
+	}
+	for _, name := range userNSQuotas {
+		// The least of nsgate's own namespace's limit and the host's.
+		n := readSysctl(name)
+		if h := readSysctl(hostQuotas[name]); h > 0 && (n <= 0 || h < n) {
+			n = h
+		}
+		if n <= 1 {
+			continue
+		}
+		q.Sysctl[name] = n / 2
+	}
+	if half := ownNprocHalf(); half > 0 && (procs == 0 || half < procs) {
+		procs = half
+	}
+	q.Procs = procs
+	return q
 }
 
 // Stdio are the worker's standard streams (nil: nsgate's own).

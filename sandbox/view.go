@@ -18,8 +18,9 @@ import (
 //
 //   - the host's whole mount tree, read-only (recursively);
 //   - a fresh /proc for the worker's PID namespace;
-//   - Scratch directories as private, empty tmpfs mounts;
-//   - Home as a private tmpfs, or HomeFrom bound read-write at Home;
+//   - Scratch directories as private, empty directories of one tmpfs of
+//     ScratchSize bytes (shared by all of them);
+//   - Home as another such directory, or HomeFrom bound read-write at Home;
 //   - Writable host paths bound read-write at their own paths (also when
 //     they lie below a scratch directory or Home);
 //   - ReadOnly host paths (--ro paths and programs the worker may run
@@ -43,10 +44,14 @@ import (
 type View struct {
 	Writable []string `json:",omitempty"`
 	Scratch  []Scratch
-	Home     string   `json:",omitempty"`
-	HomeFrom string   `json:",omitempty"`
-	ReadOnly []string `json:",omitempty"`
-	Hide     []string `json:",omitempty"`
+	Home     string `json:",omitempty"`
+	HomeFrom string `json:",omitempty"`
+	// ScratchSize is the size in bytes of the one tmpfs that holds the
+	// scratch directories and the private home, with one inode per 4 KiB
+	// of it; 0: the kernel's default (half of RAM).
+	ScratchSize int64    `json:",omitempty"`
+	ReadOnly    []string `json:",omitempty"`
+	Hide        []string `json:",omitempty"`
 	// ResolvConf is the content bound over /etc/resolv.conf ("" leaves it).
 	ResolvConf string `json:",omitempty"`
 	// Cwd is the worker's working directory, entered once the view is
@@ -82,6 +87,11 @@ type ViewConfig struct {
 	// HomeDir, when set, is a host directory to be the worker's home,
 	// read-write (--home DIR); otherwise Home is a private tmpfs.
 	HomeDir string
+	// ScratchSize bounds, in bytes, what the worker may keep in its
+	// private directories (the scratch directories and a private home) all
+	// together: 0 means DefaultScratchSize, a negative value the kernel's
+	// default for a tmpfs (half of RAM).
+	ScratchSize int64
 	// UID is the caller's uid on the host, for /run/user/UID.
 	UID int
 	// RuntimeDir is the caller's $XDG_RUNTIME_DIR. Where it is not
@@ -160,6 +170,18 @@ var devLinks = map[string]string{
 	"/dev/ptmx": "pts/ptmx",
 }
 
+// DefaultScratchSize is the default budget of the worker's private
+// directories: what it writes there is memory (unswappable without swap)
+// that no process is charged for, so the OOM killer cannot free it by
+// killing the worker. With the kernel's default, half of RAM for each of
+// four or five tmpfs mounts, a worker could pin twice the machine's memory.
+const DefaultScratchSize int64 = 2 << 30
+
+// scratchInodeBytes: the private tmpfs gets one inode per this many bytes
+// of its size (the kernel's own default ratio: one per page), so that empty
+// files cannot pin kernel memory without bound either.
+const scratchInodeBytes = 4096
+
 // scratchDirs are the directories that become private tmpfs mounts, with
 // the mode of their new root; /run/user/UID is added by PlanView.
 var scratchDirs = []Scratch{
@@ -183,6 +205,15 @@ var scratchDirs = []Scratch{
 // change them.
 func PlanView(cfg ViewConfig) (View, error) {
 	var v View
+	switch {
+	case cfg.ScratchSize == 0:
+		v.ScratchSize = DefaultScratchSize
+	case cfg.ScratchSize > 0:
+		if cfg.ScratchSize < 1<<20 {
+			return View{}, fmt.Errorf("scratch size %d bytes: want at least 1 MiB", cfg.ScratchSize)
+		}
+		v.ScratchSize = cfg.ScratchSize
+	}
 	for _, w := range cfg.Writable {
 		c, err := canonicalExisting(w)
 		if err != nil {

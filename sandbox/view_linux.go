@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -74,6 +75,9 @@ func applyView(v *View) (degraded []string, err error) {
 		}
 		steps = append(steps, step{path: r, tree: t, file: !isDir(r)})
 	}
+	// The private directories (scratch, a private home) are directories
+	// of one detached tmpfs, so that ScratchSize bounds them together.
+	private := make([]Scratch, 0, len(v.Scratch)+1)
 	if v.Home != "" {
 		if v.HomeFrom != "" {
 			t, err := cloneTree(v.HomeFrom, attrWorkerWritable, 0)
@@ -82,11 +86,23 @@ func applyView(v *View) (degraded []string, err error) {
 			}
 			steps = append(steps, step{path: v.Home, tree: t})
 		} else {
-			steps = append(steps, step{path: v.Home, tree: -1, mode: 0o700})
+			private = append(private, Scratch{Path: v.Home, Mode: 0o700})
 		}
 	}
-	for _, s := range v.Scratch {
-		steps = append(steps, step{path: s.Path, tree: -1, mode: s.Mode})
+	private = append(private, v.Scratch...)
+	if len(private) > 0 {
+		scratch, err := scratchTmpfs(v.ScratchSize)
+		if err != nil {
+			return nil, fmt.Errorf("private directories' tmpfs: %w", err)
+		}
+		defer unix.Close(scratch)
+		for i, p := range private {
+			t, err := scratchDir(scratch, strconv.Itoa(i), unixMode(p.Mode))
+			if err != nil {
+				return nil, fmt.Errorf("private directory %s: %w", p.Path, err)
+			}
+			steps = append(steps, step{path: p.Path, tree: t})
+		}
 	}
 	// The private /dev: a tmpfs, and the device nodes bound into it.
 	steps = append(steps, step{path: devDir, tree: -1, mode: 0o755})
@@ -147,7 +163,7 @@ func applyView(v *View) (degraded []string, err error) {
 	if err := os.Mkdir(devDir+"/pts", 0o755); err != nil {
 		return nil, fmt.Errorf("private /dev: %w", err)
 	}
-	if err := unix.Mount("devpts", devDir+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620"); err != nil {
+	if err := unix.Mount("devpts", devDir+"/pts", "devpts", unix.MS_NOSUID|unix.MS_NOEXEC, "newinstance,ptmxmode=0666,mode=0620,max="+strconv.Itoa(devptsMax)); err != nil {
 		return nil, fmt.Errorf("private /dev/pts: %w", err)
 	}
 	for link, target := range devLinks {
@@ -246,6 +262,57 @@ func stagingTmpfs() (int, error) {
 	return m, nil
 }
 
+// scratchTmpfs returns a detached tmpfs of size bytes (0: the kernel's
+// default) and one inode per scratchInodeBytes of it, for the private
+// directories.
+func scratchTmpfs(size int64) (int, error) {
+	fsfd, err := unix.Fsopen("tmpfs", unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("fsopen: %w", err)
+	}
+	defer unix.Close(fsfd)
+	opts := [][2]string{{"mode", "0755"}}
+	if size > 0 {
+		opts = append(opts, [2]string{"size", strconv.FormatInt(size, 10)},
+			[2]string{"nr_inodes", strconv.FormatInt(max(size/scratchInodeBytes, 64), 10)})
+	}
+	for _, o := range opts {
+		if err := unix.FsconfigSetString(fsfd, o[0], o[1]); err != nil {
+			return -1, fmt.Errorf("fsconfig %s=%s: %w", o[0], o[1], err)
+		}
+	}
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return -1, fmt.Errorf("fsconfig create: %w", err)
+	}
+	m, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, unix.MOUNT_ATTR_NOEXEC|unix.MOUNT_ATTR_NOSUID|unix.MOUNT_ATTR_NODEV)
+	if err != nil {
+		return -1, fmt.Errorf("fsmount: %w", err)
+	}
+	return m, nil
+}
+
+// scratchDir makes the empty directory name of mode in the scratch tmpfs
+// and returns a detached bind of it, noexec, nosuid and nodev.
+func scratchDir(scratch int, name string, mode uint32) (int, error) {
+	if err := unix.Mkdirat(scratch, name, 0o700); err != nil {
+		return -1, err
+	}
+	// mkdir drops the sticky bit and applies the umask: set the mode.
+	if err := unix.Fchmodat(scratch, name, mode, 0); err != nil {
+		return -1, err
+	}
+	t, err := unix.OpenTree(scratch, name, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return -1, fmt.Errorf("open_tree: %w", err)
+	}
+	a := unix.MountAttr{Attr_set: attrWorkerWritable}
+	if err := unix.MountSetattr(t, "", unix.AT_EMPTY_PATH, &a); err != nil {
+		unix.Close(t)
+		return -1, fmt.Errorf("mount_setattr: %w", err)
+	}
+	return t, nil
+}
+
 // cloneTree returns a detached copy of the mount tree at path (with its
 // submounts), with attrs set on every mount of it.
 func cloneTree(path string, set, clr uint64) (int, error) {
@@ -289,6 +356,12 @@ func bindFrom(stage int, name, target string) error {
 	}
 	return unix.MoveMount(t, "", unix.AT_FDCWD, target, unix.MOVE_MOUNT_F_EMPTY_PATH|unix.MOVE_MOUNT_T_SYMLINKS)
 }
+
+// devptsMax is how many ptys the worker's devpts instance allows. Every
+// instance but the host's shares kernel.pty.max less pty.reserve (3,072
+// by default): without a bound of its own a worker could hold them all
+// and leave other sandboxes and containers without a pty.
+const devptsMax = 256
 
 // hideEmpty is the staging file bound over hidden files: empty, mode 0.
 const hideEmpty = "hidden"

@@ -459,3 +459,32 @@ func TestPlanViewPrograms(t *testing.T) {
 		}
 	}
 }
+
+func TestPlanViewScratchSize(t *testing.T) {
+	for _, tc := range []struct {
+		in, want int64
+		err      bool
+	}{{0, DefaultScratchSize, false}, {-1, 0, false}, {8 << 20, 8 << 20, false}, {4096, 0, true}} {
+		v, err := PlanView(ViewConfig{ScratchSize: tc.in})
+		if (err != nil) != tc.err || v.ScratchSize != tc.want {
+			t.Errorf("ScratchSize %d: %d, %v; want %d (error %v)", tc.in, v.ScratchSize, err, tc.want, tc.err)
+		}
+	}
+}
+
+// TestDefaultQuotaNested: inside a nested user namespace /proc/sys/user
+// shows that namespace's limits (no limit, by default); the worker's share
+// is still half of the host's.
+func TestDefaultQuotaNested(t *testing.T) {
+	host := readSysctl("fs/inotify/max_user_instances")
+	if host <= 1 {
+		t.Fatalf("the host's inotify limit reads %d", host)
+	}
+	q := DefaultQuota(64, 0)
+	if got := q.Sysctl["user/max_inotify_instances"]; got <= 0 || got > host/2 {
+		t.Errorf("max_inotify_instances %d, want at most half of the host's %d", got, host)
+	}
+	if q.Procs == 0 || q.Procs > 64 {
+		t.Errorf("Procs %d, want at most 64", q.Procs)
+	}
+}

@@ -129,6 +129,8 @@ type Config struct {
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Pcap, when set, receives a pcap of every packet on the link.
 	Pcap io.Writer
+	// PcapMax bounds the capture in bytes (0: none; netstack.Config.PcapMax).
+	PcapMax int64
 	// NoNetwork: the session audits a command without a gateway (nsgate
 	// guard): no policy is read and the start record names none.
 	NoNetwork bool
@@ -241,6 +243,7 @@ func (s *Session) Attach(link stack.LinkEndpoint) error {
 		Dial:    s.cfg.Dial,
 		Limits:  s.cfg.Limits,
 		Pcap:    s.cfg.Pcap,
+		PcapMax: s.cfg.PcapMax,
 		DHCP:    s.cfg.DHCP,
 	}
 	if !s.cfg.NoDNS {
@@ -453,6 +456,11 @@ func (s *Session) Close(code int) int {
 	}
 	if gw != nil {
 		gw.Close()
+		if err := gw.PcapErr(); err != nil {
+			fmt.Fprintf(s.cfg.Stderr, "nsgate: pcap incomplete: %v; %d writes lost (the exit record's pcap_dropped)\n", err, gw.Stats().PcapDropped)
+		} else if gw.PcapReached() {
+			fmt.Fprintf(s.cfg.Stderr, "nsgate: pcap reached --pcap-max (%d bytes): %d later packets were not captured (the exit record's pcap_dropped)\n", s.cfg.PcapMax, gw.Stats().PcapDropped)
+		}
 	}
 	for _, a := range execs {
 		a.close()

@@ -20,7 +20,7 @@
 package worker
 
 import (
-	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -40,7 +40,6 @@ import (
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/learn"
 	"github.com/nsgate/nsgate/netplan"
-	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/session"
@@ -107,6 +106,14 @@ type Config struct {
 	// File-system view: --rw, --ro, --home.
 	Writable, ReadOnly []string
 	HomeDir            string
+	// ScratchSize bounds the worker's private directories together, in
+	// bytes (--scratch-size): 0 sandbox.DefaultScratchSize, negative the
+	// kernel's default.
+	ScratchSize int64
+	// MaxProcs bounds the worker's processes and threads (--max-procs;
+	// 0: sandbox.DefaultMaxProcs), and never above half of nsgate's own
+	// RLIMIT_NPROC.
+	MaxProcs int
 	// Root maps the caller to uid 0 inside the sandbox.
 	Root bool
 	// Publish are inbound forwards from the host to the worker.
@@ -217,20 +224,11 @@ func (r *run) run() int {
 		if err != nil {
 			return r.fail(fmt.Errorf("pcap: %w", err))
 		}
-		pw := bufio.NewWriterSize(pf, 1<<20)
-		cfg.Session.Pcap = pw
-		var lim *netstack.PcapLimiter
-		if cfg.PcapMax > 0 {
-			lim = netstack.LimitPcap(pw, cfg.PcapMax)
-			cfg.Session.Pcap = lim
-		}
-		r.cleanup = append(r.cleanup, func() {
-			pw.Flush()
-			pf.Close()
-			if lim != nil && lim.Reached() {
-				r.errorf("pcap: %s reached --pcap-max (%d bytes): later packets were not captured (pcap_dropped in the exit record counts them)", cfg.Pcap, cfg.PcapMax)
-			}
-		})
+		// The gateway buffers the capture and writes the rest when it
+		// closes, before the exit record counts what it lost.
+		cfg.Session.Pcap = pf
+		cfg.Session.PcapMax = cfg.PcapMax
+		r.cleanup = append(r.cleanup, func() { pf.Close() })
 	}
 	scfg := cfg.Session
 	if cfg.Learn != "" {
@@ -308,6 +306,8 @@ func (r *run) run() int {
 		View:      view,
 		Hostname:  "nsgate",
 		GuardSpec: gspec,
+		// SysV shared memory is bounded like the private directories.
+		Quota: sandbox.DefaultQuota(uint64(cmp.Or(cfg.MaxProcs, sandbox.DefaultMaxProcs)), view.ScratchSize),
 	}
 	starttrace.Mark("planned")
 	child, err := sandbox.Start(spec, cfg.Stdio)
@@ -505,16 +505,17 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 	}
 	cwd, _ := os.Getwd()
 	v, err := sandbox.PlanView(sandbox.ViewConfig{
-		Writable:   append(slices.Clone(cfg.Writable), fs.Write...),
-		Hide:       hide,
-		ReadOnly:   cfg.ReadOnly,
-		Home:       os.Getenv("HOME"),
-		HomeDir:    cfg.HomeDir,
-		UID:        os.Getuid(),
-		RuntimeDir: os.Getenv("XDG_RUNTIME_DIR"),
-		SessionBus: os.Getenv("DBUS_SESSION_BUS_ADDRESS"),
-		SSHAgent:   os.Getenv("SSH_AUTH_SOCK"),
-		SystemBus:  os.Getenv("DBUS_SYSTEM_BUS_ADDRESS"),
+		Writable:    append(slices.Clone(cfg.Writable), fs.Write...),
+		Hide:        hide,
+		ReadOnly:    cfg.ReadOnly,
+		Home:        os.Getenv("HOME"),
+		HomeDir:     cfg.HomeDir,
+		ScratchSize: cfg.ScratchSize,
+		UID:         os.Getuid(),
+		RuntimeDir:  os.Getenv("XDG_RUNTIME_DIR"),
+		SessionBus:  os.Getenv("DBUS_SESSION_BUS_ADDRESS"),
+		SSHAgent:    os.Getenv("SSH_AUTH_SOCK"),
+		SystemBus:   os.Getenv("DBUS_SYSTEM_BUS_ADDRESS"),
 		EngineHosts: []string{os.Getenv("DOCKER_HOST"), os.Getenv("CONTAINER_HOST"),
 			os.Getenv("CONTAINERD_ADDRESS"), os.Getenv("BUILDKIT_HOST")},
 		Exec:       plan.Allow,

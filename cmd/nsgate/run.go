@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/nsgate/nsgate/audit"
@@ -33,9 +34,10 @@ type runFlags struct {
 	learn                             string
 	audit, publish, execAllow, rw, ro listFlag
 	home                              string
+	scratchSize                       string
 	allowUserns, allowUnix, root      bool
 	mtu                               uint
-	maxFlows                          int
+	maxFlows, maxProcs                int
 	pcapMax                           int64
 	ipv6, quiet                       bool
 	execGuard                         string
@@ -63,11 +65,13 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.root, "root", false, "map the caller to uid 0 inside the sandbox")
 	fs.UintVar(&f.mtu, "mtu", tundev.DefaultMTU, "MTU of the worker's TUN device")
 	fs.IntVar(&f.maxFlows, "max-flows", netstack.DefaultMaxFlows, "concurrent TCP flows the worker may hold open; more are refused (audited)")
+	fs.IntVar(&f.maxProcs, "max-procs", sandbox.DefaultMaxProcs, "processes and threads the worker may run at once (its RLIMIT_NPROC; at most half of the caller's own, and not applied to a root caller's worker)")
 	fs.BoolVar(&f.ipv6, "ipv6", true, "give the worker IPv6 (--ipv6=false: IPv4 only)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no human-readable denial lines on stderr")
 	fs.Var(&f.rw, "rw", "host `PATH` (file or directory) the worker may write (repeatable); the rest of the host is read-only")
 	fs.Var(&f.ro, "ro", "host `PATH` the worker may read where the view would hide it: below /tmp, /var/tmp, /dev/shm or $HOME (repeatable)")
 	fs.StringVar(&f.home, "home", "", "host `DIR` to be the worker's $HOME, writable (default: a private, empty tmpfs)")
+	fs.StringVar(&f.scratchSize, "scratch-size", "2G", "what the worker may keep in its private /tmp, /var/tmp, /dev/shm, /run/user/UID and $HOME all together, in `BYTES` (K, M, G suffixes: powers of 1024), with one file per 4 KiB, and as much SysV shared memory; 0: the kernel's defaults (half of RAM; no limit)")
 	fs.StringVar(&f.execGuard, "exec-guard", "strict", "`strict`, or best-effort: start even if Landlock or seccomp is missing (audited)")
 }
 
@@ -120,6 +124,8 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 		Writable:    f.rw,
 		ReadOnly:    f.ro,
 		HomeDir:     f.home,
+		ScratchSize: f.scratchBytes(),
+		MaxProcs:    f.maxProcs,
 		Root:        f.root,
 		Quiet:       f.quiet,
 		Learn:       f.learn,
@@ -198,6 +204,16 @@ func (f *runFlags) validate() error {
 	if f.pcapMax < 0 || f.pcapMax > 1<<30 {
 		return fmt.Errorf("--pcap-max %d out of range (0 for no bound, else 1 to %d MiB)", f.pcapMax, 1<<30)
 	}
+	if f.scratchSize == "" {
+		// the default
+	} else if n, err := parseBytes(f.scratchSize); err != nil {
+		return fmt.Errorf("--scratch-size %q: %v", f.scratchSize, err)
+	} else if n != 0 && n < 1<<20 {
+		return fmt.Errorf("--scratch-size %q: want at least 1M, or 0 for the kernel's default", f.scratchSize)
+	}
+	if f.maxProcs != 0 && (f.maxProcs < 16 || f.maxProcs > 1<<22) {
+		return fmt.Errorf("--max-procs %d out of range (16 to %d)", f.maxProcs, 1<<22)
+	}
 	if f.maxFlows < 1 || f.maxFlows > 1<<20 {
 		return fmt.Errorf("--max-flows %d out of range (1 to %d)", f.maxFlows, 1<<20)
 	}
@@ -225,4 +241,35 @@ func sameStream(a, b string) bool {
 		return filepath.Clean(s)
 	}
 	return canon(a) == canon(b)
+}
+
+// scratchBytes is --scratch-size for worker.Config (validated with the
+// flags): 0 on the command line is the kernel's default, which the
+// Config spells as a negative size.
+func (f *runFlags) scratchBytes() int64 {
+	if f.scratchSize == "" {
+		return 0 // sandbox.DefaultScratchSize
+	}
+	n, _ := parseBytes(f.scratchSize)
+	if n == 0 {
+		return -1
+	}
+	return n
+}
+
+// parseBytes reads a size: digits, then optionally K, M, G or T (powers of
+// 1024, with or without a following "iB" or "B").
+func parseBytes(s string) (int64, error) {
+	num := strings.TrimRight(s, "KMGTkmgtiB")
+	unit := strings.ToUpper(strings.TrimSuffix(strings.TrimSuffix(s[len(num):], "B"), "i"))
+	shift := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
+	sh, ok := shift[unit]
+	if !ok || num == "" {
+		return 0, errors.New("want a number of bytes with an optional K, M, G or T")
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)>>sh {
+		return 0, errors.New("want a number of bytes with an optional K, M, G or T")
+	}
+	return n << sh, nil
 }

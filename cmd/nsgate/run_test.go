@@ -44,3 +44,40 @@ func TestRunAuditFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestScratchSizeFlag(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64 // worker.Config.ScratchSize
+		err  string
+	}{
+		{in: "", want: 0},
+		{in: "2G", want: 2 << 30},
+		{in: "512M", want: 512 << 20},
+		{in: "8MiB", want: 8 << 20},
+		{in: "1048576", want: 1 << 20},
+		{in: "64k", err: "at least 1M"},
+		{in: "0", want: -1},
+		{in: "-1G", err: "a number of bytes"},
+		{in: "G", err: "a number of bytes"},
+		{in: "2X", err: "a number of bytes"},
+		{in: "2 G", err: "a number of bytes"},
+		{in: "99999999999T", err: "a number of bytes"},
+	} {
+		f := runFlags{mtu: 65520, maxFlows: 1, execGuard: "strict", scratchSize: tc.in}
+		err := f.validate()
+		if tc.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("--scratch-size %q: %v, want %q", tc.in, err, tc.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("--scratch-size %q: %v", tc.in, err)
+			continue
+		}
+		if got := f.scratchBytes(); got != tc.want {
+			t.Errorf("--scratch-size %q: %d, want %d", tc.in, got, tc.want)
+		}
+	}
+}

@@ -42,6 +42,7 @@ const (
 	LayerExecGuard = "exec-guard"    // Landlock exec allowlist and seccomp
 	LayerView      = "fs-view"       // the worker's file system view: host read-only, private scratch and home, nsgate's files hidden, noexec, Landlock write rules
 	LayerAudit     = "audit"         // the audit log fails closed: nothing new is admitted once a record cannot be written
+	LayerQuota     = "quota"         // the worker's bounded share of what the kernel counts per user (inotify, processes) and of memory no process is charged for
 )
 
 // AuditWant is what the audit log must show for an attempt.

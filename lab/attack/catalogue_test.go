@@ -14,7 +14,7 @@ var update = flag.Bool("update", false, "rewrite the catalogue in ../../integrat
 
 func TestCatalogueShape(t *testing.T) {
 	cat := Catalogue()
-	layers := []string{LayerControl, LayerMetadata, LayerSpecial, LayerPolicy, LayerDNS, LayerResolve, LayerL7, LayerNetns, LayerCaps, LayerExecGuard, LayerView, LayerAudit}
+	layers := []string{LayerControl, LayerMetadata, LayerSpecial, LayerPolicy, LayerDNS, LayerResolve, LayerL7, LayerNetns, LayerCaps, LayerExecGuard, LayerView, LayerAudit, LayerQuota}
 	seen := map[string]bool{}
 	cats := map[string]int{}
 	attacks, controls := 0, 0

@@ -225,6 +225,22 @@ func containmentAttempts() []Attempt {
 			CheckHost: func(h *HostEnv, at Attempt) HostResult { return h.gateMade() },
 		},
 		{
+			ID: "res-pin-scratch-memory", Category: "containment", Layer: LayerQuota,
+			Description: "measure what the private /tmp, /var/tmp, /dev/shm and $HOME can hold together: each was a tmpfs of the kernel's default size (half of RAM, one inode per page), so a worker could pin twice the machine's memory in files no process is charged for, which the OOM killer cannot free by killing the worker",
+			Expect:      Blocked, Audit: AuditNone,
+			HostCheck: "nothing to check on the host: the sizes the worker's statfs reports (one file system, at most half of RAM) are the evidence; TestScratchSpaceBounded fills them",
+			NoRecord:  "nothing reaches nsgate: the kernel refuses a write past the tmpfs's size with ENOSPC inside the worker",
+			run:       resPinScratchMemory,
+		},
+		{
+			ID: "res-take-inotify-quota", Category: "containment", Layer: LayerQuota,
+			Description: "open inotify instances until the kernel refuses one: they count against the caller's uid on the host (128 by default, for all of its programs), so a worker that took them all left the caller's editors, file managers and systemd --user without inotify while it ran",
+			Expect:      Blocked, Audit: AuditNone,
+			HostCheck: "nothing to check on the host: the count the worker got, at most half of the host's per-user limit (/proc/sys/fs/inotify/max_user_instances), is the evidence",
+			NoRecord:  "nothing reaches nsgate: the kernel refuses the instance past the worker's user namespace's limit with EMFILE",
+			run:       resTakeInotifyQuota,
+		},
+		{
 			ID: "fs-read-init", Category: "containment", Layer: LayerView,
 			Description: "read what the sandbox's init holds through /proc/1: its environment (which used to carry the sandbox spec: the paths of the policy, audit log and key, and the hide list), its memory map and where its descriptors point",
 			Expect:      Blocked, Audit: AuditNone,

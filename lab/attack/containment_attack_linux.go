@@ -1009,3 +1009,72 @@ func fsHoldStartSlots(ctx context.Context, a *attacker) result {
 	}
 	return blockedf("%s is empty: the worker does not see the start gate", dir)
 }
+
+// resPinScratchMemory measures what the worker's private directories can
+// hold: allowed when they are more than one file system, or their one
+// file system may grow past half of RAM (or past one inode per 4 KiB).
+func resPinScratchMemory(ctx context.Context, a *attacker) result {
+	var info unix.Sysinfo_t
+	if err := unix.Sysinfo(&info); err != nil {
+		return erroredf("sysinfo: %v", err)
+	}
+	ram := uint64(info.Totalram) * uint64(info.Unit)
+	devs := map[uint64]bool{}
+	var total, files uint64
+	var seen []string
+	for _, d := range []string{"/tmp", "/var/tmp", "/dev/shm", os.Getenv("HOME")} {
+		var st unix.Stat_t
+		var fs unix.Statfs_t
+		if d == "" || unix.Stat(d, &st) != nil || unix.Statfs(d, &fs) != nil {
+			continue
+		}
+		seen = append(seen, d)
+		if devs[st.Dev] {
+			continue
+		}
+		devs[st.Dev] = true
+		total += fs.Blocks * uint64(fs.Bsize)
+		files += fs.Files
+	}
+	if len(seen) == 0 {
+		return erroredf("none of the private directories exists")
+	}
+	detail := fmt.Sprintf("%s: %d file system(s), %d MiB and %d inodes together, of %d MiB of RAM", strings.Join(seen, ", "), len(devs), total>>20, files, ram>>20)
+	if total > ram/2 || files > total/4096+64 {
+		return allowedf("%s: the worker can pin more than half of RAM, or more inodes than one per 4 KiB", detail)
+	}
+	return blockedf("%s", detail)
+}
+
+// resTakeInotifyQuota opens inotify instances until refused (and closes
+// them): allowed when it got more than half of the host's per-user limit,
+// which its uid shares with the caller's other programs.
+func resTakeInotifyQuota(ctx context.Context, a *attacker) result {
+	b, err := os.ReadFile("/proc/sys/fs/inotify/max_user_instances") // the host's (the initial user namespace's)
+	if err != nil {
+		return erroredf("the host's inotify limit: %v", err)
+	}
+	host, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || host <= 0 {
+		return erroredf("the host's inotify limit %q", b)
+	}
+	var fds []int
+	defer func() {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+	}()
+	var last error
+	for len(fds) < host+1 {
+		fd, err := unix.InotifyInit1(unix.IN_CLOEXEC)
+		if err != nil {
+			last = err
+			break
+		}
+		fds = append(fds, fd)
+	}
+	if len(fds) > host/2 {
+		return allowedf("opened %d inotify instances of the %d the caller's uid may hold on the host", len(fds), host)
+	}
+	return blockedf("opened %d inotify instances, then %v; the host allows %d per user", len(fds), last, host)
+}

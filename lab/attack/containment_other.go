@@ -30,6 +30,8 @@ var (
 	fsOtherTerminals     = notLinux
 	fsHoldStartSlots     = notLinux
 	fsReadInit           = notLinux
+	resPinScratchMemory  = notLinux
+	resTakeInotifyQuota  = notLinux
 	ttyOutliveWorker     = notLinux
 	viewHostileStrings   = notLinux
 	viewExecSuggestTree  = notLinux

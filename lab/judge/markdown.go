@@ -291,6 +291,7 @@ var legendLayers = []struct{ layer, what string }{
 	{attack.LayerExecGuard, "the exec guard: the Landlock exec allowlist and the seccomp filter"},
 	{attack.LayerView, "the worker's file system view: host read-only, private scratch and home, nsgate's files hidden, noexec, Landlock write rules"},
 	{attack.LayerAudit, "the audit log fails closed: nothing new is admitted once a record cannot be written"},
+	{attack.LayerQuota, "the worker's bounded share of what the kernel counts per user (inotify instances, processes) and of memory no process is charged for (its private directories)"},
 }
 
 // writeLegend explains the table's columns, layers and verdict words.
