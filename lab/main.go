@@ -36,7 +36,7 @@ type Stdio = sealed.Stdio
 // version line, for the evidence.
 func Main(args []string, stdio Stdio, version string) int {
 	e := labEnv{stdio}
-	fs := cliflag.New("nsgate lab", `Usage: nsgate lab [--evidence DIR] [--browser PATH]
+	fs := cliflag.New("nsgate lab", `Usage: nsgate lab [--evidence DIR] [--browser PATH] [--expect-degraded LAYERS]
 
 Runs every attack of the catalogue (integration/README.md) against nsgate in
 a sealed network namespace with a fake internet, plus controls that must
@@ -44,6 +44,7 @@ succeed. Exit 0 only if every attack was blocked and every control
 succeeded; 1 if not; 2 if the lab could not run.`, stdio.Stdout, stdio.Stderr)
 	evidence := fs.String("evidence", "nsgate-lab-evidence", "write the evidence record (evidence.json, evidence.md, audit.jsonl) to `DIR`")
 	browser := fs.String("browser", "", "also run the browser attempts: headless Chromium at `PATH` (e.g. /usr/lib/chromium/chromium) as the worker under nsgate run, driven over CDP by a scripted agent")
+	expectDegraded := fs.String("expect-degraded", "", "accept attacks through these `LAYERS` (comma-separated, as nsgate names them when it starts without them, e.g. namespace-quota in a pod with a read-only /proc/sys) when nsgate said at start they are not in force; each is still reported")
 	brk := fs.String("break", "", "")
 	only := fs.String("only", "", "")
 	catalogue := fs.Bool("catalogue", false, "")
@@ -55,7 +56,7 @@ succeeded; 1 if not; 2 if the lab could not run.`, stdio.Stdout, stdio.Stderr)
 		return ExitError
 	}
 	if fs.NArg() > 0 {
-		e.errorf("lab: unexpected argument %q (usage: nsgate lab [--evidence DIR] [--browser PATH])", fs.Arg(0))
+		e.errorf("lab: unexpected argument %q (usage: nsgate lab [--evidence DIR] [--browser PATH] [--expect-degraded LAYERS])", fs.Arg(0))
 		return ExitError
 	}
 	if *catalogue {
@@ -105,6 +106,9 @@ succeeded; 1 if not; 2 if the lab could not run.`, stdio.Stdout, stdio.Stderr)
 		if *browser != "" {
 			inner = append(inner, "--browser", *browser)
 		}
+		if *expectDegraded != "" {
+			inner = append(inner, "--expect-degraded", *expectDegraded)
+		}
 		code, err := sealed.Enter(inner, os.Environ(), stdio)
 		if err != nil {
 			e.errorf("lab: %v", err)
@@ -121,15 +125,16 @@ succeeded; 1 if not; 2 if the lab could not run.`, stdio.Stdout, stdio.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	return Run(ctx, Config{
-		Self:       self,
-		AttackArgs: []string{"__attack"},
-		Version:    version,
-		Evidence:   dir,
-		Break:      *brk,
-		Only:       ids,
-		Browser:    *browser,
-		Stdout:     stdio.Stdout,
-		Stderr:     stdio.Stderr,
+		Self:           self,
+		AttackArgs:     []string{"__attack"},
+		Version:        version,
+		Evidence:       dir,
+		Break:          *brk,
+		Only:           ids,
+		Browser:        *browser,
+		ExpectDegraded: splitList(*expectDegraded),
+		Stdout:         stdio.Stdout,
+		Stderr:         stdio.Stderr,
 	})
 }
 
@@ -138,4 +143,15 @@ type labEnv struct{ Stdio }
 
 func (e labEnv) errorf(format string, args ...any) {
 	fmt.Fprintf(e.Stderr, "nsgate: "+format+"\n", args...)
+}
+
+// splitList splits a comma-separated flag value, dropping empty items.
+func splitList(v string) []string {
+	var out []string
+	for _, x := range strings.Split(v, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
 }

@@ -95,6 +95,12 @@ type Attempt struct {
 	Description string
 	// Expect is Allowed for controls and Blocked for attacks.
 	Expect Outcome
+	// Needs, when set, is the one layer of nsgate, as its start record
+	// names it among the degraded ones, that stops the attack: where
+	// nsgate says that layer is not in force, the attack's getting
+	// through is that, and `nsgate lab --expect-degraded LAYER` accepts
+	// it (judge.AcceptDegraded).
+	Needs string
 	// Audit is what the audit log must show.
 	Audit AuditWant
 	// Rule, when set, is the rule one of the deny records must carry

@@ -235,7 +235,7 @@ func containmentAttempts() []Attempt {
 		{
 			ID: "res-take-inotify-quota", Category: "containment", Layer: LayerQuota,
 			Description: "open inotify instances until the kernel refuses one: they count against the caller's uid on the host (128 by default, for all of its programs), so a worker that took them all left the caller's editors, file managers and systemd --user without inotify while it ran",
-			Expect:      Blocked, Audit: AuditNone,
+			Expect:      Blocked, Audit: AuditNone, Needs: "namespace-quota",
 			HostCheck: "nothing to check on the host: the count the worker got, at most half of the host's per-user limit (/proc/sys/fs/inotify/max_user_instances), is the evidence",
 			NoRecord:  "nothing reaches nsgate: the kernel refuses the instance past the worker's user namespace's limit with EMFILE",
 			run:       resTakeInotifyQuota,

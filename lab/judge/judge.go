@@ -39,6 +39,9 @@ type Result struct {
 	// Evidence says what stands for an audit record where none exists by
 	// design (Attempt.NoRecord), or what the attempt's own log showed.
 	Evidence string `json:"evidence,omitempty"`
+	// Degraded names the layer (Attempt.Needs) that nsgate said at start
+	// was not in force, through which the attack got (AcceptDegraded).
+	Degraded string `json:"degraded,omitempty"`
 	// Decision is the audit record that carries nsgate's decision on the
 	// attempt, with its rule and reason; absent when no attributed record
 	// does (see decisionOf).
@@ -420,5 +423,62 @@ func RequireKeyedDenials(cat []attack.Attempt, rep *Report) {
 			rep.Pass = false
 			rep.Reasons = append(rep.Reasons, res.ID+": "+res.Why)
 		}
+	}
+}
+
+// DeclaredDegraded returns the layers the audit log's start records say
+// were asked for but not in force.
+func DeclaredDegraded(recs []audit.Record) []string {
+	var out []string
+	for _, r := range recs {
+		if st, ok := r.Event.(audit.Start); ok {
+			for _, d := range st.Degraded {
+				if !slices.Contains(out, d) {
+					out = append(out, d)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// AcceptDegraded revisits the attacks of rep that got through where the
+// one layer that stops them (Attempt.Needs) is among declared, the layers
+// nsgate said at start were not in force. Each such result names the
+// layer (Result.Degraded). If the layer is also in expected (the
+// operator's `--expect-degraded`), the result passes, saying why, and
+// leaves rep.Reasons; otherwise its reason says how to acknowledge it.
+// Nothing else changes: an attack that got through a layer in force, or
+// one whose layer nsgate did not declare, fails as before.
+func AcceptDegraded(rep *Report, cat []attack.Attempt, declared, expected []string) {
+	needs := make(map[string]string, len(cat))
+	for _, at := range cat {
+		if at.Needs != "" {
+			needs[at.ID] = at.Needs
+		}
+	}
+	for i := range rep.Results {
+		res := &rep.Results[i]
+		layer := needs[res.ID]
+		if res.Pass || res.Control || layer == "" || res.Observed != attack.Allowed || !slices.Contains(declared, layer) {
+			continue
+		}
+		res.Degraded = layer
+		old := res.ID + ": " + res.Why
+		if slices.Contains(expected, layer) {
+			res.Pass = true
+			res.Why = ""
+			res.Evidence = "got through, as expected here: nsgate said at start that " + layer + " is not in force, and --expect-degraded " + layer + " acknowledged it (" + res.Detail + ")"
+			rep.Reasons = slices.DeleteFunc(rep.Reasons, func(r string) bool { return r == old })
+			continue
+		}
+		res.Why += " (nsgate said at start that " + layer + " is not in force here; nsgate lab --expect-degraded " + layer + " acknowledges that)"
+		if j := slices.Index(rep.Reasons, old); j >= 0 {
+			rep.Reasons[j] = res.ID + ": " + res.Why
+		}
+	}
+	rep.Pass = len(rep.Reasons) == 0
+	for _, r := range rep.Results {
+		rep.Pass = rep.Pass && r.Pass
 	}
 }

@@ -291,3 +291,43 @@ func TestJudgeFoldedFlowL7(t *testing.T) {
 		t.Fatalf("failed: %v", rep.Reasons)
 	}
 }
+
+// TestAcceptDegraded: an attack that only a layer stops (Needs), which got
+// through where nsgate said at start that layer was not in force, names
+// the layer; it passes only when the operator expected that layer
+// degraded. An attack through a layer nsgate did not declare still fails.
+func TestAcceptDegraded(t *testing.T) {
+	cat := []attack.Attempt{
+		{ID: "quota", Category: "containment", Layer: "quota", Expect: attack.Blocked, Audit: attack.AuditNone, NoRecord: "none", Needs: "namespace-quota"},
+		{ID: "other", Category: "containment", Layer: "view", Expect: attack.Blocked, Audit: attack.AuditNone, NoRecord: "none"},
+	}
+	recs := []audit.Record{rec(1, -100, `,"event":"start","version":"dev","degraded":["proc","namespace-quota"]`)}
+	run := func(o []attack.Observation, expected []string) Report {
+		rep := Decide(cat, o, recs, nil, approvedCanned)
+		AcceptDegraded(&rep, cat, DeclaredDegraded(recs), expected)
+		return rep
+	}
+	through := []attack.Observation{obs("quota", attack.Allowed, 0, 10), obs("other", attack.Blocked, 20, 30)}
+	if d := DeclaredDegraded(recs); !slices.Equal(d, []string{"proc", "namespace-quota"}) {
+		t.Fatalf("declared %v", d)
+	}
+	rep := run(through, nil)
+	if q := resultOf(rep, "quota"); rep.Pass || q.Pass || q.Degraded != "namespace-quota" || !strings.Contains(q.Why, "--expect-degraded namespace-quota") {
+		t.Fatalf("not expected: pass %v, result %+v; want a failure naming the layer and the flag", rep.Pass, q)
+	}
+	rep = run(through, []string{"namespace-quota"})
+	if q := resultOf(rep, "quota"); !rep.Pass || !q.Pass || q.Degraded != "namespace-quota" || len(rep.Reasons) != 0 {
+		t.Fatalf("expected: pass %v, reasons %v, result %+v; want it accepted and named", rep.Pass, rep.Reasons, q)
+	}
+	// The other attack getting through is not excused by the flag.
+	rep = run([]attack.Observation{obs("quota", attack.Allowed, 0, 10), obs("other", attack.Allowed, 20, 30)}, []string{"namespace-quota", "proc"})
+	if o := resultOf(rep, "other"); rep.Pass || o.Pass || o.Degraded != "" {
+		t.Fatalf("an attack with no Needs got through: pass %v, result %+v; want a failure", rep.Pass, o)
+	}
+	// Not declared degraded: expecting it changes nothing.
+	rep = Decide(cat, through, nil, nil, approvedCanned)
+	AcceptDegraded(&rep, cat, nil, []string{"namespace-quota"})
+	if q := resultOf(rep, "quota"); rep.Pass || q.Pass || q.Degraded != "" {
+		t.Fatalf("undeclared: pass %v, result %+v; want a failure", rep.Pass, q)
+	}
+}
