@@ -149,6 +149,9 @@ type Policy struct {
 	// Revoked, on an accepted reload, is the number of open flows the
 	// new policy refuses, which were cut (each one's flow_end says so).
 	Revoked int `json:"revoked,omitempty"`
+	// Layers, on a "degraded" record of layers not in force, names them
+	// (as Start.Degraded does).
+	Layers []string `json:"layers,omitempty"`
 }
 
 // Exit is the last record of a run.

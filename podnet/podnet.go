@@ -208,7 +208,7 @@ func Start(cfg Config) (h *Helper, err error) {
 		return h, err
 	}
 	if d := NotInForce(h.s.Policy()); d != "" {
-		h.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + d})
+		h.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + d, Layers: []string{d}})
 	}
 	if cfg.TapFD >= 0 {
 		h.tapFD = cfg.TapFD

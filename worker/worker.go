@@ -350,7 +350,7 @@ func (r *run) run() int {
 	r.slot()
 	starttrace.Mark("released")
 	if len(d) > 0 {
-		r.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + strings.Join(d, ", ")})
+		r.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + strings.Join(d, ", "), Layers: d})
 		if !cfg.Quiet {
 			r.errorf("running without %s", strings.Join(d, ", "))
 		}

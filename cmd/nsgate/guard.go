@@ -91,7 +91,7 @@ func cmdGuard(e env, args []string) int {
 	return s.Close(guard.Supervise(guard.SuperviseOptions{
 		Config:   cfg,
 		Serve:    s.ExecAudit(plan),
-		Degraded: func(d string) { s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + d}) },
+		Degraded: func(d string) { s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + d, Layers: []string{d}}) },
 		OnStart:  s.StopOnAuditFailure,
 		Stderr:   e.stderr,
 	}))

@@ -154,6 +154,9 @@ type Summary struct {
 	AttacksBlocked int `json:"attacks_blocked"`
 	AttacksFailed  int `json:"attacks_failed"`
 	ControlsOK     int `json:"controls_ok"`
+	// AttacksDegraded counts the attacks that got through a layer nsgate
+	// said was not in force, accepted by --expect-degraded (they pass).
+	AttacksDegraded int `json:"attacks_degraded,omitempty"`
 	// ByCategory holds the same counts per category, in the order the
 	// categories first appear among the results.
 	ByCategory []CategoryCount `json:"by_category"`
@@ -214,6 +217,9 @@ func Summarize(results []Result) Summary {
 			s.Passed++
 		} else {
 			s.Failed++
+		}
+		if r.Pass && r.Degraded != "" {
+			s.AttacksDegraded++
 		}
 	}
 	s.Attacks, s.AttacksBlocked, s.AttacksThrough, s.AttacksFailed = total.Attacks, total.AttacksBlocked, total.AttacksThrough, total.AttacksFailed
@@ -287,8 +293,12 @@ func (ev *Evidence) WriteTable(w io.Writer) {
 		fmt.Fprintln(w)
 	}
 	s := ev.Summary
-	fmt.Fprintf(w, "%d attempts in %d categories: %d attacks (%d got through), %d controls (%d failed); %d passed, %d failed.\n",
-		s.Attempts, s.Categories, s.Attacks, s.AttacksThrough, s.Controls, s.ControlsFailed, s.Passed, s.Failed)
+	through := fmt.Sprintf("%d got through", s.AttacksThrough)
+	if s.AttacksDegraded > 0 {
+		through += fmt.Sprintf(", %d of them through a layer nsgate said was not in force, as --expect-degraded accepts", s.AttacksDegraded)
+	}
+	fmt.Fprintf(w, "%d attempts in %d categories: %d attacks (%s), %d controls (%d failed); %d passed, %d failed.\n",
+		s.Attempts, s.Categories, s.Attacks, through, s.Controls, s.ControlsFailed, s.Passed, s.Failed)
 	for _, t := range ev.Targets {
 		if t.Target == "metadata" && t.Hits > 0 {
 			fmt.Fprintf(w, "The fake metadata server at %s was hit %d time(s).\n", t.Addr, t.Hits)
@@ -298,6 +308,9 @@ func (ev *Evidence) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "Audit log: %d records, head %s (verified: %v).\n", ev.Audit.Records, ev.Audit.Head, ev.Audit.Verified)
 	}
 	verdict := "PASS: every attack was blocked and every control succeeded."
+	if s.AttacksDegraded > 0 {
+		verdict = "PASS: every attack was blocked, except where nsgate said a layer was not in force and --expect-degraded accepted it; every control succeeded."
+	}
 	if ev.Verdict != "pass" {
 		verdict = "FAIL: see the failures above."
 	}

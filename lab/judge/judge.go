@@ -426,16 +426,25 @@ func RequireKeyedDenials(cat []attack.Attempt, rep *Report) {
 	}
 }
 
-// DeclaredDegraded returns the layers the audit log's start records say
-// were asked for but not in force.
+// DeclaredDegraded returns the layers the audit log says were asked for
+// but not in force: those of its start records and of its policy records
+// with action "degraded" (the layers init could not apply).
 func DeclaredDegraded(recs []audit.Record) []string {
 	var out []string
+	add := func(ds []string) {
+		for _, d := range ds {
+			if !slices.Contains(out, d) {
+				out = append(out, d)
+			}
+		}
+	}
 	for _, r := range recs {
-		if st, ok := r.Event.(audit.Start); ok {
-			for _, d := range st.Degraded {
-				if !slices.Contains(out, d) {
-					out = append(out, d)
-				}
+		switch e := r.Event.(type) {
+		case audit.Start:
+			add(e.Degraded)
+		case audit.Policy:
+			if e.Action == "degraded" {
+				add(e.Layers)
 			}
 		}
 	}

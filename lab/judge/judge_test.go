@@ -301,7 +301,10 @@ func TestAcceptDegraded(t *testing.T) {
 		{ID: "quota", Category: "containment", Layer: "quota", Expect: attack.Blocked, Audit: attack.AuditNone, NoRecord: "none", Needs: "namespace-quota"},
 		{ID: "other", Category: "containment", Layer: "view", Expect: attack.Blocked, Audit: attack.AuditNone, NoRecord: "none"},
 	}
-	recs := []audit.Record{rec(1, -100, `,"event":"start","version":"dev","degraded":["proc","namespace-quota"]`)}
+	recs := []audit.Record{
+		rec(1, -100, `,"event":"start","version":"dev","degraded":["proc"]`),
+		rec(2, -90, `,"event":"policy","action":"degraded","error":"not in force: namespace-quota","layers":["namespace-quota"]`),
+	}
 	run := func(o []attack.Observation, expected []string) Report {
 		rep := Decide(cat, o, recs, nil, approvedCanned)
 		AcceptDegraded(&rep, cat, DeclaredDegraded(recs), expected)
