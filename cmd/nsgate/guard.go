@@ -89,10 +89,12 @@ func cmdGuard(e env, args []string) int {
 		return exitFailure
 	}
 	return s.Close(guard.Supervise(guard.SuperviseOptions{
-		Config:   cfg,
-		Serve:    s.ExecAudit(plan),
-		Degraded: func(d string) { s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + d, Layers: []string{d}}) },
-		OnStart:  s.StopOnAuditFailure,
-		Stderr:   e.stderr,
+		Config: cfg,
+		Serve:  s.ExecAudit(plan),
+		Degraded: func(d string) {
+			s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + d, Layers: []string{d}})
+		},
+		OnStart: s.StopOnAuditFailure,
+		Stderr:  e.stderr,
 	}))
 }
