@@ -712,3 +712,55 @@ func TestHelperPolicySectionsNotInForce(t *testing.T) {
 		}
 	})
 }
+
+// TestSlirp4netnsStderrGone: whoever read the helper's standard error may
+// stop (Podman, a shell pipe that ended). Without an audit directory each
+// denial is a line there; written after the reader went away, it must not
+// kill the helper with SIGPIPE, and the container's network with it.
+func TestSlirp4netnsStderrGone(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		_, err := exec.LookPath("nsenter")
+		need(t, "nsenter and unshare (util-linux)", err)
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
+		target := startTarget(t, m)
+		errR, errW, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := nsgateCmd(m, "slirp4netns", "--disable-host-loopback", "--mtu=65520", "-c", strconv.Itoa(target), "tap0")
+		cmd.Env = append(cmd.Env, "NSGATE_POLICY="+pol)
+		cmd.Stderr = errW
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		errW.Close()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() { cmd.Process.Kill(); <-done })
+		s := &slirpRun{cmd: cmd, target: target}
+		up := false
+		for deadline := time.Now().Add(15 * time.Second); !up && time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+			out, code := s.probe(t, m, appV4+":8080")
+			up = code == 0 && strings.Contains(out, "200 OK")
+		}
+		if !up {
+			t.Fatal("the helper never served the allowed address")
+		}
+		errR.Close() // the reader goes away
+		for range 3 {
+			if out, code := s.probe(t, m, metadataV4+":80"); code == 0 {
+				t.Errorf("metadata address: exit %d %q, want refused", code, out)
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("the helper ended once its standard error had no reader: %v", err)
+		case <-time.After(500 * time.Millisecond):
+		}
+		if out, code := s.probe(t, m, appV4+":8080"); code != 0 || !strings.Contains(out, "200 OK") {
+			t.Errorf("after its standard error lost its reader, the allowed address: exit %d %q", code, out)
+		}
+	})
+}
