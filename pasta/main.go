@@ -4,7 +4,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/nsgate/nsgate/audit"
@@ -52,6 +54,11 @@ func Main(args []string, e Env) int {
 		}
 		return 0
 	}
+	// In the foreground (-f), whoever read standard error may stop: a
+	// denial's line written then must fail with EPIPE, not kill the
+	// helper with SIGPIPE and the container's network with it (the
+	// background copy writes to /dev/null).
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	h, gone, err := Start(cfg, Options{Start: e.Start, Stderr: e.Stderr, ReadyFD: ready, Getenv: os.Getenv})
 	switch {
 	case err == nil:

@@ -5,6 +5,8 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"os/signal"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 
@@ -74,6 +76,13 @@ func cmdSlirp4netns(e env, args []string) int {
 		return code
 	}
 	os.Unsetenv(envOwnMountNS)
+	// Whoever read the helper's standard error may have stopped (Podman,
+	// a shell pipe that ended): a denial's line written then would kill
+	// the helper with SIGPIPE, and the container's network with it. With
+	// SIGPIPE asked for, the write fails with EPIPE instead, which the
+	// human lines ignore (and an audit log on standard error fails
+	// closed, as on any write error).
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 	for _, w := range cfg.Warnings {
 		fmt.Fprintln(e.stdout, w)
 	}
