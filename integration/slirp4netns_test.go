@@ -59,15 +59,22 @@ func startTarget(t *testing.T, m mode) int {
 	}
 }
 
+// slirpSetup checks for nsenter, writes the IP policy into a work
+// directory and starts a target namespace: what most helper tests begin
+// with.
+func slirpSetup(t *testing.T, m mode) (dir, pol string, target int) {
+	t.Helper()
+	_, err := exec.LookPath("nsenter")
+	need(t, "nsenter and unshare (util-linux)", err)
+	dir = workDir(t, m)
+	return dir, writeFile(t, dir, "policy.yaml", ipPolicy), startTarget(t, m)
+}
+
 // startSlirpAPI starts nsgate slirp4netns on the IP policy for a target
 // namespace of its own, with an API socket, whose path it returns too.
 func startSlirpAPI(t *testing.T, m mode) (*slirpRun, string) {
 	t.Helper()
-	_, err := exec.LookPath("nsenter")
-	need(t, "nsenter and unshare (util-linux)", err)
-	dir := workDir(t, m)
-	pol := writeFile(t, dir, "policy.yaml", ipPolicy)
-	target := startTarget(t, m)
+	dir, pol, target := slirpSetup(t, m)
 	sock := filepath.Join(dir, "api.sock")
 	return startSlirp(t, m, dir, pol, target, false, "--api-socket="+sock), sock
 }
@@ -202,11 +209,7 @@ func statusField(pid int, key string) string {
 
 func TestSlirp4netnsStandalone(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
-		_, err := exec.LookPath("nsenter")
-		need(t, "nsenter and unshare (util-linux)", err)
-		dir := workDir(t, m)
-		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
-		target := startTarget(t, m)
+		dir, pol, target := slirpSetup(t, m)
 		// Started from a shell, nsgate makes the mount namespace
 		// --enable-sandbox needs (Podman gives it one): as root in its
 		// own user namespace, unprivileged in the target's, which it
@@ -284,11 +287,7 @@ func TestSlirp4netnsStandalone(t *testing.T) {
 // and the audit log has one folded packet record for them.
 func TestSlirp4netnsSpoofedSource(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
-		_, err := exec.LookPath("nsenter")
-		need(t, "nsenter and unshare (util-linux)", err)
-		dir := workDir(t, m)
-		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
-		target := startTarget(t, m)
+		dir, pol, target := slirpSetup(t, m)
 		s := startSlirp(t, m, dir, pol, target, false)
 		app := targetAt(appV4 + ":8080/tcp")
 		before := app.count()
@@ -549,13 +548,9 @@ func TestPodmanRootlessNetnsRestart(t *testing.T) {
 // accepts as the container's source.
 func TestSlirp4netnsDHCP(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
-		_, err := exec.LookPath("nsenter")
-		need(t, "nsenter and unshare (util-linux)", err)
-		_, err = os.Stat("/bin/busybox")
+		_, err := os.Stat("/bin/busybox")
 		need(t, "a static /bin/busybox (package busybox-static) for udhcpc", err)
-		dir := workDir(t, m)
-		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
-		target := startTarget(t, m)
+		dir, pol, target := slirpSetup(t, m)
 		s := startSlirp(t, m, dir, pol, target, false)
 		// The script udhcpc runs prints what the lease says.
 		script := writeFile(t, dir, "lease.sh", "#!/bin/sh\necho \"lease $1 ip=$ip mask=$mask router=$router dns=$dns\"\n")
@@ -719,11 +714,7 @@ func TestHelperPolicySectionsNotInForce(t *testing.T) {
 // kill the helper with SIGPIPE, and the container's network with it.
 func TestSlirp4netnsStderrGone(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
-		_, err := exec.LookPath("nsenter")
-		need(t, "nsenter and unshare (util-linux)", err)
-		dir := workDir(t, m)
-		pol := writeFile(t, dir, "policy.yaml", ipPolicy)
-		target := startTarget(t, m)
+		_, pol, target := slirpSetup(t, m)
 		errR, errW, err := os.Pipe()
 		if err != nil {
 			t.Fatal(err)
