@@ -133,6 +133,19 @@ func TestWorkerQuotaBounded(t *testing.T) {
 			t.Errorf("the worker opened %d inotify instances of the %d its uid may hold on the host; want at most half", got, hostMax)
 		}
 
+		// A user namespace the worker makes (--allow-userns) has limits of
+		// its own, but the kernel counts each instance at every level up to
+		// the host: the nested namespace gets no more than the worker.
+		r = runNsgate(t, m, "run", "--allow-userns", "--exec-allow", "/usr/bin/unshare", "--exec-allow", hog,
+			"--", "/usr/bin/unshare", "--user", hog)
+		got = 0
+		if _, err := fmt.Sscanf(r.stdout, "inotify %d %d", &got, &errno); err != nil || r.code != 0 {
+			t.Fatalf("exit %d stdout %q stderr %q: want the count of inotify instances in a nested user namespace", r.code, r.stdout, r.stderr)
+		}
+		if got == 0 || got > hostMax/2 {
+			t.Errorf("a user namespace the worker made opened %d inotify instances of the %d its uid may hold on the host; want at most half", got, hostMax)
+		}
+
 		if m.name == "root" {
 			return // RLIMIT_NPROC does not hold for uid 0 (see docs/threat-model.md)
 		}
