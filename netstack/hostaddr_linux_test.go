@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -164,8 +165,8 @@ func TestReadHostAddrs(t *testing.T) {
 
 // TestHostWatchRereads: the watch reads the host's addresses again when
 // the kernel announced a change and on every load without a
-// subscription; a failed read keeps the last set and the next load reads
-// again.
+// subscription; after a failed read the set is unknown and the next load
+// reads again.
 func TestHostWatchRereads(t *testing.T) {
 	reads := 0
 	next := []netip.Addr{mustAddr("198.51.100.50")}
@@ -200,11 +201,17 @@ func TestHostWatchRereads(t *testing.T) {
 	if got := w.load(); got != same {
 		t.Error("an unchanged set was replaced (the policy copy would be made again)")
 	}
+	// A change was announced and reading it failed: the last set may
+	// lack the address the host just gained, so the set is unknown (the
+	// policy then guards every address) until a read succeeds.
 	fail = errors.New("netlink down")
 	next = []netip.Addr{mustAddr("198.51.100.52")}
 	announced = true
-	if got := w.load(); got != same {
-		t.Fatalf("a failed read: set %v; want the last set", got.Addrs())
+	if got := w.load(); got.Unknown() == "" || !strings.Contains(got.Unknown(), "netlink down") {
+		t.Fatalf("a failed read: set %v (unknown %q); want it unknown", got.Addrs(), got.Unknown())
+	}
+	if got := w.load(); got.Unknown() == "" {
+		t.Fatalf("a second failed read: set %v; want it still unknown", got.Addrs())
 	}
 	fail = nil
 	if got := w.load(); !got.Contains(mustAddr("198.51.100.52")) {
@@ -269,4 +276,62 @@ func TestWatchHostAddrs(t *testing.T) {
 	if got := w.load(); !got.Equal(policy.NewHostAddrs(addrs)) {
 		t.Errorf("watch holds %v, ReadHostAddrs gives %v", got.Addrs(), addrs)
 	}
+}
+
+// TestHostAddrsUnreadable: while the host's own addresses cannot be read
+// after the kernel announced a change, a flow under 0.0.0.0/0 to an
+// address that may be the one the host just gained is refused and not
+// dialled; a rule naming the address exactly still opens it, and once a
+// read succeeds the flow goes through.
+func TestHostAddrsUnreadable(t *testing.T) {
+	var mu sync.Mutex
+	var fail error
+	announced := true
+	w := &hostWatch{read: func() (*policy.HostAddrs, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail != nil {
+			return nil, fail
+		}
+		return policy.NewHostAddrs([]netip.Addr{mustAddr("198.51.100.50")}), nil
+	}, changed: func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		a := announced
+		announced = false
+		return a
+	}}
+	w.cur = policy.NewHostAddrs(nil)
+	mu.Lock()
+	fail = errors.New("dump interrupted")
+	mu.Unlock()
+	h := newHarness(t, withPolicy(t, hostAddrPolicy), func(c *Config) { c.HostAddrs = w.load })
+	srv := tcpServer(t, "db\n")
+	for _, dst := range []string{"203.0.113.10:5432", "198.51.100.51:5432"} {
+		h.dialer.route("tcp", dst, srv)
+	}
+	if c, err := h.dialTCP("203.0.113.10:5432"); err == nil {
+		c.Close()
+		t.Fatalf("a flow while the host's addresses could not be read was let through: %s", h.sink.dump())
+	}
+	f, _ := h.sink.flow(t, "203.0.113.10:5432")
+	if f.Action != "deny" || f.Rule != policy.RuleSpecialRange || !strings.Contains(f.Reason, "could not be read") {
+		t.Errorf("record: %+v", f)
+	}
+	if slices.Contains(h.dialer.list(), "tcp 203.0.113.10:5432") {
+		t.Error("the refused flow was dialled")
+	}
+	c, err := h.dialTCP("198.51.100.51:5432")
+	if err != nil {
+		t.Fatalf("a rule naming exactly the address: %v", err)
+	}
+	c.Close()
+	mu.Lock()
+	fail = nil
+	mu.Unlock()
+	c, err = h.dialTCP("203.0.113.10:5432")
+	if err != nil {
+		t.Fatalf("once a read succeeds: %v (%s)", err, h.sink.dump())
+	}
+	c.Close()
 }

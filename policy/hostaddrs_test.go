@@ -105,3 +105,31 @@ func TestHostAddrsNoAlloc(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownHostAddrs: while the host's own addresses cannot be read,
+// any address may be one of them: a flow to any address is refused as
+// the host's own would be, with a reason saying they could not be read,
+// unless a rule naming exactly the address or dns.hosts opens it.
+func TestUnknownHostAddrs(t *testing.T) {
+	p := mustParse(t, hostSrc).WithHostAddrs(UnknownHostAddrs("netlink: dump interrupted"))
+	d := p.Decide(Flow{Proto: TCP, Addr: netip.MustParseAddr("203.0.113.9"), Port: 5432})
+	if d.Verdict != Deny || d.Rule != RuleSpecialRange || !strings.Contains(d.Reason, "could not be read") || !strings.Contains(d.Reason, "dump interrupted") {
+		t.Errorf("a flow under 0.0.0.0/0 while the host's addresses are unknown: %+v", d)
+	}
+	d = p.Decide(Flow{Proto: TCP, Addr: netip.MustParseAddr("2001:db8::9"), Port: 5432})
+	if d.Verdict != Deny || d.Rule != RuleSpecialRange {
+		t.Errorf("an IPv6 flow under ::/0 while the host's addresses are unknown: %+v", d)
+	}
+	if d := p.Decide(Flow{Proto: TCP, Addr: netip.MustParseAddr("198.51.100.51"), Port: 5432}); d.Verdict != Allow || d.Rule != "allow[3]" {
+		t.Errorf("a rule naming exactly the address: %+v", d)
+	}
+	if d := p.Decide(Flow{Proto: TCP, Host: "db.test", Addr: netip.MustParseAddr("198.51.100.50"), Port: 5432}); d.Verdict != Allow {
+		t.Errorf("a dns.hosts answer: %+v", d)
+	}
+	if d := p.Decide(Flow{Proto: TCP, Host: "db.test", Port: 5432}); d.Verdict != Allow {
+		t.Errorf("a name alone: %+v", d)
+	}
+	if h := UnknownHostAddrs("x"); h.Len() != 0 || h.Addrs() != nil || h.Equal(NewHostAddrs(nil)) || NewHostAddrs(nil).Equal(h) || h.Unknown() != "x" {
+		t.Errorf("an unknown set: len %d, addrs %v, unknown %q", h.Len(), h.Addrs(), h.Unknown())
+	}
+}
