@@ -19,7 +19,25 @@ import (
 // left out on purpose: the special ranges already guard 127.0.0.0/8 and
 // ::1, and the test bench and the lab put their fake internet on lo
 // (docs/threat-model.md, "The host's own addresses").
-func ReadHostAddrs() ([]netip.Addr, error) {
+//
+// A dump the kernel interrupted (an address or link changed while it
+// ran: netlink.ErrDumpInterrupted) may be incomplete; it is read again, a
+// few times, and then it is an error.
+func ReadHostAddrs() (out []netip.Addr, err error) {
+	for range readTries {
+		out, err = readHostAddrsOnce()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	return out, err
+}
+
+// readTries bounds how many times ReadHostAddrs reads after interrupted
+// dumps.
+const readTries = 4
+
+func readHostAddrsOnce() ([]netip.Addr, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)

@@ -14,6 +14,32 @@ import (
 type HostAddrs struct {
 	set  map[netip.Addr]struct{}
 	list []netip.Addr // sorted, unmapped, zone-free
+	// unknown, when set, says why the addresses could not be read: then
+	// any address may be one of them (UnknownHostAddrs).
+	unknown string
+}
+
+// UnknownHostAddrs returns the set of a host whose addresses could not be
+// read (why says why): any address may be the host's own, so a policy
+// guarding it (WithHostAddrs) treats every address as one, each a special
+// range of its own, and a flow to an address is allowed only by a rule
+// naming exactly that address or by dns.hosts. The gateway uses it when a
+// re-read after an announced change fails: the last set read may lack
+// the address the host just gained, and the guard fails closed.
+func UnknownHostAddrs(why string) *HostAddrs {
+	if why == "" {
+		why = "unknown error"
+	}
+	return &HostAddrs{unknown: why}
+}
+
+// Unknown says why the set's addresses could not be read; "" for a set
+// that was read.
+func (h *HostAddrs) Unknown() string {
+	if h == nil {
+		return ""
+	}
+	return h.unknown
 }
 
 // NewHostAddrs returns the set of addrs: IPv4-mapped addresses are read as
@@ -37,14 +63,20 @@ func NewHostAddrs(addrs []netip.Addr) *HostAddrs {
 
 // Contains reports whether a (zone-free, unmapped) is in the set.
 func (h *HostAddrs) Contains(a netip.Addr) bool {
-	if h == nil || len(h.set) == 0 {
+	if h == nil {
+		return false
+	}
+	if h.unknown != "" {
+		return true
+	}
+	if len(h.set) == 0 {
 		return false
 	}
 	_, ok := h.set[a]
 	return ok
 }
 
-// Addrs returns the set's addresses, sorted.
+// Addrs returns the set's addresses, sorted (none for an unknown set).
 func (h *HostAddrs) Addrs() []netip.Addr {
 	if h == nil {
 		return nil
@@ -60,8 +92,12 @@ func (h *HostAddrs) Len() int {
 	return len(h.list)
 }
 
-// Equal reports whether h and o hold the same addresses.
+// Equal reports whether h and o hold the same addresses. An unknown set
+// equals only an unknown set with the same reason.
 func (h *HostAddrs) Equal(o *HostAddrs) bool {
+	if h.Unknown() != o.Unknown() {
+		return false
+	}
 	var a, b []netip.Addr
 	if h != nil {
 		a = h.list
@@ -91,15 +127,23 @@ func (p *Policy) WithHostAddrs(h *HostAddrs) *Policy {
 // none).
 func (p *Policy) HostAddrs() *HostAddrs { return p.hostAddrs }
 
-// hostAddrWhat names the range a host's own address is.
-const hostAddrWhat = "the host's own address"
+// hostAddrWhat names the range a host's own address is; hostAddrUnknown
+// starts the name of an address that may be one (UnknownHostAddrs).
+const (
+	hostAddrWhat    = "the host's own address"
+	hostAddrUnknown = "possibly the host's own address (they could not be read: "
+)
 
 // guardRangeOf returns the narrowest guarded range holding a (zone-free,
 // unmapped): the address itself when it is one of the host's own, else
 // its built-in special range. ok is false when a is in none.
 func (p *Policy) guardRangeOf(a netip.Addr) (sr specialRange, ok bool) {
 	if p.hostAddrs.Contains(a) {
-		return specialRange{netip.PrefixFrom(a, a.BitLen()), hostAddrWhat}, true
+		what := hostAddrWhat
+		if why := p.hostAddrs.Unknown(); why != "" {
+			what = hostAddrUnknown + why + ")"
+		}
+		return specialRange{netip.PrefixFrom(a, a.BitLen()), what}, true
 	}
 	if r := specialRangeOf(a); r != nil {
 		return *r, true
