@@ -243,3 +243,50 @@ func TestSlirp4netnsRefusesHostOwnAddress(t *testing.T) {
 		}
 	})
 }
+
+// TestRunRefusesHostLocalRoute: a prefix the host routes as local on an
+// interface other than lo (ip route add local PREFIX dev IF table local,
+// an "AnyIP" setup) holds no address, yet every address in it reaches
+// the host's services on the wildcard address. Under a policy allowing
+// 0.0.0.0/0 and ::/0 on the port, a worker connecting to one is refused,
+// the host's service sees nothing, and the audit log records the host's
+// own address.
+func TestRunRefusesHostLocalRoute(t *testing.T) {
+	needSealed(t)
+	const name = "nsgl0"
+	addHostLink(t, name)
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"198.51.100.128/25", "2001:db8:6::/64"} {
+		pr := netip.MustParsePrefix(p)
+		r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: pr.Addr().AsSlice(), Mask: net.CIDRMask(pr.Bits(), pr.Addr().BitLen())},
+			Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST}
+		need(t, "a local route in the sealed namespace", netlink.RouteAdd(r))
+	}
+	v4 := countingServer(t, "0.0.0.0:5434")
+	v6 := countingServer(t, "[::]:5435")
+	pol := "version: 1\nallow:\n  - {cidr: 0.0.0.0/0, ports: [5434]}\n  - {cidr: \"::/0\", ports: [5435]}\n"
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		polFile := writeFile(t, dir, "policy.yaml", pol)
+		for i, c := range []struct {
+			dst string
+			srv *atomic.Int64
+		}{{"198.51.100.130:5434", v4}, {"[2001:db8:6::9]:5435", v6}} {
+			t.Run(c.dst, func(t *testing.T) {
+				log := filepath.Join(dir, fmt.Sprintf("audit-route-%d.jsonl", i))
+				before := c.srv.Load()
+				r := runNsgate(t, m, "run", "--policy", polFile, "--audit", log, "--", nsgateBin, "__probe", "tcp", c.dst)
+				if r.code != 1 || !strings.Contains(r.stdout, "connection refused") {
+					t.Errorf("probe exit %d stdout %q; want a refusal (RST: connection refused)", r.code, r.stdout)
+				}
+				if got := c.srv.Load() - before; got != 0 {
+					t.Errorf("the host's service saw %d connections through %s, want 0", got, c.dst)
+				}
+				checkHostDenial(t, log, c.dst)
+			})
+		}
+	})
+}
