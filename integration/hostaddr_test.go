@@ -286,6 +286,10 @@ func TestRunRefusesHostLocalRoute(t *testing.T) {
 					t.Errorf("the host's service saw %d connections through %s, want 0", got, c.dst)
 				}
 				checkHostDenial(t, log, c.dst)
+				r = runNsgate(t, m, "explain", "--policy", polFile, c.dst)
+				if r.code != 1 || !strings.Contains(r.stdout, "deny rule=builtin:special-range") || !strings.Contains(r.stdout, "the host's own address") {
+					t.Errorf("explain %s: exit %d stdout %q; want the same denial", c.dst, r.code, r.stdout)
+				}
 			})
 		}
 	})

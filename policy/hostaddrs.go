@@ -6,14 +6,17 @@ import (
 )
 
 // HostAddrs is a set of the host's own addresses: those on the interfaces
-// of the network namespace the gateway dials from, other than loopback
-// (netstack reads them). A flow to one of them reaches whatever listens on
+// of the network namespace the gateway dials from, other than loopback,
+// and the prefixes it routes as local on them (netstack reads them). A flow to one of them reaches whatever listens on
 // the host's wildcard address, so WithHostAddrs guards each as a special
 // range of its own. A HostAddrs is immutable and safe for concurrent use;
 // the zero value and nil are the empty set.
 type HostAddrs struct {
 	set  map[netip.Addr]struct{}
 	list []netip.Addr // sorted, unmapped, zone-free
+	// prefixes the host routes as local without holding an address in
+	// them (NewHostAddrsRouted), masked, sorted.
+	prefixes []netip.Prefix
 	// unknown, when set, says why the addresses could not be read: then
 	// any address may be one of them (UnknownHostAddrs).
 	unknown string
@@ -61,7 +64,43 @@ func NewHostAddrs(addrs []netip.Addr) *HostAddrs {
 	return h
 }
 
-// Contains reports whether a (zone-free, unmapped) is in the set.
+// NewHostAddrsRouted is NewHostAddrs(addrs) together with the prefixes
+// the host routes as local (its routing table's "local" routes, such as
+// an AnyIP "ip route add local 198.51.100.0/24 dev eth0"): every address
+// in one reaches the host's own services too. A prefix as long as its
+// address is an address; an invalid prefix is ignored.
+func NewHostAddrsRouted(addrs []netip.Addr, prefixes []netip.Prefix) *HostAddrs {
+	for _, p := range prefixes {
+		if p.IsValid() && p.IsSingleIP() {
+			addrs = append(addrs, p.Addr())
+		}
+	}
+	h := NewHostAddrs(addrs)
+	for _, p := range prefixes {
+		if !p.IsValid() || p.IsSingleIP() {
+			continue
+		}
+		a := p.Addr()
+		bits := p.Bits()
+		if a.Is4In6() && bits >= 96 {
+			a, bits = a.Unmap(), bits-96
+		}
+		q := netip.PrefixFrom(a.WithZone(""), bits).Masked()
+		if !slices.Contains(h.prefixes, q) {
+			h.prefixes = append(h.prefixes, q)
+		}
+	}
+	slices.SortFunc(h.prefixes, func(x, y netip.Prefix) int {
+		if c := x.Addr().Compare(y.Addr()); c != 0 {
+			return c
+		}
+		return x.Bits() - y.Bits()
+	})
+	return h
+}
+
+// Contains reports whether a (zone-free, unmapped) is in the set: one of
+// its addresses, or in one of its local prefixes.
 func (h *HostAddrs) Contains(a netip.Addr) bool {
 	if h == nil {
 		return false
@@ -69,11 +108,23 @@ func (h *HostAddrs) Contains(a netip.Addr) bool {
 	if h.unknown != "" {
 		return true
 	}
-	if len(h.set) == 0 {
-		return false
+	if _, ok := h.set[a]; ok {
+		return true
 	}
-	_, ok := h.set[a]
-	return ok
+	for _, p := range h.prefixes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// Prefixes returns the set's local prefixes (NewHostAddrsRouted), sorted.
+func (h *HostAddrs) Prefixes() []netip.Prefix {
+	if h == nil {
+		return nil
+	}
+	return slices.Clone(h.prefixes)
 }
 
 // Addrs returns the set's addresses, sorted (none for an unknown set).
@@ -84,12 +135,12 @@ func (h *HostAddrs) Addrs() []netip.Addr {
 	return slices.Clone(h.list)
 }
 
-// Len returns the number of addresses in the set.
+// Len returns the number of addresses and local prefixes in the set.
 func (h *HostAddrs) Len() int {
 	if h == nil {
 		return 0
 	}
-	return len(h.list)
+	return len(h.list) + len(h.prefixes)
 }
 
 // Equal reports whether h and o hold the same addresses. An unknown set
@@ -99,13 +150,14 @@ func (h *HostAddrs) Equal(o *HostAddrs) bool {
 		return false
 	}
 	var a, b []netip.Addr
+	var pa, pb []netip.Prefix
 	if h != nil {
-		a = h.list
+		a, pa = h.list, h.prefixes
 	}
 	if o != nil {
-		b = o.list
+		b, pb = o.list, o.prefixes
 	}
-	return slices.Equal(a, b)
+	return slices.Equal(a, b) && slices.Equal(pa, pb)
 }
 
 // WithHostAddrs returns a copy of p that guards the host's own addresses
