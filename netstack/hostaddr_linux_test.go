@@ -2,15 +2,19 @@ package netstack
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/nsgate/nsgate/policy"
@@ -262,19 +266,91 @@ func TestDrainChanges(t *testing.T) {
 }
 
 // TestWatchHostAddrs: the gateway's own watch starts with what
-// ReadHostAddrs reads.
+// ReadHostSet reads.
 func TestWatchHostAddrs(t *testing.T) {
 	w, err := watchHostAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.close()
-	addrs, err := ReadHostAddrs()
+	want, err := ReadHostSet()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := w.load(); !got.Equal(policy.NewHostAddrs(addrs)) {
-		t.Errorf("watch holds %v, ReadHostAddrs gives %v", got.Addrs(), addrs)
+	if got := w.load(); !got.Equal(want) {
+		t.Errorf("watch holds %v %v, ReadHostSet gives %v %v", got.Addrs(), got.Prefixes(), want.Addrs(), want.Prefixes())
+	}
+}
+
+// TestWatchLocalRoute: in a network namespace of its own, a prefix routed
+// as local on a link other than lo, with no address, is announced to the
+// watch's subscription and read as the host's own; one routed on lo is
+// left out as lo's addresses are.
+func TestWatchLocalRoute(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("NSGATE_REQUIRE_ALL") == "1" {
+			t.Fatal("root, to make a network namespace and routes, is required (NSGATE_REQUIRE_ALL=1)")
+		}
+		t.Skip("needs root, to make a network namespace and routes")
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// The thread is left locked in its own namespace: it ends with
+		// the goroutine and is never reused.
+		runtime.LockOSThread()
+		errc <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("unshare: %w", err)
+			}
+			lo, err := netlink.LinkByName("lo")
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(lo); err != nil {
+				return err
+			}
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "rt0"}, PeerName: "rt0p"}); err != nil {
+				return fmt.Errorf("veth: %w", err)
+			}
+			l, err := netlink.LinkByName("rt0")
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(l); err != nil {
+				return err
+			}
+			fd, err := subscribeAddrs()
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			drainChanges(fd)
+			local := func(link netlink.Link, p string) error {
+				pr := netip.MustParsePrefix(p)
+				return netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST,
+					Dst: &net.IPNet{IP: pr.Addr().AsSlice(), Mask: net.CIDRMask(pr.Bits(), pr.Addr().BitLen())}})
+			}
+			if err := local(l, "198.51.100.128/25"); err != nil {
+				return fmt.Errorf("local route: %w", err)
+			}
+			if err := local(lo, "203.0.113.0/24"); err != nil {
+				return fmt.Errorf("local route on lo: %w", err)
+			}
+			if !drainChanges(fd) {
+				return errors.New("the new local route was not announced")
+			}
+			h, err := ReadHostSet()
+			if err != nil {
+				return err
+			}
+			if !h.Contains(mustAddr("198.51.100.130")) || h.Contains(mustAddr("198.51.100.5")) || h.Contains(mustAddr("203.0.113.9")) {
+				return fmt.Errorf("host set %v %v", h.Addrs(), h.Prefixes())
+			}
+			return nil
+		}()
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
 	}
 }
 
