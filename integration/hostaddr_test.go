@@ -294,3 +294,65 @@ func TestRunRefusesHostLocalRoute(t *testing.T) {
 		}
 	})
 }
+
+// TestRunRefusesHostBroadcast: an address with its subnet on a link other
+// than lo (198.51.100.71/24) gives the host the subnet's broadcast
+// address too, and a UDP datagram the gateway sends there reaches the
+// host's own UDP services on the wildcard address (and the link's whole
+// segment). Under a policy allowing 0.0.0.0/0 on the port, the worker's
+// datagram to it is refused and the host's service sees nothing.
+func TestRunRefusesHostBroadcast(t *testing.T) {
+	needSealed(t)
+	const name = "nsgb0"
+	addHostLink(t, name)
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	na := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("198.51.100.71").To4(), Mask: net.CIDRMask(24, 32)}}
+	need(t, "an address with its subnet in the sealed namespace", netlink.AddrAdd(l, na))
+	pc, err := net.ListenPacket("udp4", "0.0.0.0:5436")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	var got atomic.Int64
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			got.Add(1)
+		}
+	}()
+	// The gateway's own dial would reach it: the test's check that the
+	// setup is what a flow would meet.
+	if c, err := net.Dial("udp", "198.51.100.255:5436"); err == nil {
+		c.Write([]byte("setup"))
+		c.Close()
+		deadline := time.Now().Add(3 * time.Second)
+		for got.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if got.Load() != 1 {
+		t.Fatalf("the host's service did not get a datagram sent to the broadcast address here (%d)", got.Load())
+	}
+	pol := "version: 1\nallow:\n  - {cidr: 0.0.0.0/0, ports: [5436], proto: udp}\n"
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		polFile := writeFile(t, dir, "policy.yaml", pol)
+		log := filepath.Join(dir, "audit-bcast.jsonl")
+		dst := "198.51.100.255:5436"
+		before := got.Load()
+		r := runNsgate(t, m, "run", "--policy", polFile, "--audit", log, "--", nsgateBin, "__probe", "udp", dst)
+		if r.code != 1 || !strings.Contains(r.stdout, "refused") {
+			t.Errorf("probe exit %d stdout %q; want a refusal", r.code, r.stdout)
+		}
+		if n := got.Load() - before; n != 0 {
+			t.Errorf("the host's UDP service got %d datagrams sent to %s, want 0", n, dst)
+		}
+		checkHostDenial(t, log, dst)
+	})
+}
