@@ -69,7 +69,7 @@ func readHostAddrsOnce() ([]netip.Addr, error) {
 }
 
 // ReadHostSet returns the host's own addresses (ReadHostAddrs) and the
-// prefixes the calling thread's network namespace routes as local on a
+// prefixes the calling thread's network namespace routes to itself on a
 // link other than loopback (ReadLocalPrefixes): every address in such a
 // prefix reaches the host's own services as its addresses do.
 func ReadHostSet() (*policy.HostAddrs, error) {
@@ -90,13 +90,17 @@ func ReadHostSet() (*policy.HostAddrs, error) {
 	return policy.NewHostAddrsRouted(addrs, prefixes), nil
 }
 
-// ReadLocalPrefixes returns the destinations of the routes of type local
-// in the local routing table whose link is not a loopback one. Each
+// ReadLocalPrefixes returns the destinations of the routes of the local
+// routing table that the kernel delivers to the host itself (types
+// local, broadcast and anycast) whose link is not a loopback one. Each
 // address the host holds has one (its /32 or /128); a wider one (an
 // "AnyIP" route, ip route add local 198.51.100.0/24 dev eth0 table
 // local) makes every address in it the host's own, with no address on
-// any interface. Loopback links are left out as ReadHostAddrs leaves
-// them out.
+// any interface. A broadcast one (the subnet's broadcast address, which
+// the kernel adds with an address and its prefix) delivers a datagram
+// to the host's own UDP services as well as to the link, and Go's UDP
+// sockets, as the gateway dials them, may broadcast. Loopback links are
+// left out as ReadHostAddrs leaves them out.
 func ReadLocalPrefixes() ([]netip.Prefix, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
@@ -109,13 +113,17 @@ func ReadLocalPrefixes() ([]netip.Prefix, error) {
 		}
 	}
 	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL,
-		&netlink.Route{Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL},
-		netlink.RT_FILTER_TABLE|netlink.RT_FILTER_TYPE)
+		&netlink.Route{Table: unix.RT_TABLE_LOCAL}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("list local routes: %w", err)
 	}
 	var out []netip.Prefix
 	for _, r := range routes {
+		switch r.Type {
+		case unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_ANYCAST:
+		default:
+			continue
+		}
 		if loopback[r.LinkIndex] || r.Dst == nil {
 			continue
 		}
