@@ -112,7 +112,16 @@ func ReadLocalPrefixes() ([]netip.Prefix, error) {
 			loopback[a.Index] = true
 		}
 	}
-	routes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL,
+	// With strict checking the kernel dumps the local table alone, not
+	// every table (a host with a full routing table would otherwise send
+	// all of it at each re-read); without it the filter works here.
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	h.SetStrictCheck(true)
+	routes, err := h.RouteListFiltered(netlink.FAMILY_ALL,
 		&netlink.Route{Table: unix.RT_TABLE_LOCAL}, netlink.RT_FILTER_TABLE)
 	if err != nil {
 		return nil, fmt.Errorf("list local routes: %w", err)
