@@ -245,3 +245,63 @@ allow:
 	h.g.openMu.Unlock()
 	t.Logf("%d connections opened in the storm; %d tracked left", len(live), left)
 }
+
+// TestRevokeAliasAndIPv6: a reload that drops the rule opening the
+// host's loopback cuts a flow through the host alias (decided again as
+// 127.0.0.1, the address dialled), and one that drops an IPv6 rule cuts
+// the IPv6 flow; a flow a different rule of the new policy still allows
+// goes on.
+func TestRevokeAliasAndIPv6(t *testing.T) {
+	const alias = "169.254.1.2"
+	const before = `
+version: 1
+allow:
+  - cidr: 127.0.0.1/32
+    ports: [8080]
+  - cidr: "2001:db8::10/128"
+    ports: [8080]
+  - cidr: 203.0.113.10/32
+    ports: [8080]
+`
+	const after = `
+version: 1
+allow:
+  - cidr: 203.0.113.0/24
+    ports: [8080]
+`
+	var cur atomic.Pointer[policy.Policy]
+	cur.Store(mustPolicy(t, before))
+	h := newHarness(t, func(c *Config) {
+		c.Policy = cur.Load
+		c.Network.HostAlias4 = netip.MustParseAddr(alias)
+	})
+	local, v6, kept := newCountingServer(t), newCountingServer(t), newCountingServer(t)
+	h.dialer.route("tcp", "127.0.0.1:8080", local.addr)
+	h.dialer.route("tcp", "[2001:db8::10]:8080", v6.addr)
+	h.dialer.route("tcp", "203.0.113.10:8080", kept.addr)
+	var conns []net.Conn
+	for _, dst := range []string{alias + ":8080", "[2001:db8::10]:8080", "203.0.113.10:8080"} {
+		c, err := h.dialTCP(dst)
+		if err != nil {
+			t.Fatalf("%s: %v", dst, err)
+		}
+		defer c.Close()
+		if err := echoOnce(c, "before"); err != nil {
+			t.Fatalf("%s under the first policy: %v", dst, err)
+		}
+		conns = append(conns, c)
+	}
+	cur.Store(mustPolicy(t, after))
+	if n := h.g.Revoke(); n != 2 {
+		t.Errorf("Revoke cut %d flows, want 2 (the host alias and the IPv6 one)", n)
+	}
+	for _, c := range conns[:2] {
+		c.SetReadDeadline(time.Now().Add(3 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil || isTimeout(err) {
+			t.Errorf("worker's read on a revoked flow: %v, want it cut", err)
+		}
+	}
+	if err := echoOnce(conns[2], "after"); err != nil {
+		t.Errorf("the flow allowed by another rule of the new policy: %v", err)
+	}
+}
