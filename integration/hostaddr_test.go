@@ -243,3 +243,116 @@ func TestSlirp4netnsRefusesHostOwnAddress(t *testing.T) {
 		}
 	})
 }
+
+// TestRunRefusesHostLocalRoute: a prefix the host routes as local on an
+// interface other than lo (ip route add local PREFIX dev IF table local,
+// an "AnyIP" setup) holds no address, yet every address in it reaches
+// the host's services on the wildcard address. Under a policy allowing
+// 0.0.0.0/0 and ::/0 on the port, a worker connecting to one is refused,
+// the host's service sees nothing, and the audit log records the host's
+// own address.
+func TestRunRefusesHostLocalRoute(t *testing.T) {
+	needSealed(t)
+	const name = "nsgl0"
+	addHostLink(t, name)
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"198.51.100.128/25", "2001:db8:6::/64"} {
+		pr := netip.MustParsePrefix(p)
+		r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: pr.Addr().AsSlice(), Mask: net.CIDRMask(pr.Bits(), pr.Addr().BitLen())},
+			Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST}
+		need(t, "a local route in the sealed namespace", netlink.RouteAdd(r))
+	}
+	v4 := countingServer(t, "0.0.0.0:5434")
+	v6 := countingServer(t, "[::]:5435")
+	pol := "version: 1\nallow:\n  - {cidr: 0.0.0.0/0, ports: [5434]}\n  - {cidr: \"::/0\", ports: [5435]}\n"
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		polFile := writeFile(t, dir, "policy.yaml", pol)
+		for i, c := range []struct {
+			dst string
+			srv *atomic.Int64
+		}{{"198.51.100.130:5434", v4}, {"[2001:db8:6::9]:5435", v6}} {
+			t.Run(c.dst, func(t *testing.T) {
+				log := filepath.Join(dir, fmt.Sprintf("audit-route-%d.jsonl", i))
+				before := c.srv.Load()
+				r := runNsgate(t, m, "run", "--policy", polFile, "--audit", log, "--", nsgateBin, "__probe", "tcp", c.dst)
+				if r.code != 1 || !strings.Contains(r.stdout, "connection refused") {
+					t.Errorf("probe exit %d stdout %q; want a refusal (RST: connection refused)", r.code, r.stdout)
+				}
+				if got := c.srv.Load() - before; got != 0 {
+					t.Errorf("the host's service saw %d connections through %s, want 0", got, c.dst)
+				}
+				checkHostDenial(t, log, c.dst)
+				r = runNsgate(t, m, "explain", "--policy", polFile, c.dst)
+				if r.code != 1 || !strings.Contains(r.stdout, "deny rule=builtin:special-range") || !strings.Contains(r.stdout, "the host's own address") {
+					t.Errorf("explain %s: exit %d stdout %q; want the same denial", c.dst, r.code, r.stdout)
+				}
+			})
+		}
+	})
+}
+
+// TestRunRefusesHostBroadcast: an address with its subnet on a link other
+// than lo (198.51.100.71/24) gives the host the subnet's broadcast
+// address too, and a UDP datagram the gateway sends there reaches the
+// host's own UDP services on the wildcard address (and the link's whole
+// segment). Under a policy allowing 0.0.0.0/0 on the port, the worker's
+// datagram to it is refused and the host's service sees nothing.
+func TestRunRefusesHostBroadcast(t *testing.T) {
+	needSealed(t)
+	const name = "nsgb0"
+	addHostLink(t, name)
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	na := &netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP("198.51.100.71").To4(), Mask: net.CIDRMask(24, 32)}}
+	need(t, "an address with its subnet in the sealed namespace", netlink.AddrAdd(l, na))
+	pc, err := net.ListenPacket("udp4", "0.0.0.0:5436")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	var got atomic.Int64
+	go func() {
+		buf := make([]byte, 2048)
+		for {
+			if _, _, err := pc.ReadFrom(buf); err != nil {
+				return
+			}
+			got.Add(1)
+		}
+	}()
+	// The gateway's own dial would reach it: the test's check that the
+	// setup is what a flow would meet.
+	if c, err := net.Dial("udp", "198.51.100.255:5436"); err == nil {
+		c.Write([]byte("setup"))
+		c.Close()
+		deadline := time.Now().Add(3 * time.Second)
+		for got.Load() == 0 && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if got.Load() != 1 {
+		t.Fatalf("the host's service did not get a datagram sent to the broadcast address here (%d)", got.Load())
+	}
+	pol := "version: 1\nallow:\n  - {cidr: 0.0.0.0/0, ports: [5436], proto: udp}\n"
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		polFile := writeFile(t, dir, "policy.yaml", pol)
+		log := filepath.Join(dir, "audit-bcast.jsonl")
+		dst := "198.51.100.255:5436"
+		before := got.Load()
+		r := runNsgate(t, m, "run", "--policy", polFile, "--audit", log, "--", nsgateBin, "__probe", "udp", dst)
+		if r.code != 1 || !strings.Contains(r.stdout, "refused") {
+			t.Errorf("probe exit %d stdout %q; want a refusal", r.code, r.stdout)
+		}
+		if n := got.Load() - before; n != 0 {
+			t.Errorf("the host's UDP service got %d datagrams sent to %s, want 0", n, dst)
+		}
+		checkHostDenial(t, log, dst)
+	})
+}

@@ -160,7 +160,7 @@ func Run(ctx context.Context, cfg Config) int {
 	// The host's own addresses on a link other than lo: the attempts on
 	// them (host-own-*) need it, so a kernel that cannot make one fails
 	// the run rather than leave them unjudged.
-	if err := sealed.AddHostLink(internet.HostLinkName, layout.HostLink); err != nil {
+	if err := sealed.AddHostLink(internet.HostLinkName, layout.HostLink, layout.HostRoutes); err != nil {
 		return errorf("fake internet: the host's own addresses: %v", err)
 	}
 	inet, err := internet.Start(layout, work)

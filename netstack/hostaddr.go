@@ -12,7 +12,9 @@ import (
 // kernel announced an address change: each load asks a netlink socket
 // subscribed to address changes, without blocking, whether one came, so
 // a change the kernel made before a flow is decided is in that flow's
-// set. Without a subscription, every load reads them.
+// set. Without a subscription, every load reads them. A read that fails
+// makes the set unknown (policy.UnknownHostAddrs: every address is
+// guarded as the host's own) until one succeeds.
 type hostWatch struct {
 	mu  sync.Mutex
 	cur *policy.HostAddrs
@@ -28,7 +30,8 @@ type hostWatch struct {
 }
 
 // load returns the current set, read again first when it may be stale.
-// A failed read keeps the last set and the next load tries again.
+// After a failed read it returns an unknown set, and the next load tries
+// again.
 func (w *hostWatch) load() *policy.HostAddrs {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -40,6 +43,13 @@ func (w *hostWatch) load() *policy.HostAddrs {
 	}
 	h, err := w.read()
 	if err != nil {
+		// The last set may lack the address the host just gained: until
+		// a read succeeds, any address may be the host's own (fail
+		// closed), and each load tries again.
+		h = policy.UnknownHostAddrs("reading them again after an address change: " + err.Error())
+		if !h.Equal(w.cur) {
+			w.cur = h
+		}
 		return w.cur
 	}
 	w.stale = false

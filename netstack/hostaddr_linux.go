@@ -19,7 +19,25 @@ import (
 // left out on purpose: the special ranges already guard 127.0.0.0/8 and
 // ::1, and the test bench and the lab put their fake internet on lo
 // (docs/threat-model.md, "The host's own addresses").
-func ReadHostAddrs() ([]netip.Addr, error) {
+//
+// A dump the kernel interrupted (an address or link changed while it
+// ran: netlink.ErrDumpInterrupted) may be incomplete; it is read again, a
+// few times, and then it is an error.
+func ReadHostAddrs() (out []netip.Addr, err error) {
+	for range readTries {
+		out, err = readHostAddrsOnce()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	return out, err
+}
+
+// readTries bounds how many times ReadHostAddrs reads after interrupted
+// dumps.
+const readTries = 4
+
+func readHostAddrsOnce() ([]netip.Addr, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
@@ -50,13 +68,87 @@ func ReadHostAddrs() ([]netip.Addr, error) {
 	return out, nil
 }
 
-func readHostSet() (*policy.HostAddrs, error) {
+// ReadHostSet returns the host's own addresses (ReadHostAddrs) and the
+// prefixes the calling thread's network namespace routes to itself on a
+// link other than loopback (ReadLocalPrefixes): every address in such a
+// prefix reaches the host's own services as its addresses do.
+func ReadHostSet() (*policy.HostAddrs, error) {
 	addrs, err := ReadHostAddrs()
 	if err != nil {
 		return nil, err
 	}
-	return policy.NewHostAddrs(addrs), nil
+	var prefixes []netip.Prefix
+	for range readTries {
+		prefixes, err = ReadLocalPrefixes()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			break
+		}
+	}
+	if err != nil {
+		return nil, err
+	}
+	return policy.NewHostAddrsRouted(addrs, prefixes), nil
 }
+
+// ReadLocalPrefixes returns the destinations of the routes of the local
+// routing table that the kernel delivers to the host itself (types
+// local, broadcast and anycast) whose link is not a loopback one. Each
+// address the host holds has one (its /32 or /128); a wider one (an
+// "AnyIP" route, ip route add local 198.51.100.0/24 dev eth0 table
+// local) makes every address in it the host's own, with no address on
+// any interface. A broadcast one (the subnet's broadcast address, which
+// the kernel adds with an address and its prefix) delivers a datagram
+// to the host's own UDP services as well as to the link, and Go's UDP
+// sockets, as the gateway dials them, may broadcast. Loopback links are
+// left out as ReadHostAddrs leaves them out.
+func ReadLocalPrefixes() ([]netip.Prefix, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, fmt.Errorf("list links: %w", err)
+	}
+	loopback := map[int]bool{}
+	for _, l := range links {
+		if a := l.Attrs(); a.Flags&net.FlagLoopback != 0 {
+			loopback[a.Index] = true
+		}
+	}
+	// With strict checking the kernel dumps the local table alone, not
+	// every table (a host with a full routing table would otherwise send
+	// all of it at each re-read); without it the filter works here.
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("netlink: %w", err)
+	}
+	defer h.Close()
+	h.SetStrictCheck(true)
+	routes, err := h.RouteListFiltered(netlink.FAMILY_ALL,
+		&netlink.Route{Table: unix.RT_TABLE_LOCAL}, netlink.RT_FILTER_TABLE)
+	if err != nil {
+		return nil, fmt.Errorf("list local routes: %w", err)
+	}
+	var out []netip.Prefix
+	for _, r := range routes {
+		switch r.Type {
+		case unix.RTN_LOCAL, unix.RTN_BROADCAST, unix.RTN_ANYCAST:
+		default:
+			continue
+		}
+		if loopback[r.LinkIndex] || r.Dst == nil {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
+		bits, _ := r.Dst.Mask.Size()
+		if p := netip.PrefixFrom(ip, bits); p.IsValid() {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+func readHostSet() (*policy.HostAddrs, error) { return ReadHostSet() }
 
 // watchHostAddrs subscribes to the kernel's address changes in the
 // calling thread's network namespace, then reads the host's own
@@ -80,13 +172,15 @@ func watchHostAddrs() (*hostWatch, error) {
 }
 
 // subscribeAddrs opens a non-blocking netlink socket that receives the
-// kernel's IPv4 and IPv6 address changes.
+// kernel's IPv4 and IPv6 address and route changes (a local route may
+// come or go with no address change).
 func subscribeAddrs() (int, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_ROUTE)
 	if err != nil {
 		return -1, err
 	}
-	sa := &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR}
+	sa := &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: unix.RTMGRP_IPV4_IFADDR | unix.RTMGRP_IPV6_IFADDR |
+		unix.RTMGRP_IPV4_ROUTE | unix.RTMGRP_IPV6_ROUTE}
 	if err := unix.Bind(fd, sa); err != nil {
 		unix.Close(fd)
 		return -1, err

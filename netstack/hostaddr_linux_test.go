@@ -2,14 +2,19 @@ package netstack
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/netip"
+	"os"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
 	"github.com/nsgate/nsgate/policy"
@@ -164,8 +169,8 @@ func TestReadHostAddrs(t *testing.T) {
 
 // TestHostWatchRereads: the watch reads the host's addresses again when
 // the kernel announced a change and on every load without a
-// subscription; a failed read keeps the last set and the next load reads
-// again.
+// subscription; after a failed read the set is unknown and the next load
+// reads again.
 func TestHostWatchRereads(t *testing.T) {
 	reads := 0
 	next := []netip.Addr{mustAddr("198.51.100.50")}
@@ -200,11 +205,17 @@ func TestHostWatchRereads(t *testing.T) {
 	if got := w.load(); got != same {
 		t.Error("an unchanged set was replaced (the policy copy would be made again)")
 	}
+	// A change was announced and reading it failed: the last set may
+	// lack the address the host just gained, so the set is unknown (the
+	// policy then guards every address) until a read succeeds.
 	fail = errors.New("netlink down")
 	next = []netip.Addr{mustAddr("198.51.100.52")}
 	announced = true
-	if got := w.load(); got != same {
-		t.Fatalf("a failed read: set %v; want the last set", got.Addrs())
+	if got := w.load(); got.Unknown() == "" || !strings.Contains(got.Unknown(), "netlink down") {
+		t.Fatalf("a failed read: set %v (unknown %q); want it unknown", got.Addrs(), got.Unknown())
+	}
+	if got := w.load(); got.Unknown() == "" {
+		t.Fatalf("a second failed read: set %v; want it still unknown", got.Addrs())
 	}
 	fail = nil
 	if got := w.load(); !got.Contains(mustAddr("198.51.100.52")) {
@@ -255,18 +266,148 @@ func TestDrainChanges(t *testing.T) {
 }
 
 // TestWatchHostAddrs: the gateway's own watch starts with what
-// ReadHostAddrs reads.
+// ReadHostSet reads.
 func TestWatchHostAddrs(t *testing.T) {
 	w, err := watchHostAddrs()
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.close()
-	addrs, err := ReadHostAddrs()
+	want, err := ReadHostSet()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := w.load(); !got.Equal(policy.NewHostAddrs(addrs)) {
-		t.Errorf("watch holds %v, ReadHostAddrs gives %v", got.Addrs(), addrs)
+	if got := w.load(); !got.Equal(want) {
+		t.Errorf("watch holds %v %v, ReadHostSet gives %v %v", got.Addrs(), got.Prefixes(), want.Addrs(), want.Prefixes())
 	}
+}
+
+// TestWatchLocalRoute: in a network namespace of its own, a prefix routed
+// as local on a link other than lo, with no address, is announced to the
+// watch's subscription and read as the host's own; one routed on lo is
+// left out as lo's addresses are.
+func TestWatchLocalRoute(t *testing.T) {
+	if os.Geteuid() != 0 {
+		if os.Getenv("NSGATE_REQUIRE_ALL") == "1" {
+			t.Fatal("root, to make a network namespace and routes, is required (NSGATE_REQUIRE_ALL=1)")
+		}
+		t.Skip("needs root, to make a network namespace and routes")
+	}
+	errc := make(chan error, 1)
+	go func() {
+		// The thread is left locked in its own namespace: it ends with
+		// the goroutine and is never reused.
+		runtime.LockOSThread()
+		errc <- func() error {
+			if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+				return fmt.Errorf("unshare: %w", err)
+			}
+			lo, err := netlink.LinkByName("lo")
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(lo); err != nil {
+				return err
+			}
+			if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "rt0"}, PeerName: "rt0p"}); err != nil {
+				return fmt.Errorf("veth: %w", err)
+			}
+			l, err := netlink.LinkByName("rt0")
+			if err != nil {
+				return err
+			}
+			if err := netlink.LinkSetUp(l); err != nil {
+				return err
+			}
+			fd, err := subscribeAddrs()
+			if err != nil {
+				return err
+			}
+			defer unix.Close(fd)
+			drainChanges(fd)
+			local := func(link netlink.Link, p string) error {
+				pr := netip.MustParsePrefix(p)
+				return netlink.RouteAdd(&netlink.Route{LinkIndex: link.Attrs().Index, Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST,
+					Dst: &net.IPNet{IP: pr.Addr().AsSlice(), Mask: net.CIDRMask(pr.Bits(), pr.Addr().BitLen())}})
+			}
+			if err := local(l, "198.51.100.128/25"); err != nil {
+				return fmt.Errorf("local route: %w", err)
+			}
+			if err := local(lo, "203.0.113.0/24"); err != nil {
+				return fmt.Errorf("local route on lo: %w", err)
+			}
+			if !drainChanges(fd) {
+				return errors.New("the new local route was not announced")
+			}
+			h, err := ReadHostSet()
+			if err != nil {
+				return err
+			}
+			if !h.Contains(mustAddr("198.51.100.130")) || h.Contains(mustAddr("198.51.100.5")) || h.Contains(mustAddr("203.0.113.9")) {
+				return fmt.Errorf("host set %v %v", h.Addrs(), h.Prefixes())
+			}
+			return nil
+		}()
+	}()
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestHostAddrsUnreadable: while the host's own addresses cannot be read
+// after the kernel announced a change, a flow under 0.0.0.0/0 to an
+// address that may be the one the host just gained is refused and not
+// dialled; a rule naming the address exactly still opens it, and once a
+// read succeeds the flow goes through.
+func TestHostAddrsUnreadable(t *testing.T) {
+	var mu sync.Mutex
+	var fail error
+	announced := true
+	w := &hostWatch{read: func() (*policy.HostAddrs, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if fail != nil {
+			return nil, fail
+		}
+		return policy.NewHostAddrs([]netip.Addr{mustAddr("198.51.100.50")}), nil
+	}, changed: func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		a := announced
+		announced = false
+		return a
+	}}
+	w.cur = policy.NewHostAddrs(nil)
+	mu.Lock()
+	fail = errors.New("dump interrupted")
+	mu.Unlock()
+	h := newHarness(t, withPolicy(t, hostAddrPolicy), func(c *Config) { c.HostAddrs = w.load })
+	srv := tcpServer(t, "db\n")
+	for _, dst := range []string{"203.0.113.10:5432", "198.51.100.51:5432"} {
+		h.dialer.route("tcp", dst, srv)
+	}
+	if c, err := h.dialTCP("203.0.113.10:5432"); err == nil {
+		c.Close()
+		t.Fatalf("a flow while the host's addresses could not be read was let through: %s", h.sink.dump())
+	}
+	f, _ := h.sink.flow(t, "203.0.113.10:5432")
+	if f.Action != "deny" || f.Rule != policy.RuleSpecialRange || !strings.Contains(f.Reason, "could not be read") {
+		t.Errorf("record: %+v", f)
+	}
+	if slices.Contains(h.dialer.list(), "tcp 203.0.113.10:5432") {
+		t.Error("the refused flow was dialled")
+	}
+	c, err := h.dialTCP("198.51.100.51:5432")
+	if err != nil {
+		t.Fatalf("a rule naming exactly the address: %v", err)
+	}
+	c.Close()
+	mu.Lock()
+	fail = nil
+	mu.Unlock()
+	c, err = h.dialTCP("203.0.113.10:5432")
+	if err != nil {
+		t.Fatalf("once a read succeeds: %v (%s)", err, h.sink.dump())
+	}
+	c.Close()
 }

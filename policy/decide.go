@@ -177,15 +177,19 @@ func (p *Policy) specialReason(outer, a netip.Addr, embedded bool, sr *specialRa
 	if embedded {
 		rb.addr(outer).str(" embeds ")
 	}
-	if sr.what == hostAddrWhat {
+	hostOwn := sr.what == hostAddrWhat || strings.HasPrefix(sr.what, hostAddrUnknown)
+	switch {
+	case sr.what == hostAddrWhat:
 		rb.addr(a).str(" is the host's own address; allow it with a cidr rule naming exactly ").prefix(sr.prefix).str(" or dns.hosts")
-	} else {
+	case hostOwn:
+		rb.addr(a).str(" is ").str(sr.what).str("; allow it with a cidr rule naming exactly ").prefix(sr.prefix).str(" or dns.hosts")
+	default:
 		rb.addr(a).str(" is in ").prefix(sr.prefix).str(" (").str(sr.what).str("); allow it with a cidr rule inside that range or dns.hosts")
 	}
 	if broad >= 0 {
 		r := &p.allow.rules[broad]
 		what := " is broader than the range and does not open it)"
-		if sr.what == hostAddrWhat {
+		if hostOwn {
 			what = " is broader than the address and does not open it)"
 		}
 		rb.str(" (").str(r.id).str(" ").prefix(r.prefix).str(what)

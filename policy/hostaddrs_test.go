@@ -105,3 +105,62 @@ func TestHostAddrsNoAlloc(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownHostAddrs: while the host's own addresses cannot be read,
+// any address may be one of them: a flow to any address is refused as
+// the host's own would be, with a reason saying they could not be read,
+// unless a rule naming exactly the address or dns.hosts opens it.
+func TestUnknownHostAddrs(t *testing.T) {
+	p := mustParse(t, hostSrc).WithHostAddrs(UnknownHostAddrs("netlink: dump interrupted"))
+	d := p.Decide(Flow{Proto: TCP, Addr: netip.MustParseAddr("203.0.113.9"), Port: 5432})
+	if d.Verdict != Deny || d.Rule != RuleSpecialRange || !strings.Contains(d.Reason, "could not be read") || !strings.Contains(d.Reason, "dump interrupted") {
+		t.Errorf("a flow under 0.0.0.0/0 while the host's addresses are unknown: %+v", d)
+	}
+	d = p.Decide(Flow{Proto: TCP, Addr: netip.MustParseAddr("2001:db8::9"), Port: 5432})
+	if d.Verdict != Deny || d.Rule != RuleSpecialRange {
+		t.Errorf("an IPv6 flow under ::/0 while the host's addresses are unknown: %+v", d)
+	}
+	if d := p.Decide(Flow{Proto: TCP, Addr: netip.MustParseAddr("198.51.100.51"), Port: 5432}); d.Verdict != Allow || d.Rule != "allow[3]" {
+		t.Errorf("a rule naming exactly the address: %+v", d)
+	}
+	if d := p.Decide(Flow{Proto: TCP, Host: "db.test", Addr: netip.MustParseAddr("198.51.100.50"), Port: 5432}); d.Verdict != Allow {
+		t.Errorf("a dns.hosts answer: %+v", d)
+	}
+	if d := p.Decide(Flow{Proto: TCP, Host: "db.test", Port: 5432}); d.Verdict != Allow {
+		t.Errorf("a name alone: %+v", d)
+	}
+	if h := UnknownHostAddrs("x"); h.Len() != 0 || h.Addrs() != nil || h.Equal(NewHostAddrs(nil)) || NewHostAddrs(nil).Equal(h) || h.Unknown() != "x" {
+		t.Errorf("an unknown set: len %d, addrs %v, unknown %q", h.Len(), h.Addrs(), h.Unknown())
+	}
+}
+
+// TestHostAddrsRouted: every address of a prefix the host routes as
+// local is guarded as the host's own, each a range of its own (a rule
+// naming exactly it opens it, the prefix or 0.0.0.0/0 does not); an
+// IPv4-mapped or embedding form is guarded too; addresses outside are not.
+func TestHostAddrsRouted(t *testing.T) {
+	h := NewHostAddrsRouted([]netip.Addr{ip("192.0.2.7")}, []netip.Prefix{
+		netip.MustParsePrefix("198.51.100.128/25"), netip.MustParsePrefix("2001:db8:6::/64"),
+		netip.MustParsePrefix("::ffff:203.0.113.0/120"), netip.MustParsePrefix("198.51.100.51/32"),
+	})
+	if h.Len() != 5 || len(h.Prefixes()) != 3 {
+		t.Fatalf("set: addrs %v prefixes %v", h.Addrs(), h.Prefixes())
+	}
+	q := mustParse(t, hostSrc).WithHostAddrs(h)
+	for _, a := range []string{"198.51.100.130", "198.51.100.255", "2001:db8:6::9", "203.0.113.9", "::ffff:198.51.100.200", "2002:c633:6482::"} {
+		d := q.Decide(Flow{TCP, "", ip(a), 5432})
+		if d.Verdict != Deny || d.Rule != RuleSpecialRange || !strings.Contains(d.Reason, "the host's own address") {
+			t.Errorf("%s under 0.0.0.0/0: %+v", a, d)
+		}
+	}
+	for _, a := range []string{"198.51.100.51", "198.51.100.127", "2001:db8:7::9"} {
+		if d := q.Decide(Flow{TCP, "", ip(a), 5432}); d.Verdict != Allow {
+			t.Errorf("%s: %+v", a, d)
+		}
+	}
+	if !h.Equal(NewHostAddrsRouted([]netip.Addr{ip("192.0.2.7"), ip("198.51.100.51")}, []netip.Prefix{
+		netip.MustParsePrefix("2001:db8:6::/64"), netip.MustParsePrefix("203.0.113.0/24"), netip.MustParsePrefix("198.51.100.128/25"),
+	})) || h.Equal(NewHostAddrs(h.Addrs())) {
+		t.Error("Equal does not compare the prefixes")
+	}
+}

@@ -110,10 +110,10 @@ func cmdExplain(e env, args []string) int {
 	// a flow is made; explain reads them here, in the network namespace
 	// it runs in, which is the gateway's when both run on one host.
 	p = p.WithLocal(netplan.Default().Local()...)
-	if addrs, err := netstack.ReadHostAddrs(); err != nil {
+	if h, err := netstack.ReadHostSet(); err != nil {
 		fmt.Fprintf(e.stderr, "warning: explain: the host's own addresses are unknown (%v): the answer does not guard them, a flow would\n", err)
 	} else {
-		p = p.WithHostAddrs(policy.NewHostAddrs(addrs))
+		p = p.WithHostAddrs(h)
 	}
 	d, err := p.Explain(pr, host, uint16(port))
 	if err != nil {

@@ -264,6 +264,7 @@ func Catalogue() []Attempt {
 		local("fake-pool", LayerSpecial, "builtin:special-range", "GET http://198.19.255.250/ (an unassigned fake-IP address)", "198.19.255.250", 80, "unapproved"),
 		local("host-own-v4", LayerSpecial, "builtin:special-range", "GET http://"+internet.HostOwnV4+":5432/ (the host's own address on a link other than lo; the lab policy approves 0.0.0.0/0 on 5432)", internet.HostOwnV4, 5432, "host-own"),
 		local("host-own-v6", LayerSpecial, "builtin:special-range", "GET http://["+internet.HostOwnV6+"]:5432/ (the host's own IPv6 address; the lab policy approves ::/0 on 5432)", internet.HostOwnV6, 5432, "host-own"),
+		local("host-own-local-route", LayerSpecial, "builtin:special-range", "GET http://"+internet.HostRouteV4+":5432/ (an address in "+internet.HostRoute+", which the host routes as local on a link other than lo with no address there; the lab policy approves 0.0.0.0/0 on 5432)", internet.HostRouteV4, 5432, "host-own"),
 	)
 
 	// Unapproved destinations reached directly.

@@ -87,6 +87,10 @@ type Layout struct {
 	// (sealed.AddHostLink: the host's own addresses), not on lo. Start
 	// skips their services when no link holds them.
 	HostLink []netip.Addr
+	// HostRoutes are prefixes routed as local on the same link, with no
+	// address (sealed.AddHostLink): a service in one is the host's own
+	// too, and its address is not put on lo.
+	HostRoutes []netip.Prefix
 	// DNS are the fake DNS server's listeners, serving Zone.
 	DNS  []DNSListener
 	Zone Zone
@@ -115,12 +119,25 @@ const (
 	TargetUnixAbstract = "unix-abstract"
 )
 
+// inHostRoute reports whether a is in one of the layout's HostRoutes.
+func (l Layout) inHostRoute(a netip.Addr) bool {
+	for _, p := range l.HostRoutes {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
 // LoopbackAddrs returns the addresses the layout needs on lo, without the
 // loopback ones lo already has, sorted and without duplicates.
 func (l Layout) LoopbackAddrs() []netip.Addr {
 	var out []netip.Addr
 	add := func(a netip.Addr) {
 		if a.IsLoopback() || a.IsUnspecified() || slices.Contains(out, a) || slices.Contains(l.HostLink, a) {
+			return
+		}
+		if l.inHostRoute(a) {
 			return
 		}
 		out = append(out, a)
@@ -183,6 +200,7 @@ func DefaultLayout() Layout {
 		svc("host-own", HostOwnV4, 5432, KindHTTP, "the host's own service"),
 		svc("host-own", HostOwnV6, 5432, KindHTTP, "the host's own service v6"),
 		svc("host-own", HostOwnV4, 8080, KindHTTP, "the host's own service"),
+		svc("host-own", HostRouteV4, 5432, KindHTTP, "the host's own service on a local route"),
 	)
 	const meta = "fake metadata: iam credentials"
 	for _, p := range []uint16{80, 8080} {
@@ -192,9 +210,10 @@ func DefaultLayout() Layout {
 		s = append(s, svc("metadata", a, 80, KindHTTP, meta))
 	}
 	return Layout{
-		Services: s,
-		Optional: []netip.Addr{mustAddr(CompatMeta)},
-		HostLink: []netip.Addr{mustAddr(HostOwnV4), mustAddr(HostOwnV6)},
+		Services:   s,
+		Optional:   []netip.Addr{mustAddr(CompatMeta)},
+		HostLink:   []netip.Addr{mustAddr(HostOwnV4), mustAddr(HostOwnV6)},
+		HostRoutes: []netip.Prefix{netip.MustParsePrefix(HostRoute)},
 		DNS: []DNSListener{
 			{Addr: netip.MustParseAddrPort(UpstreamDNS), Target: "upstream-dns"},
 			{Addr: ap(ResolverV4, 53), Target: "resolver"},
@@ -295,7 +314,7 @@ func (in *Internet) start() error {
 	l := in.layout
 	for _, s := range l.Services {
 		err := in.serve(s)
-		optional := slices.Contains(l.Optional, s.Addr.Addr()) || slices.Contains(l.HostLink, s.Addr.Addr())
+		optional := slices.Contains(l.Optional, s.Addr.Addr()) || slices.Contains(l.HostLink, s.Addr.Addr()) || l.inHostRoute(s.Addr.Addr())
 		if err != nil && optional && errors.Is(err, syscall.EADDRNOTAVAIL) {
 			in.skipped = append(in.skipped, s.Key())
 			continue
@@ -692,7 +711,7 @@ func (in *Internet) pages(u *url.URL) (string, bool) {
 // Setup checks that this process is sealed (sealed.Check), puts the
 // layout's addresses on lo and starts its servers (Start) with dir for
 // the CA certificate and unix socket. It leaves the HostLink addresses
-// out (their services are skipped): a link other than lo would unseal the
+// and HostRoutes out (their services are skipped): a link other than lo would unseal the
 // namespace for an attacker run in it; nsgate lab adds one itself.
 func Setup(l Layout, dir string) (*Internet, error) {
 	if err := sealed.Check(); err != nil {

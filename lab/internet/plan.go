@@ -49,6 +49,11 @@ const (
 	HostOwnV6 = "2001:db8:5::50"
 	// HostLinkName is the link (one end of a veth pair) that holds them.
 	HostLinkName = "labhost0"
+	// HostRoute is a prefix routed as local on HostLinkName with no
+	// address on any link (an AnyIP route), and HostRouteV4 an address
+	// in it: the host's own as its addresses are.
+	HostRoute   = "198.51.100.128/26"
+	HostRouteV4 = "198.51.100.140"
 
 	// UpstreamDNS is where the fake upstream DNS server listens; the lab
 	// policy's dns.upstream points at it.

@@ -201,9 +201,11 @@ func Check() error {
 // namespace and up, and puts each address on name (/32 or /128): the
 // host's own addresses on a link other than lo, as a host's eth0 holds
 // its public ones (the gateway guards those; loopback ones are left to
-// the special ranges). The pair leads nowhere else. It fails if the
-// kernel cannot make a veth pair here.
-func AddHostLink(name string, addrs []netip.Addr) error {
+// the special ranges). Each of routes is routed as local on name, with no
+// address (an "AnyIP" route: every address in it is the host's own).
+// The pair leads nowhere else. It fails if the kernel cannot make a veth
+// pair here.
+func AddHostLink(name string, addrs []netip.Addr, routes []netip.Prefix) error {
 	veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: name + "p"}
 	if err := netlink.LinkAdd(veth); err != nil {
 		return fmt.Errorf("add veth pair %s: %w", name, err)
@@ -229,6 +231,14 @@ func AddHostLink(name string, addrs []netip.Addr) error {
 		}
 		if err := netlink.AddrAdd(l, na); err != nil && !errors.Is(err, syscall.EEXIST) {
 			return fmt.Errorf("add %s to %s: %w", a, name, err)
+		}
+	}
+	for _, p := range routes {
+		p = p.Masked()
+		r := &netlink.Route{LinkIndex: l.Attrs().Index, Table: unix.RT_TABLE_LOCAL, Type: unix.RTN_LOCAL, Scope: netlink.SCOPE_HOST,
+			Dst: &net.IPNet{IP: net.IP(p.Addr().AsSlice()), Mask: net.CIDRMask(p.Bits(), p.Addr().BitLen())}}
+		if err := netlink.RouteAdd(r); err != nil && !errors.Is(err, syscall.EEXIST) {
+			return fmt.Errorf("route %s as local on %s: %w", p, name, err)
 		}
 	}
 	return waitLocalRoutes(addrs, nil)

@@ -41,4 +41,6 @@ func AddLoopback(addrs, optional []netip.Addr) ([]netip.Addr, error) {
 }
 
 // AddHostLink needs Linux.
-func AddHostLink(name string, addrs []netip.Addr) error { return errors.ErrUnsupported }
+func AddHostLink(name string, addrs []netip.Addr, routes []netip.Prefix) error {
+	return errors.ErrUnsupported
+}
