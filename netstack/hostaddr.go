@@ -47,12 +47,9 @@ func (w *hostWatch) load() *policy.HostAddrs {
 		// a read succeeds, any address may be the host's own (fail
 		// closed), and each load tries again.
 		h = policy.UnknownHostAddrs("reading them again after an address change: " + err.Error())
-		if !h.Equal(w.cur) {
-			w.cur = h
-		}
-		return w.cur
+	} else {
+		w.stale = false
 	}
-	w.stale = false
 	if !h.Equal(w.cur) {
 		w.cur = h // a new pointer: the gateway makes a new guarded policy
 	}

@@ -23,21 +23,27 @@ import (
 // A dump the kernel interrupted (an address or link changed while it
 // ran: netlink.ErrDumpInterrupted) may be incomplete; it is read again, a
 // few times, and then it is an error.
-func ReadHostAddrs() (out []netip.Addr, err error) {
+func ReadHostAddrs() ([]netip.Addr, error) { return retryInterrupted(readHostAddrsOnce) }
+
+// readTries bounds how many times a dump is read after interrupted ones.
+const readTries = 4
+
+// retryInterrupted calls read until it returns something other than an
+// interrupted dump's error, at most readTries times.
+func retryInterrupted[T any](read func() (T, error)) (v T, err error) {
 	for range readTries {
-		out, err = readHostAddrsOnce()
+		v, err = read()
 		if !errors.Is(err, netlink.ErrDumpInterrupted) {
 			break
 		}
 	}
-	return out, err
+	return v, err
 }
 
-// readTries bounds how many times ReadHostAddrs reads after interrupted
-// dumps.
-const readTries = 4
-
-func readHostAddrsOnce() ([]netip.Addr, error) {
+// loopbackLinks returns the indexes of the loopback links. A link made
+// after it ran is not among them: its addresses and routes count as the
+// host's, which guards more, never less.
+func loopbackLinks() (map[int]bool, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, fmt.Errorf("list links: %w", err)
@@ -48,8 +54,14 @@ func readHostAddrsOnce() ([]netip.Addr, error) {
 			loopback[a.Index] = true
 		}
 	}
-	// A link made after LinkList is not in loopback: its addresses count
-	// as the host's, which guards more, never less.
+	return loopback, nil
+}
+
+func readHostAddrsOnce() ([]netip.Addr, error) {
+	loopback, err := loopbackLinks()
+	if err != nil {
+		return nil, err
+	}
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {
 		return nil, fmt.Errorf("list addresses: %w", err)
@@ -77,13 +89,7 @@ func ReadHostSet() (*policy.HostAddrs, error) {
 	if err != nil {
 		return nil, err
 	}
-	var prefixes []netip.Prefix
-	for range readTries {
-		prefixes, err = ReadLocalPrefixes()
-		if !errors.Is(err, netlink.ErrDumpInterrupted) {
-			break
-		}
-	}
+	prefixes, err := retryInterrupted(ReadLocalPrefixes)
 	if err != nil {
 		return nil, err
 	}
@@ -102,15 +108,9 @@ func ReadHostSet() (*policy.HostAddrs, error) {
 // sockets, as the gateway dials them, may broadcast. Loopback links are
 // left out as ReadHostAddrs leaves them out.
 func ReadLocalPrefixes() ([]netip.Prefix, error) {
-	links, err := netlink.LinkList()
+	loopback, err := loopbackLinks()
 	if err != nil {
-		return nil, fmt.Errorf("list links: %w", err)
-	}
-	loopback := map[int]bool{}
-	for _, l := range links {
-		if a := l.Attrs(); a.Flags&net.FlagLoopback != 0 {
-			loopback[a.Index] = true
-		}
+		return nil, err
 	}
 	// With strict checking the kernel dumps the local table alone, not
 	// every table (a host with a full routing table would otherwise send
@@ -148,8 +148,6 @@ func ReadLocalPrefixes() ([]netip.Prefix, error) {
 	return out, nil
 }
 
-func readHostSet() (*policy.HostAddrs, error) { return ReadHostSet() }
-
 // watchHostAddrs subscribes to the kernel's address changes in the
 // calling thread's network namespace, then reads the host's own
 // addresses (a change between the two is seen by the first load). It
@@ -157,12 +155,12 @@ func readHostSet() (*policy.HostAddrs, error) { return ReadHostSet() }
 // addresses does not start. Without a subscription (the socket cannot be
 // made) every load reads them.
 func watchHostAddrs() (*hostWatch, error) {
-	w := &hostWatch{read: readHostSet}
+	w := &hostWatch{read: ReadHostSet}
 	if fd, err := subscribeAddrs(); err == nil {
 		w.changed = func() bool { return drainChanges(fd) }
 		w.stop = func() { unix.Close(fd) }
 	}
-	h, err := readHostSet()
+	h, err := ReadHostSet()
 	if err != nil {
 		w.close()
 		return nil, fmt.Errorf("the host's own addresses: %w", err)

@@ -12,8 +12,7 @@ import (
 // range of its own. A HostAddrs is immutable and safe for concurrent use;
 // the zero value and nil are the empty set.
 type HostAddrs struct {
-	set  map[netip.Addr]struct{}
-	list []netip.Addr // sorted, unmapped, zone-free
+	list []netip.Addr // sorted, unique, unmapped, zone-free
 	// prefixes the host routes as local without holding an address in
 	// them (NewHostAddrsRouted), masked, sorted.
 	prefixes []netip.Prefix
@@ -48,19 +47,15 @@ func (h *HostAddrs) Unknown() string {
 // NewHostAddrs returns the set of addrs: IPv4-mapped addresses are read as
 // IPv4, zones are dropped, invalid and unspecified addresses are ignored.
 func NewHostAddrs(addrs []netip.Addr) *HostAddrs {
-	h := &HostAddrs{set: make(map[netip.Addr]struct{}, len(addrs))}
+	h := &HostAddrs{}
 	for _, a := range addrs {
 		a = a.Unmap().WithZone("")
-		if !a.IsValid() || a.IsUnspecified() {
-			continue
+		if a.IsValid() && !a.IsUnspecified() {
+			h.list = append(h.list, a)
 		}
-		if _, ok := h.set[a]; ok {
-			continue
-		}
-		h.set[a] = struct{}{}
-		h.list = append(h.list, a)
 	}
 	slices.SortFunc(h.list, netip.Addr.Compare)
+	h.list = slices.Compact(h.list)
 	return h
 }
 
@@ -108,7 +103,7 @@ func (h *HostAddrs) Contains(a netip.Addr) bool {
 	if h.unknown != "" {
 		return true
 	}
-	if _, ok := h.set[a]; ok {
+	if _, ok := slices.BinarySearchFunc(h.list, a, netip.Addr.Compare); ok {
 		return true
 	}
 	for _, p := range h.prefixes {
