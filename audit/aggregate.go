@@ -371,13 +371,16 @@ func clipEvent(ev Event) Event {
 	return ev
 }
 
-// clip cuts s to at most MaxField bytes (at a rune boundary) and says how
-// much was cut.
-func clip(s string) string {
-	if len(s) <= MaxField {
+// clip is ClipText at MaxField bytes.
+func clip(s string) string { return ClipText(s, MaxField) }
+
+// ClipText cuts s to at most n bytes (at a rune boundary) and says how
+// much was cut: "…(N more bytes)".
+func ClipText(s string, n int) string {
+	if len(s) <= n {
 		return s
 	}
-	cut := MaxField
+	cut := n
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

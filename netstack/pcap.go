@@ -41,8 +41,10 @@ type pcapWriter struct {
 func (p *pcapWriter) Write(b []byte) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.err != nil || p.reached || (p.max > 0 && p.size+int64(len(b)) > p.max) {
-		p.reached = p.reached || p.err == nil
+	if p.err == nil && p.max > 0 && p.size+int64(len(b)) > p.max {
+		p.reached = true // this packet and every later one
+	}
+	if p.err != nil || p.reached {
 		p.failed.Add(1)
 		return len(b), nil
 	}

@@ -27,12 +27,10 @@ import (
 	"net/netip"
 	"os"
 	"os/signal"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
-	"unicode/utf8"
 
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 
@@ -343,7 +341,7 @@ func (s *Session) reload() (revoked int, err error) {
 	}
 	p, err := Load(s.cfg.PolicyPath)
 	if err != nil {
-		s.sink.Log(audit.Policy{Action: "deny", Error: clipText(err.Error(), maxPolicyError)})
+		s.sink.Log(audit.Policy{Action: "deny", Error: audit.ClipText(err.Error(), maxPolicyError)})
 		return 0, err
 	}
 	s.store(p)
@@ -369,19 +367,6 @@ func (s *Session) reload() (revoked int, err error) {
 // may quote what the file holds (a name of nearly 1 MiB), and the log's
 // reader refuses lines past a few MiB.
 const maxPolicyError = 64 << 10
-
-// clipText cuts s to at most n bytes, at a rune boundary, and says how
-// much was cut.
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…(" + strconv.Itoa(len(s)-cut) + " more bytes)"
-}
 
 // reloadOnSIGHUP reloads on every SIGHUP until the returned func is called.
 func (s *Session) reloadOnSIGHUP() (stop func()) {
