@@ -139,7 +139,6 @@ type run struct {
 	stderr io.Writer
 	s      *session.Session
 	child  *sandbox.Child
-	fs     policy.Filesystem // the policy's filesystem section at start
 	// fixed holds what a reload cannot change for the running worker
 	// (setFixed, onReload; the reload runs on a goroutine of its own).
 	fixed struct {
@@ -371,11 +370,10 @@ func (r *run) setFixed(p *policy.Policy, fs policy.Filesystem) {
 
 func (r *run) setFixedLocked(p *policy.Policy, fs policy.Filesystem) {
 	r.fixed.set, r.fixed.exec, r.fixed.fs = true, p.ExecAllow(), fs
-	r.fs = fs
 }
 
 // startPolicy returns the policy in force now and records its exec.allow
-// and filesystem section (r.fs) as fixed, in one step under the lock
+// and filesystem section (r.fixed.fs) as fixed, in one step under the lock
 // that onReload takes: a reload either lands before (and the worker
 // starts with it) or is compared against what the worker starts with.
 func (r *run) startPolicy() (*policy.Policy, error) {
@@ -488,7 +486,8 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 	default:
 		own = append(own, c) // a FIFO: the worker must not write into it
 	}
-	fs := r.fs // startPolicy's
+	// startPolicy's; a reload only reads it from here on.
+	fs := r.fixed.fs
 	hide := fs.Hide
 	// The start gate's folder is nsgate's too: a worker that saw it could
 	// flock the slots (no write access needed) and hold up every later
