@@ -16,7 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nsgate/nsgate/bench/starttrace"
+	"github.com/nsgate/nsgate/internal/diag/starttrace"
 	"github.com/nsgate/nsgate/tun/tundev"
 )
 

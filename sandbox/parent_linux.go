@@ -10,7 +10,7 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/nsgate/nsgate/bench/starttrace"
+	"github.com/nsgate/nsgate/internal/diag/starttrace"
 	"golang.org/x/sys/unix"
 )
 

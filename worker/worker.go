@@ -35,9 +35,9 @@ import (
 	"time"
 
 	"github.com/nsgate/nsgate/audit"
-	"github.com/nsgate/nsgate/bench/starttrace"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/internal/diag/starttrace"
 	"github.com/nsgate/nsgate/learn"
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/policy"

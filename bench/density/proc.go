@@ -193,7 +193,7 @@ func parseRate(out string) (float64, bool) {
 	return 0, false
 }
 
-// phaseTimes are the start-up trace's phases (bench/starttrace.Mark) of a
+// phaseTimes are the start-up trace's phases (internal/diag/starttrace.Mark) of a
 // burst: for each phase, its time after the start line in every sandbox
 // that reached it.
 type phaseTimes struct {

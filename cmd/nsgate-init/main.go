@@ -10,8 +10,8 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/nsgate/nsgate/bench/starttrace"
 	"github.com/nsgate/nsgate/guard"
+	"github.com/nsgate/nsgate/internal/diag/starttrace"
 	"github.com/nsgate/nsgate/sandbox"
 )
 

@@ -10,8 +10,8 @@ import (
 	"runtime"
 
 	"github.com/nsgate/nsgate/audit"
-	"github.com/nsgate/nsgate/bench/profile"
 	"github.com/nsgate/nsgate/guard"
+	"github.com/nsgate/nsgate/internal/diag/profile"
 	"github.com/nsgate/nsgate/lab"
 	"github.com/nsgate/nsgate/lab/attack"
 	"github.com/nsgate/nsgate/learn"

@@ -10,7 +10,7 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/nsgate/nsgate/bench/starttrace"
+	"github.com/nsgate/nsgate/internal/diag/starttrace"
 )
 
 // Start writes a CPU profile of this process to the file named by
