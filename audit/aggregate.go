@@ -32,13 +32,17 @@ import (
 // Within one window (Options.Window, default 1 s) from a key's first event,
 // that event is written at once and later ones are counted; when the window
 // ends one record with count = number folded is written (a copy of the
-// first folded event). Denials of flows, packets and names are keyed from
-// their first occurrence, as they always have been. The other kinds (all
-// of the above but those denials) are first written one by one, as they
-// come, while the window's burst lasts: Options.Burst records per window
-// across all of them (default 256). So an ordinary run reads as it did
-// before, and a flood of them is keyed and folded as soon as it exceeds the
-// burst. Only actions "allow" and "deny" are aggregated (no other exists).
+// first folded event). Every kind is keyed from its first occurrence, so
+// identical records fold from their first repeat and a worker's cost on
+// the disk is bounded per distinct event, not per second. Two exceptions
+// use the window's burst (Options.Burst records per window across both,
+// default 64): allowed flows are written one by one, as they come, while
+// it lasts (each flow of an ordinary run keeps a record of its own, which
+// its flow_end names and which the security lab's judge reads), then
+// keyed and folded; and a new record of another kind that finds the key
+// table full is written as it comes while it lasts, before it would fold
+// into the overflow entry. Only actions "allow" and "deny" are aggregated
+// (no other exists).
 //
 // Folded allowed flows still need a record for their flow_end and l7
 // records to name: Log returns the seq of the record that stands for them,
@@ -70,7 +74,7 @@ type aggKey struct {
 const (
 	aggNone   = iota // written as it comes
 	aggDeny          // folds from the second occurrence in a window
-	aggRepeat        // written one by one while the window's burst lasts; then folds
+	aggRepeat        // folds from the second occurrence; the burst writes new keys past a full table
 	// aggStands is aggRepeat for an allowed flow: a folded one is
 	// represented by its key's first record, whose seq Log returns, since
 	// its flow_end and l7 records must name a flow record.

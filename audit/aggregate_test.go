@@ -284,11 +284,12 @@ func TestHumanLines(t *testing.T) {
 	want := []string{
 		"nsgate: deny tcp 10.0.2.100:1 -> 169.254.169.254:80 rule=builtin:metadata: 169.254.169.254 is a cloud metadata address",
 		"nsgate: deny l7 flow=9 host=app.test sni=evil.test: sni does not match",
-		"nsgate: deny l7 flow=9 host=app.test sni=evil.test: sni does not match",
 		"nsgate: deny exec /bin/sh pid=7",
 		"nsgate: deny inbound 127.0.0.1:5000 -> 127.0.0.1:8080 -> 10.0.2.100:80",
 		"nsgate: deny dns evil.test A rule=default",
 		"nsgate: deny icmp 10.0.2.100 -> 203.0.113.9",
+		// The second l7 denial folded from its first repeat.
+		"nsgate: deny l7 flow=9 host=app.test sni=evil.test: sni does not match (1 more like this in the last second)",
 		"nsgate: deny tcp 10.0.2.100:2 -> 169.254.169.254:80 rule=builtin:metadata: 169.254.169.254 is a cloud metadata address (2 more like this in the last second)",
 	}
 	if got := strings.Split(strings.TrimSuffix(human.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
@@ -554,32 +555,44 @@ func TestFoldedFlowsStandForTheirRecord(t *testing.T) {
 	}
 }
 
-// TestBurst: repeats are written one by one while the window's burst lasts,
-// then keyed and folded; the next window has a burst of its own.
+// TestBurst: identical records other than allowed flows fold from their
+// first repeat (the first is written, the rest counted), so a worker's
+// cost on the disk is per distinct event; allowed flows are written one
+// by one while the window's burst lasts, then keyed and folded; the next
+// window has a burst of its own. The burst also writes distinct records
+// that find the key table full.
 func TestBurst(t *testing.T) {
 	var buf bytes.Buffer
 	clock := newFakeClock()
-	l := startMem(Options{Now: clock.Now, Burst: 3}, &buf)
+	l := startMem(Options{Now: clock.Now, Burst: 3, AggKeys: 4}, &buf)
 	ev := DNS{QName: "app.test", QType: "A", Action: "allow", Answer: []string{"198.18.0.1"}, Rule: "allow[0]"}
 	var seqs []uint64
 	for range 6 {
 		seqs = append(seqs, l.Log(ev))
 	}
-	if want := []uint64{1, 2, 3, 4, 0, 0}; fmt.Sprint(seqs) != fmt.Sprint(want) {
-		t.Errorf("seqs %v, want %v: three in the burst, then the key's first, then folded", seqs, want)
+	if want := []uint64{1, 0, 0, 0, 0, 0}; fmt.Sprint(seqs) != fmt.Sprint(want) {
+		t.Errorf("identical allowed answers: seqs %v, want %v: the first written, folded from the first repeat", seqs, want)
+	}
+	flow := Flow{Action: "allow", Proto: "tcp", Src: "10.0.2.100:40000", Dst: "203.0.113.10:443", Rule: "allow[0]"}
+	seqs = nil
+	for range 6 {
+		seqs = append(seqs, l.Log(flow))
+	}
+	if want := []uint64{2, 3, 4, 5, 5, 5}; fmt.Sprint(seqs) != fmt.Sprint(want) {
+		t.Errorf("allowed flows: seqs %v, want %v: three in the burst, then the key's first, which stands for the rest", seqs, want)
 	}
 	clock.Advance(1100 * time.Millisecond)
-	if s := l.Log(ev); s != 5 {
-		t.Errorf("next window: seq %d, want 5 (a new burst; the last window's aggregate comes with the sweep)", s)
+	if s := l.Log(flow); s != 6 {
+		t.Errorf("next window: seq %d, want 6 (a new burst; the last window's aggregates come with the sweep)", s)
 	}
-	// Denials of names are keyed from the first: no burst for them.
+	// Denials of names are keyed from the first too.
 	deny := DNS{QName: "evil.test", QType: "A", Action: "deny", Rule: "default"}
 	if s1, s2 := l.Log(deny), l.Log(deny); s1 == 0 || s2 != 0 {
 		t.Errorf("denials: %d %d; want the first written and the second folded", s1, s2)
 	}
 	mustClose(t, l)
-	if _, total := accounted(t, buf.Bytes()); total != 9 {
-		t.Errorf("records stand for %d events, want 9", total)
+	if _, total := accounted(t, buf.Bytes()); total != 15 {
+		t.Errorf("records stand for %d events, want 15", total)
 	}
 }
 

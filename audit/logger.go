@@ -45,11 +45,11 @@ type Options struct {
 	// AggKeys bounds the aggregation table; default 4096. Past it, new kinds
 	// of record fold into one overflow entry per event type and action.
 	AggKeys int
-	// Burst is how many aggregated records other than denials of flows,
-	// packets and names (allowed flows and names, flow ends, l7 checks,
-	// execs) are written one by one in each window, as they come, before
-	// they are keyed and folded (see aggregate.go); default 256, negative
-	// for none.
+	// Burst is how many allowed flows are written one by one in each
+	// window, as they come, before they are keyed and folded, and how
+	// many new records of other kinds are written as they come once the
+	// key table is full (see aggregate.go); default 64, negative for
+	// none. Every other repeat folds from its first.
 	Burst int
 	// Delay is how long the writer lets records gather after the first
 	// of them is queued before it writes them out; default 2ms, negative
@@ -77,7 +77,7 @@ const (
 	defaultQueueLen = 4096
 	defaultAggKeys  = 4096
 	// DefaultBurst is Options.Burst's default.
-	DefaultBurst   = 256
+	DefaultBurst   = 64
 	defaultDelay   = 2 * time.Millisecond
 	defaultTimeout = 3 * time.Second
 	// closeGrace is how long Close still waits for a writer that is stuck
@@ -458,11 +458,17 @@ func (l *Logger) waitRoomLocked() bool {
 // logAggLocked applies the aggregation rules (aggregate.go) to ev.
 func (l *Logger) logAggLocked(ev Event, style int) uint64 {
 	now := l.now()
-	if style >= aggRepeat && len(l.pending) < l.queueLen && l.takeBurstLocked(now) {
-		// Within the burst: as it comes, without a key.
+	if style == aggStands && len(l.pending) < l.queueLen && l.takeBurstLocked(now) {
+		// An allowed flow within the burst: as it comes, without a key.
 		return l.enqueueLocked(item{ev: ev, t: now})
 	}
 	k := aggKeyOf(ev)
+	if style == aggRepeat && len(l.pending) < l.queueLen && len(l.agg) >= l.aggKeys && l.agg[k] == nil && l.takeBurstLocked(now) {
+		// Other kinds fold from their first repeat (their key's entry);
+		// a new one that finds the table full is written as it comes
+		// while the burst lasts, before it would fold into the overflow.
+		return l.enqueueLocked(item{ev: ev, t: now})
+	}
 	for {
 		room := len(l.pending) < l.queueLen
 		key := k

@@ -4,11 +4,15 @@ package integration
 
 import (
 	"maps"
+	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/nsgate/nsgate/lab/internet"
@@ -315,4 +319,183 @@ func TestLearnUnwritableOutput(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestLearnHostsSpecialRange: learning is bounded by the special-range
+// guard exactly as enforcing is. The starting policy's dns.hosts points
+// names at the host's loopback and at a private address, and its allow
+// rules name one TCP and one UDP port; under --learn the worker reaches
+// those ports, and every other port of the same addresses, TCP and UDP,
+// is refused (the fake server sees nothing, the audit log has the
+// builtin:special-range denial) and is not in the learned file.
+func TestLearnHostsSpecialRange(t *testing.T) {
+	tcpL := func(addr string) (string, *atomic.Int64) {
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		var n atomic.Int64
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				n.Add(1)
+				c.Close()
+			}
+		}()
+		return ln.Addr().String(), &n
+	}
+	udpL := func(addr string) (string, *atomic.Int64) {
+		pc, err := net.ListenPacket("udp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { pc.Close() })
+		var n atomic.Int64
+		go func() {
+			buf := make([]byte, 2048)
+			for {
+				k, from, err := pc.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				n.Add(1)
+				pc.WriteTo(buf[:k], from)
+			}
+		}()
+		return ln2port(addr, pc.LocalAddr().String()), &n
+	}
+	port := func(hp string) string { _, p, _ := net.SplitHostPort(hp); return p }
+	forEachMode(t, func(t *testing.T, m mode) {
+		loopTCP, loopTCPHits := tcpL("127.0.0.1:0")
+		privTCP, privTCPHits := tcpL(internet.PrivateV4 + ":0")
+		loopUDPok, loopUDPokHits := udpL("127.0.0.1:0")
+		loopUDP, loopUDPHits := udpL("127.0.0.1:0")
+		privUDP, privUDPHits := udpL(internet.PrivateV4 + ":0")
+		dir := workDir(t, m)
+		pol := writeFile(t, dir, "start.yaml", `version: 1
+allow:
+  - host: svc.internal
+    ports: [8080]
+  - host: lan.internal
+    ports: [8080]
+  - host: svc.internal
+    proto: udp
+    ports: [`+port(loopUDPok)+`]
+    l7: none
+dns:
+  upstream: ["`+internet.UpstreamDNS+`"]
+  hosts:
+    svc.internal: [127.0.0.1]
+    lan.internal: [`+internet.PrivateV4+`]
+`)
+		learned := filepath.Join(dir, "learned.yaml")
+		log := filepath.Join(dir, "audit.jsonl")
+		loop8080, priv8080 := targetAt("127.0.0.1:8080/tcp"), targetAt(internet.PrivateV4+":8080/tcp")
+		docker := targetAt("127.0.0.1:2375/tcp")
+		b8080, bp8080, bDocker := loop8080.count(), priv8080.count(), docker.count()
+		probes := []struct{ args, want string }{
+			{"tcp svc.internal:8080", "ok svc.internal:8080"},
+			{"tcp lan.internal:8080", "ok lan.internal:8080"},
+			{"udp svc.internal:" + port(loopUDPok), "ok svc.internal:" + port(loopUDPok)},
+			{"tcp svc.internal:2375", "svc.internal:2375"},
+			{"tcp svc.internal:" + port(loopTCP), "svc.internal:" + port(loopTCP)},
+			{"tcp lan.internal:" + port(privTCP), "lan.internal:" + port(privTCP)},
+			{"udp svc.internal:" + port(loopUDP), "svc.internal:" + port(loopUDP)},
+			{"udp lan.internal:" + port(privUDP), "lan.internal:" + port(privUDP)},
+		}
+		var script []string
+		for _, p := range probes {
+			script = append(script, nsgateBin+" __probe "+p.args)
+		}
+		r := runNsgate(t, m, "run", "--learn", learned, "--policy", pol, "--audit", log, "--exec-allow", nsgateBin,
+			"--", "/bin/sh", "-c", strings.Join(script, "; ")+"; true")
+		if r.code != 0 {
+			t.Fatalf("exit %d", r.code)
+		}
+		for i, p := range probes {
+			if !strings.Contains(r.stdout, p.want) {
+				t.Errorf("%s: worker output lacks %q", p.args, p.want)
+			}
+			if i >= 3 && strings.Contains(r.stdout, "ok "+strings.Fields(p.args)[1]) {
+				t.Errorf("%s: the worker reached it during learning", p.args)
+			}
+		}
+		if loop8080.count()-b8080 < 1 || priv8080.count()-bp8080 < 1 || loopUDPokHits.Load() < 1 {
+			t.Errorf("controls: loopback 8080 %d, private 8080 %d, loopback udp %d hits; want each ≥ 1",
+				loop8080.count()-b8080, priv8080.count()-bp8080, loopUDPokHits.Load())
+		}
+		for name, got := range map[string]int64{
+			"127.0.0.1:2375/tcp": docker.count() - bDocker, loopTCP + "/tcp": loopTCPHits.Load(), privTCP + "/tcp": privTCPHits.Load(),
+			loopUDP + "/udp": loopUDPHits.Load(), privUDP + "/udp": privUDPHits.Load(),
+		} {
+			if got != 0 {
+				t.Errorf("%s saw %d hits during learning, want 0", name, got)
+			}
+		}
+		recs := readAudit(t, log)
+		for _, want := range []struct{ proto, host, port string }{
+			{"tcp", "svc.internal", "2375"}, {"tcp", "svc.internal", port(loopTCP)}, {"tcp", "lan.internal", port(privTCP)},
+			{"udp", "svc.internal", port(loopUDP)}, {"udp", "lan.internal", port(privUDP)},
+		} {
+			found := false
+			for _, rec := range recs {
+				if rec.str("event") == "flow" && rec.str("proto") == want.proto && rec.str("host") == want.host &&
+					strings.HasSuffix(rec.str("dst"), ":"+want.port) && rec.str("action") == "deny" && rec.str("rule") == "builtin:special-range" {
+					found = true
+				}
+			}
+			if !found {
+				t.Errorf("no deny flow record rule=builtin:special-range for %s %s:%s", want.proto, want.host, want.port)
+			}
+		}
+		data, err := os.ReadFile(learned)
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := string(data)
+		t.Logf("learned policy:\n%s", text)
+		var body []string
+		for _, l := range strings.Split(text, "\n") {
+			if !strings.HasPrefix(l, "# command: ") {
+				body = append(body, l)
+			}
+		}
+		for _, never := range []string{"2375", port(loopTCP), port(privTCP), port(loopUDP), port(privUDP), "rule=learn"} {
+			if strings.Contains(strings.Join(body, "\n"), never) {
+				t.Errorf("the learned policy names %q, which only dns.hosts opened", never)
+			}
+		}
+		lp, err := policy.Load(learned)
+		if err != nil {
+			t.Fatalf("load learned policy: %v", err)
+		}
+		for _, f := range []policy.Flow{
+			{Proto: policy.TCP, Host: "svc.internal", Addr: netip.MustParseAddr("127.0.0.1"), Port: 2375},
+			{Proto: policy.UDP, Host: "svc.internal", Addr: netip.MustParseAddr("127.0.0.1"), Port: uint16(atoiT(t, port(loopUDP)))},
+			{Proto: policy.TCP, Host: "lan.internal", Addr: netip.MustParseAddr(internet.PrivateV4), Port: uint16(atoiT(t, port(privTCP)))},
+		} {
+			if d := lp.Decide(f); d.Verdict == policy.Allow {
+				t.Errorf("the learned policy allows %+v (%v)", f, d)
+			}
+		}
+	})
+}
+
+// ln2port is the listener's "host:port" on the address asked for.
+func ln2port(asked, got string) string {
+	h, _, _ := net.SplitHostPort(asked)
+	_, p, _ := net.SplitHostPort(got)
+	return net.JoinHostPort(h, p)
+}
+
+func atoiT(t *testing.T, s string) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

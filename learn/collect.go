@@ -87,6 +87,9 @@ type Counts struct {
 	Invalid      uint64 // names that do not normalize, execs of relative paths
 	Dropped      uint64 // destinations past the Collector's bound
 	ExecRefusals uint64 // exec refusals (of files that exist)
+	// Redecided: recorded as denied by default, but the built-in sets
+	// refuse them when decided again (Denied; a forged or edited log).
+	Redecided uint64
 }
 
 // Collector gathers audit events for one Mode. Its methods are safe for
@@ -94,26 +97,39 @@ type Counts struct {
 type Collector struct {
 	mode Mode
 
-	mu       sync.Mutex
-	uses     map[dest]use
-	names    map[string]uint64 // names answered (Learned) or refused (Denied) by DNS
-	flowed   map[string]bool   // names that had a flow, whatever its outcome
-	execs    map[string]uint64 // refused exec paths
-	counts   Counts
-	builtin  []string // Denied: examples of built-in refusals, for a comment
-	denyRule []string // Denied: examples of deny-rule refusals
-	failed   []string // examples of allowed flows that failed
+	mu      sync.Mutex
+	uses    map[dest]use
+	names   map[string]uint64 // names answered (Learned) or refused (Denied) by DNS
+	flowed  map[string]bool   // names that had a flow, whatever its outcome
+	execs   map[string]uint64 // refused exec paths
+	counts  Counts
+	builtin []string // Denied: examples of built-in refusals, for a comment
+	// Denied: builtins decides each default denial again (a policy with
+	// no rules: only the built-in sets refuse); redecided names those it
+	// refused, which a log of nsgate's own never records as rule default.
+	builtins  *policy.Policy
+	redecided []string
+	denyRule  []string // Denied: examples of deny-rule refusals
+	failed    []string // examples of allowed flows that failed
 }
 
 // NewCollector returns an empty Collector for mode.
 func NewCollector(mode Mode) *Collector {
-	return &Collector{
+	c := &Collector{
 		mode:   mode,
 		uses:   make(map[dest]use),
 		names:  make(map[string]uint64),
 		flowed: make(map[string]bool),
 		execs:  make(map[string]uint64),
 	}
+	if mode == Denied {
+		p, err := policy.Parse("built-in sets", []byte("version: 1\n"))
+		if err != nil {
+			panic("learn: the empty policy does not parse: " + err.Error())
+		}
+		c.builtins = p
+	}
+	return c
 }
 
 // Observe takes one event as it is logged (the shape of
@@ -230,6 +246,19 @@ func (c *Collector) flow(e audit.Flow, n uint64) {
 	if host == "" {
 		d.addr = dst.Addr().WithZone("").Unmap()
 	}
+	if c.builtins != nil {
+		// A host flow's address is a fake one (or the name's): only the
+		// name is decided again; an address flow's address is.
+		f := policy.Flow{Proto: policy.TCP, Host: host, Addr: d.addr, Port: dst.Port()}
+		if bit == useUDP {
+			f.Proto = policy.UDP
+		}
+		if dd := c.builtins.Decide(f); isBuiltin(dd.Rule) {
+			c.counts.Redecided += n
+			note(&c.redecided, describe(e.Proto, host, e.Dst)+" ("+dd.Rule+": "+dd.Reason+")")
+			return
+		}
+	}
 	u := c.uses[d]
 	if u == nil {
 		if len(c.uses) >= maxDests {
@@ -277,6 +306,13 @@ func (c *Collector) dns(e audit.DNS, n uint64) {
 		if err != nil {
 			c.counts.Invalid += n
 			return
+		}
+		if c.builtins != nil {
+			if dd := c.builtins.NameAllowed(name); isBuiltin(dd.Rule) {
+				c.counts.Redecided += n
+				note(&c.redecided, "name "+name+" ("+dd.Rule+": "+dd.Reason+")")
+				return
+			}
 		}
 		if _, ok := c.names[name]; !ok && len(c.names) >= maxDests {
 			c.counts.Dropped += n

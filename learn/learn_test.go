@@ -461,8 +461,11 @@ func TestSuggestBadInput(t *testing.T) {
 		code int
 		want string
 	}{
-		{[]string{"suggest", broken}, 2, "audit line 2"},
-		{[]string{"suggest", notLog}, 2, "audit line 1"},
+		{[]string{"suggest", broken}, 2, "broken.jsonl:2: "},
+		{[]string{"suggest", "--unverified", broken}, 2, "audit line 2"},
+		{[]string{"suggest", notLog}, 2, "policy.yaml:1: "},
+		{[]string{"suggest", "--head", "nothex", log}, 2, "--head"},
+		{[]string{"suggest", "--key", filepath.Join(dir, "missing.key"), log}, 2, "--key"},
 		{[]string{"suggest", empty}, 2, "has no audit records"},
 		{[]string{"suggest", filepath.Join(dir, "missing.jsonl")}, 2, "no such file"},
 		{[]string{"suggest", dir}, 2, "not a regular file"},
@@ -480,7 +483,7 @@ func TestSuggestBadInput(t *testing.T) {
 		if code != tc.code || !strings.Contains(errb.String(), tc.want) {
 			t.Errorf("%v: exit %d, stderr %q; want %d and %q", tc.args, code, errb.String(), tc.code, tc.want)
 		}
-		if code != 0 && strings.Count(strings.TrimSpace(errb.String()), "\n") > 0 {
+		if code != 0 && !slices.Contains(tc.args, "--unverified") && strings.Count(strings.TrimSpace(errb.String()), "\n") > 0 {
 			t.Errorf("%v: more than one line on stderr: %q", tc.args, errb.String())
 		}
 	}
@@ -509,5 +512,125 @@ func TestOpenOutput(t *testing.T) {
 	f.Close()
 	if b, _ := os.ReadFile(out); string(b) != "version: 1\n" {
 		t.Errorf("file after WriteFile: %q", b)
+	}
+}
+
+// TestSuggestReadsOnlyVerified: a log `audit verify` rejects (a record
+// edited after it was written) is refused, one line naming why; with
+// --unverified it is read, and both stderr and the output say loudly
+// that it could not be verified.
+func TestSuggestReadsOnlyVerified(t *testing.T) {
+	log := suggestLog(t)
+	data, _ := os.ReadFile(log)
+	forged := bytes.Replace(data, []byte(`"dst":"203.0.113.9:81"`), []byte(`"dst":"198.51.100.77:81"`), 1)
+	if bytes.Equal(forged, data) {
+		t.Fatal("the log has no record to forge")
+	}
+	if err := os.WriteFile(log, forged, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errb bytes.Buffer
+	code := PolicyMain([]string{"suggest", log}, &out, &errb)
+	if code == 0 || !strings.Contains(errb.String(), "does not verify") || !strings.Contains(errb.String(), "--unverified") || out.Len() != 0 {
+		t.Errorf("a forged log: exit %d, stdout %q, stderr %q; want a refusal naming --unverified and no output", code, out.String(), errb.String())
+	}
+	if strings.Count(strings.TrimSpace(errb.String()), "\n") > 0 {
+		t.Errorf("more than one line on stderr: %q", errb.String())
+	}
+	out.Reset()
+	errb.Reset()
+	if code := PolicyMain([]string{"suggest", "--unverified", log}, &out, &errb); code != 0 {
+		t.Fatalf("--unverified: exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(errb.String(), "WARNING") || !strings.Contains(errb.String(), "NOT verified") {
+		t.Errorf("--unverified: stderr %q does not warn that the log was not verified", errb.String())
+	}
+	if !strings.HasPrefix(out.String(), "# WARNING: UNVERIFIED INPUT") {
+		t.Errorf("--unverified: the output does not start with the warning:\n%s", out.String())
+	}
+	// A log that verifies carries no such warning.
+	out.Reset()
+	errb.Reset()
+	if code := PolicyMain([]string{"suggest", suggestLog(t)}, &out, &errb); code != 0 || strings.Contains(out.String()+errb.String(), "UNVERIFIED") {
+		t.Errorf("a good log: exit %d, output warns of no verification:\n%s\n%s", code, out.String(), errb.String())
+	}
+}
+
+// TestSuggestRedecidesBuiltins: a denial recorded as rule default is
+// decided again under the built-in sets; one they refuse (a forged or
+// hand-edited record: nsgate itself records those as builtin:*) becomes no
+// rule, and a warning names it. A host rule for a name whose dns.hosts
+// entry in the current policy lies in a special range is proposed with a
+// warning naming the address.
+func TestSuggestRedecidesBuiltins(t *testing.T) {
+	log := logOf(t,
+		audit.Start{Version: "test"},
+		deniedFlow("tcp", "", "127.0.0.1:22", policy.RuleDefault),
+		deniedFlow("tcp", "", "10.0.0.5:6379", policy.RuleDefault),
+		deniedFlow("udp", "", "[fd00::5]:53", policy.RuleDefault),
+		deniedFlow("tcp", "", "169.254.169.254:80", policy.RuleDefault),
+		deniedFlow("tcp", "", "[::ffff:169.254.169.254]:80", policy.RuleDefault),
+		deniedFlow("tcp", "metadata.google.internal", "198.18.0.9:80", policy.RuleDefault),
+		audit.DNS{Action: "deny", QName: "metadata.google.internal", QType: "A", Rule: policy.RuleDefault},
+		deniedFlow("tcp", "", "203.0.113.9:81", policy.RuleDefault),
+		deniedFlow("tcp", "lan.test", "198.18.0.5:6379", policy.RuleDefault),
+		audit.Exit{Code: 0},
+	)
+	var out, errb bytes.Buffer
+	if code := PolicyMain([]string{"suggest", log}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	text := out.String()
+	t.Logf("suggestion:\n%s\nstderr:\n%s", text, errb.String())
+	p, err := policy.Parse("suggestion", out.Bytes())
+	if err != nil {
+		t.Fatalf("the suggestion is not a policy: %v", err)
+	}
+	for _, f := range []policy.Flow{
+		{Proto: policy.TCP, Addr: netip.MustParseAddr("127.0.0.1"), Port: 22},
+		{Proto: policy.TCP, Addr: netip.MustParseAddr("10.0.0.5"), Port: 6379},
+		{Proto: policy.UDP, Addr: netip.MustParseAddr("fd00::5"), Port: 53},
+		{Proto: policy.TCP, Addr: netip.MustParseAddr("169.254.169.254"), Port: 80},
+	} {
+		if d := p.Decide(f); d.Verdict == policy.Allow {
+			t.Errorf("the suggestion allows %+v: %v", f, d)
+		}
+	}
+	for _, never := range []string{"127.0.0.1/32", "10.0.0.5/32", "fd00::5/128", "169.254.169.254/32", "\"metadata.google.internal\""} {
+		for _, l := range strings.Split(text, "\n") {
+			if !strings.HasPrefix(l, "#") && strings.Contains(l, never) {
+				t.Errorf("the suggestion proposes %q: %s", never, l)
+			}
+		}
+	}
+	for _, want := range []string{"127.0.0.1:22", "10.0.0.5:6379", "[fd00::5]:53", "169.254.169.254:80", "metadata.google.internal"} {
+		if !strings.Contains(text, want) || !strings.Contains(errb.String(), want) {
+			t.Errorf("no warning names %s (in the output and on stderr)", want)
+		}
+	}
+	if !strings.Contains(text, "# WARNING") {
+		t.Errorf("the output has no WARNING comment")
+	}
+	if d := p.Decide(policy.Flow{Proto: policy.TCP, Addr: netip.MustParseAddr("203.0.113.9"), Port: 81}); d.Verdict != policy.Allow {
+		t.Errorf("the public denial is not suggested: %v", d)
+	}
+
+	// Against a policy whose dns.hosts points lan.test at a private address,
+	// the rule for lan.test:6379 is proposed with a warning naming it.
+	cur := filepath.Join(t.TempDir(), "current.yaml")
+	os.WriteFile(cur, []byte("version: 1\ndns:\n  hosts:\n    lan.test: [10.5.5.5]\n"), 0o644)
+	out.Reset()
+	errb.Reset()
+	if code := PolicyMain([]string{"suggest", "--policy", cur, log}, &out, &errb); code != 0 {
+		t.Fatalf("--policy: exit %d: %s", code, errb.String())
+	}
+	t.Logf("diff:\n%s\nstderr:\n%s", out.String(), errb.String())
+	if !strings.Contains(out.String(), `+  - {host: "lan.test", proto: tcp, ports: [6379]}`) {
+		t.Errorf("lan.test:6379 not proposed")
+	}
+	for _, s := range []string{out.String(), errb.String()} {
+		if !strings.Contains(s, "lan.test") || !strings.Contains(s, "10.5.5.5") || !strings.Contains(s, "dns.hosts") {
+			t.Errorf("no warning names lan.test's dns.hosts address 10.5.5.5 in %q", s)
+		}
 	}
 }

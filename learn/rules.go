@@ -53,6 +53,13 @@ type Result struct {
 	// Examples, for comments (Denied: builtin and deny-rule refusals;
 	// both modes: allowed flows that failed).
 	BuiltinSeen, DenyRuleSeen, FailedSeen []string
+	// RedecidedSeen are the default denials the built-in sets refuse when
+	// decided again (Denied): no rule is proposed for them.
+	RedecidedSeen []string
+	// HostsWarnings name proposed host rules whose name current's
+	// dns.hosts maps into a special range or the metadata set: the rule
+	// would open that address on its ports.
+	HostsWarnings []string
 }
 
 // Result groups what c has seen into rules. When current is not nil, what
@@ -61,10 +68,11 @@ type Result struct {
 func (c *Collector) Result(current *policy.Policy) Result {
 	c.mu.Lock()
 	res := Result{
-		Counts:       c.counts,
-		BuiltinSeen:  slices.Clone(c.builtin),
-		DenyRuleSeen: slices.Clone(c.denyRule),
-		FailedSeen:   slices.Clone(c.failed),
+		Counts:        c.counts,
+		BuiltinSeen:   slices.Clone(c.builtin),
+		DenyRuleSeen:  slices.Clone(c.denyRule),
+		FailedSeen:    slices.Clone(c.failed),
+		RedecidedSeen: slices.Clone(c.redecided),
 	}
 	hosts := make(map[string]use)
 	addrs := make(map[netip.Addr]use)
@@ -126,6 +134,11 @@ func (c *Collector) Result(current *policy.Policy) Result {
 		}
 		res.Hosts += len(g.names)
 		res.Rules = append(res.Rules, rulesFor(policy.RuleSpec{Host: g.pattern}, g.u, names)...)
+		if current != nil && c.builtins != nil {
+			for _, name := range g.names {
+				res.HostsWarnings = append(res.HostsWarnings, c.hostsWarnings(current, name)...)
+			}
+		}
 	}
 	for _, a := range slices.SortedFunc(maps.Keys(addrs), netip.Addr.Compare) {
 		res.Addrs++
@@ -143,6 +156,22 @@ func (c *Collector) Result(current *policy.Policy) Result {
 	slices.SortFunc(res.NamesOnly, compareNames)
 	slices.SortFunc(res.Execs, func(a, b Exec) int { return strings.Compare(a.Path, b.Path) })
 	return res
+}
+
+// hostsWarnings names the addresses current's dns.hosts gives name that
+// the built-in sets guard (a special range, the metadata set).
+func (c *Collector) hostsWarnings(current *policy.Policy, name string) []string {
+	addrs, ok := current.StaticHosts(name)
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, a := range addrs {
+		if d := c.builtins.Decide(policy.Flow{Proto: policy.TCP, Addr: a, Port: 1}); isBuiltin(d.Rule) {
+			out = append(out, name+" is in dns.hosts as "+a.String()+" ("+d.Rule+"): a rule for it opens that address on its ports")
+		}
+	}
+	return out
 }
 
 // filterUse returns u without the ports current already allows (u itself

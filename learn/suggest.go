@@ -18,7 +18,7 @@ const (
 	exitUsage = 2 // bad command line, unreadable or broken input
 )
 
-const suggestUsage = "Usage: nsgate policy suggest AUDIT.jsonl [--policy CURRENT]"
+const suggestUsage = "Usage: nsgate policy suggest AUDIT.jsonl [--policy CURRENT] [--key FILE] [--head HASH] [--unverified]"
 
 const suggestHelp = suggestUsage + `
 
@@ -28,7 +28,13 @@ programs the exec guard refused. Without --policy the output is a policy
 file of its own (it passes nsgate check); with --policy, a diff-like
 listing of what CURRENT lacks. Refusals by the built-in sets (cloud
 metadata, special ranges), by deny rules, and by the TLS SNI / HTTP Host
-checks are not turned into rules; comment lines say why. See
+checks are not turned into rules; comment lines say why. Each denial is
+decided again under the built-in sets, and one they refuse becomes no
+rule but a warning naming it.
+
+The log is first checked as nsgate audit verify checks it (--key, --head
+as there); a log that does not verify is refused, unless --unverified,
+which reads it anyway and says so on stderr and in the output. See
 docs/policy.md, "Learning a policy".`
 
 // PolicyMain is `nsgate policy SUBCOMMAND ...`; the one subcommand is
@@ -50,6 +56,9 @@ func PolicyMain(args []string, stdout, stderr io.Writer) int {
 	}
 	fs := cliflag.New("nsgate policy suggest", suggestUsage, stdout, stderr)
 	current := fs.String("policy", "", "the current policy `FILE`: suggest only what it lacks")
+	keyFile := fs.String("key", "", "HMAC key `FILE` the log was written with (as for nsgate audit verify)")
+	anchor := fs.String("head", "", "expected head `HASH` (as for nsgate audit verify)")
+	unverified := fs.Bool("unverified", false, "read a log that nsgate audit verify rejects (the output says it was not verified)")
 	// Flags may come before or after the log (GNU-style).
 	var operands []string
 	rest := args[1:]
@@ -77,14 +86,44 @@ func PolicyMain(args []string, stdout, stderr io.Writer) int {
 		}
 		cur = p
 	}
+	var key []byte
+	if *keyFile != "" {
+		k, err := audit.LoadKey(*keyFile)
+		if err != nil {
+			return errorf("--key: %v", err)
+		}
+		key = k
+	}
+	if *anchor != "" && !audit.IsHead(*anchor) {
+		return errorf("--head %q: want 64 lower-case hex digits", *anchor)
+	}
 	logName := operands[0]
 	f, err := os.Open(logName)
 	if err != nil {
 		return errorf("%v", err)
 	}
 	defer f.Close()
-	if st, err := f.Stat(); err == nil && !st.Mode().IsRegular() {
+	before, err := f.Stat()
+	if err != nil {
+		return errorf("%v", err)
+	}
+	if !before.Mode().IsRegular() {
 		return errorf("%s is not a regular file", logName)
+	}
+	// The log is verified by name, then read through the descriptor opened
+	// before: both must be the same file, unchanged in between.
+	unverifiedWhy := ""
+	if _, verr := audit.Check(logName, key, *anchor); verr != nil {
+		if !*unverified {
+			return errorf("%s does not verify: %v (suggest reads only what nsgate audit verify accepts; --unverified reads it anyway)", logName, oneLine(verr.Error()))
+		}
+		unverifiedWhy = oneLine(verr.Error())
+	}
+	if after, err := os.Stat(logName); err != nil || !os.SameFile(before, after) || after.Size() != before.Size() || !after.ModTime().Equal(before.ModTime()) {
+		return errorf("%s changed while it was verified: run again once nothing writes it", logName)
+	}
+	if unverifiedWhy != "" {
+		fmt.Fprintf(stderr, "nsgate: policy suggest: WARNING: %s was NOT verified (%s); its records may be forged or edited, and so may every suggestion below\n", logName, unverifiedWhy)
 	}
 	recs, err := audit.ReadRecords(f)
 	if err != nil {
@@ -97,9 +136,16 @@ func PolicyMain(args []string, stdout, stderr io.Writer) int {
 	for _, r := range recs {
 		c.AddRecord(r)
 	}
-	out, err := Suggestions(c.Result(cur), SuggestInput{Log: logName, Records: len(recs), Current: cur, CurrentName: *current})
+	res := c.Result(cur)
+	out, err := Suggestions(res, SuggestInput{Log: logName, Records: len(recs), Current: cur, CurrentName: *current, Unverified: unverifiedWhy})
 	if err != nil {
 		return errorf("%v", err)
+	}
+	for _, r := range res.RedecidedSeen {
+		fmt.Fprintf(stderr, "nsgate: policy suggest: WARNING: no rule proposed for %s: recorded as denied by default, but the built-in sets refuse it\n", oneLine(r))
+	}
+	for _, w := range res.HostsWarnings {
+		fmt.Fprintf(stderr, "nsgate: policy suggest: WARNING: %s\n", oneLine(w))
 	}
 	if _, err := io.WriteString(stdout, out); err != nil {
 		return errorf("%v", err)
@@ -114,7 +160,14 @@ type SuggestInput struct {
 	// Current is the current policy (nil: none) and CurrentName its file.
 	Current     *policy.Policy
 	CurrentName string
+	// Unverified, when not "", is why the log did not verify
+	// (--unverified): the output starts with a warning saying so.
+	Unverified string
 }
+
+// oneLine is s with its line breaks as spaces and its control characters
+// escaped, for one line of stderr.
+func oneLine(s string) string { return commentText(s) }
 
 // Suggestions renders res, from a Collector in mode Denied: without a
 // current policy, a policy file of its own (version 1, the suggested
@@ -125,6 +178,10 @@ type SuggestInput struct {
 func Suggestions(res Result, in SuggestInput) (string, error) {
 	var b strings.Builder
 	w := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
+	if in.Unverified != "" {
+		w("# WARNING: UNVERIFIED INPUT: %s did not verify (%s).\n", commentText(in.Log), commentText(in.Unverified))
+		w("#   Its records may be forged or edited; so may every suggestion below. Read them as such.\n")
+	}
 	w("# nsgate policy suggest %s", commentText(in.Log))
 	if in.Current != nil {
 		w(" --policy %s: what it lacks", commentText(in.CurrentName))
@@ -135,6 +192,14 @@ func Suggestions(res Result, in SuggestInput) (string, error) {
 		w("# skipped, no rule opens them: %s by the built-in sets (cloud metadata, special ranges,\n", plural(res.Builtin, "refusal"))
 		w("#   the gateway's own addresses): %s\n", commentText(listSome(res.BuiltinSeen, 5)))
 		w("#   (a special range opens only to a cidr rule inside it or a dns.hosts entry: decide that yourself)\n")
+	}
+	if res.Redecided > 0 {
+		w("# WARNING: no rule proposed for %s recorded as denied by default that the built-in sets\n", plural(res.Redecided, "denial"))
+		w("#   refuse when decided again (nsgate records those as builtin:*: this log was written or\n")
+		w("#   edited by something else): %s\n", commentText(listSome(res.RedecidedSeen, 10)))
+	}
+	for _, hw := range res.HostsWarnings {
+		w("# WARNING: %s\n", commentText(hw))
 	}
 	if res.DenyRule > 0 {
 		w("# skipped: %s by deny rules, which beat any allow rule: %s\n", plural(res.DenyRule, "refusal"), commentText(listSome(res.DenyRuleSeen, 5)))

@@ -74,6 +74,9 @@ type verdict struct {
 // construction and safe for concurrent use.
 type inspector struct {
 	gw4, bc4, gw6 netip.Addr
+	// dns4 and alias4 (the plan's HostAlias4, maybe invalid) are the
+	// other IPv4 addresses the gateway answers ARP for.
+	dns4, alias4 netip.Addr
 	// guest4 and guest6 are the only sources accepted (Plan.GuestSource).
 	guest4, guest6 netip.Addr
 	net            Network
@@ -90,6 +93,8 @@ func newInspector(n Network, ipv6, l2 bool) *inspector {
 		gw4:    n.Gateway4(),
 		bc4:    n.Broadcast4(),
 		gw6:    n.Gateway6(),
+		dns4:   n.DNS4(),
+		alias4: n.HostAlias4,
 		guest4: n.Guest4(),
 		guest6: n.Guest6(),
 		ipv6:   ipv6,

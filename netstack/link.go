@@ -18,7 +18,11 @@ import (
 // packets are counted and dropped, ICMP other than echo to the gateway and
 // every IP protocol other than TCP and UDP are refused with ICMP
 // "administratively prohibited", and only the rest reaches gVisor. This is
-// what keeps a promiscuous stack from answering echo for any address.
+// what keeps a promiscuous stack from answering echo for any address,
+// and ARP requests other than for the gateway's own IPv4 addresses are
+// dropped, which keeps it from answering ARP for any address (gVisor
+// answers a request for every address a promiscuous NIC accepts; IPv6
+// neighbour solicitations it answers only for assigned addresses).
 //
 // Outbound packets pass through unchanged. DeliverNetworkPacket may be
 // called concurrently (tun.Endpoint delivers from one reader, but test
@@ -46,7 +50,7 @@ func (l *filterLink) DeliverNetworkPacket(proto tcpip.NetworkProtocolNumber, pkt
 	g := l.g
 	g.stats.packetsIn.Add(1)
 	if proto == header.ARPProtocolNumber {
-		if l.insp.l2 {
+		if l.insp.l2 && l.insp.arpForUs(pkt.Data()) {
 			l.Endpoint.DeliverNetworkPacket(proto, pkt)
 		} else {
 			g.stats.dropped.Add(1)
@@ -154,4 +158,24 @@ func (g *Gateway) refuseMapped(v verdict, d packetData) {
 			g.stats.icmpErrors.Add(1)
 		}
 	}
+}
+
+// arpForUs reports whether an ARP packet may reach the stack: a request
+// only when its target is the gateway's own IPv4 address, the DNS address
+// or the host alias (pasta's --map-guest-addr); a reply (the worker's own answer to the gateway's request)
+// always. A packet too short to be Ethernet/IPv4 ARP is not.
+func (in *inspector) arpForUs(d packetData) bool {
+	b, ok := d.PullUp(header.ARPSize)
+	if !ok {
+		return false
+	}
+	a := header.ARP(b)
+	if !a.IsValid() {
+		return false
+	}
+	if a.Op() != header.ARPRequest {
+		return true
+	}
+	t := netip.AddrFrom4([4]byte(a.ProtocolAddressTarget()))
+	return t == in.gw4 || t == in.dns4 || in.alias4.IsValid() && t == in.alias4
 }

@@ -29,7 +29,10 @@ import (
 //     (cidr rule) f.Addr: allow, rule allow[i]. A cidr rule broader than
 //     the special range holding f.Addr does not match it.
 //  5. Otherwise deny, rule default; but in a Learning policy, allow with
-//     rule learn (step 4b).
+//     rule learn (step 4b), unless the guard of step 3 was lifted only by
+//     f.Host's dns.hosts entry: then deny, rule builtin:special-range
+//     (dns.hosts opens a special range for the allow rules, never for
+//     learning).
 //
 // A zero f.Addr skips every address part; an empty f.Host every name part.
 // f.Host should be normalized (see NormalizeName); a name that is not is
@@ -112,6 +115,18 @@ func (p *Policy) Decide(f Flow) Decision {
 	if n > 0 {
 		sr0, in0 = p.guardRangeOf(addrs[0])
 	}
+	// byHosts: a dns.hosts entry lifted the guard of a special range (the
+	// name's own address, or one embedded in it, is guarded). It lifts the
+	// guard only for the allow rules of step 4, not for learning (4b).
+	byHosts := false
+	if n > 0 && host != "" && p.hostsHas(host, addrs[0]) {
+		for i, a := range addrs {
+			if i == 0 && in0 || i > 0 && p.guarded(a) {
+				byHosts = true
+				break
+			}
+		}
+	}
 	if n > 0 && !(host != "" && p.hostsHas(host, addrs[0])) {
 		for i, a := range addrs {
 			sr, in := sr0, in0
@@ -147,7 +162,14 @@ func (p *Policy) Decide(f Flow) Decision {
 		return Decision{Allow, r.id, r.reason}
 	}
 
-	// 4b. Learning: what no step above decided is allowed, and recorded.
+	// 4b. Learning: what no step above decided is allowed, and recorded;
+	// but a special range that only dns.hosts opened stays refused on
+	// every port no allow rule names.
+	if p.learn && byHosts {
+		var rb reasonBuf
+		rb.str("learning: ").flow(f.Proto, host, addrs, f.Port).str(" is in a special range that only dns.hosts opened, and no allow rule matches this proto and port; learning never opens it")
+		return Decision{Deny, RuleSpecialRange, rb.String()}
+	}
 	if p.learn {
 		return Decision{Allow, RuleLearn, learnReason}
 	}

@@ -181,6 +181,12 @@ const (
 	hostAddrUnknown = "possibly the host's own address (they could not be read: "
 )
 
+// guarded reports whether a lies in a range guardRangeOf finds.
+func (p *Policy) guarded(a netip.Addr) bool {
+	_, ok := p.guardRangeOf(a)
+	return ok
+}
+
 // guardRangeOf returns the narrowest guarded range holding a (zone-free,
 // unmapped): the address itself when it is one of the host's own, else
 // its built-in special range. ok is false when a is in none.

@@ -15,12 +15,19 @@ version: 1
 allow:
   - host: app.test      # allow[0]
     ports: [8080]
+  - host: lan.test      # allow[1]
+    ports: [8080]
+  - host: loop.svc      # allow[2]
+    proto: udp
+    ports: [5353]
 deny:
   - host: ads.test      # deny[0]
   - cidr: 203.0.113.66/32
 dns:
   hosts:
     lan.test: [10.5.5.5]
+    loop.svc: [127.0.0.1, "::1"]
+    pub.svc: [198.51.100.9]
 `)
 	p := Learning(base).WithLocal(netip.MustParsePrefix("198.18.0.0/15"), netip.MustParsePrefix("10.0.2.0/24"))
 	for _, tc := range []struct {
@@ -45,7 +52,17 @@ dns:
 		{"a name resolving to a special range stays refused", Flow{Proto: TCP, Host: "loop.test", Addr: ip("127.0.0.1"), Port: 80}, Deny, RuleSpecialRange},
 		{"the gateway's own prefixes stay refused", Flow{Proto: UDP, Addr: ip("10.0.2.2"), Port: 53}, Deny, RuleSpecialRange},
 		{"the fake-address pool too", Flow{Proto: TCP, Addr: ip("198.18.0.9"), Port: 443}, Deny, RuleSpecialRange},
-		{"dns.hosts lifts the range for its own address, as in base", Flow{Proto: TCP, Host: "lan.test", Addr: ip("10.5.5.5"), Port: 80}, Allow, RuleLearn},
+		{"dns.hosts lifts the range for its own address where an allow rule matches, as in base", Flow{Proto: TCP, Host: "lan.test", Addr: ip("10.5.5.5"), Port: 8080}, Allow, "allow[1]"},
+		// Learning is bounded by the guard exactly as enforcing is: a
+		// dns.hosts entry lifts it only where an allow rule matches the
+		// port, so learning never opens the entry's other ports.
+		{"dns.hosts private address, another TCP port: refused, not learned", Flow{Proto: TCP, Host: "lan.test", Addr: ip("10.5.5.5"), Port: 6379}, Deny, RuleSpecialRange},
+		{"dns.hosts private address, UDP: refused, not learned", Flow{Proto: UDP, Host: "lan.test", Addr: ip("10.5.5.5"), Port: 8080}, Deny, RuleSpecialRange},
+		{"dns.hosts loopback, the rule's UDP port: allowed by the rule", Flow{Proto: UDP, Host: "loop.svc", Addr: ip("127.0.0.1"), Port: 5353}, Allow, "allow[2]"},
+		{"dns.hosts loopback, another UDP port: refused", Flow{Proto: UDP, Host: "loop.svc", Addr: ip("127.0.0.1"), Port: 53}, Deny, RuleSpecialRange},
+		{"dns.hosts loopback, TCP on the rule's port: refused (rule is udp)", Flow{Proto: TCP, Host: "loop.svc", Addr: ip("127.0.0.1"), Port: 5353}, Deny, RuleSpecialRange},
+		{"dns.hosts IPv6 loopback, TCP 22: refused", Flow{Proto: TCP, Host: "loop.svc", Addr: ip("::1"), Port: 22}, Deny, RuleSpecialRange},
+		{"a dns.hosts name with a public address no rule covers: still learned", Flow{Proto: TCP, Host: "pub.svc", Addr: ip("198.51.100.9"), Port: 22}, Allow, RuleLearn},
 	} {
 		d := p.Decide(tc.f)
 		if d.Verdict != tc.want || d.Rule != tc.rule {
