@@ -380,7 +380,7 @@ func (p *Path) OpenRead() (*os.File, error) {
 	}
 	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		f.Close()
-		return nil, fmt.Errorf("%s: not a regular file", p.Given)
+		return nil, fmt.Errorf("%s: %s, not a regular file", p.Given, kindName(uint32(st.Mode)))
 	}
 	return f, nil
 }
@@ -389,7 +389,8 @@ func (p *Path) OpenRead() (*os.File, error) {
 // O_APPEND, O_TRUNC, O_NONBLOCK). When it did not exist at resolve time it
 // is created with O_CREAT|O_EXCL|O_NOFOLLOW and mode perm; when it did, it
 // is opened with O_NOFOLLOW and must be the same file (device and inode),
-// of a kind k allows, and owned by the caller.
+// of a kind k allows, and owned by the caller (unless a character device,
+// such as /dev/null or a terminal: nodes the worker cannot make).
 func (p *Path) OpenOutput(flag int, perm os.FileMode, k Kind) (*os.File, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -423,7 +424,8 @@ func (p *Path) OpenOutput(flag int, perm os.FileMode, k Kind) (*os.File, error) 
 	case !k.allows(uint32(st.Mode)):
 		f.Close()
 		return nil, fmt.Errorf("%s: %s, which nsgate does not write to here", p.Given, kindName(uint32(st.Mode)))
-	case int(st.Uid) != p.c.uid:
+	case int(st.Uid) != p.c.uid && st.Mode&unix.S_IFMT != unix.S_IFCHR:
+		// (A device node cannot be made by the worker, nor re-pointed.)
 		f.Close()
 		return nil, fmt.Errorf("%s: owned by uid %d, not the caller (uid %d): nsgate writes only its caller's own files", p.Given, st.Uid, p.c.uid)
 	}
