@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/nsgate/nsgate/internal/hostpath"
 	"io"
 	"io/fs"
 	"os"
@@ -32,7 +33,12 @@ type Copy struct {
 // A regular file or a directory is refused: a log continued in two files
 // would need two heads, and only the first --audit is verified and
 // anchored (docs/audit.md).
-func OpenCopy(path string) (Copy, error) {
+func OpenCopy(path string) (Copy, error) { return openCopy(path, nil) }
+
+// openCopy is OpenCopy with the path decided by paths (nil:
+// hostpath.Default): a link in its last component is refused, and the
+// stream opened is the one looked at.
+func openCopy(path string, paths *hostpath.Checker) (Copy, error) {
 	switch path {
 	case "-", "/dev/stderr":
 		return Copy{File: os.Stderr, Name: "stderr"}, nil
@@ -41,21 +47,29 @@ func OpenCopy(path string) (Copy, error) {
 	case "":
 		return Copy{}, errors.New("audit copy: empty path")
 	}
-	st, err := os.Stat(path)
-	if err != nil {
-		return Copy{}, fmt.Errorf("audit copy: %w (it must exist: -, /dev/stdout, /dev/stderr or a FIFO)", err)
+	if paths == nil {
+		paths = hostpath.Default()
 	}
-	if st.Mode().IsRegular() || st.IsDir() {
-		return Copy{}, fmt.Errorf("audit copy %s: a %s; a second --audit must be a stream (-, /dev/stdout, /dev/stderr or a FIFO): only the first --audit is a log file", path, kindOf(st.Mode()))
+	hp, err := paths.ResolveOutput(path)
+	if err != nil {
+		return Copy{}, fmt.Errorf("audit copy: %w", err)
+	}
+	defer hp.Close()
+	if !hp.Existed {
+		return Copy{}, fmt.Errorf("audit copy %s: it must exist: -, /dev/stdout, /dev/stderr or a FIFO", path)
 	}
 	// O_NONBLOCK so that opening a FIFO with no reader fails at once
 	// (ENXIO) instead of waiting; the descriptor is then pollable and
-	// takes write deadlines.
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
+	// takes write deadlines. A regular file or a directory is refused by
+	// the kind asked for.
+	f, err := hp.OpenOutput(os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0, hostpath.FIFO|hostpath.CharDevice)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) && errors.Is(pe.Err, syscall.ENXIO) {
 			return Copy{}, fmt.Errorf("audit copy %s: nothing reads it (open it for reading first)", path)
+		}
+		if st, serr := os.Lstat(hp.Real); serr == nil && (st.Mode().IsRegular() || st.IsDir()) {
+			return Copy{}, fmt.Errorf("audit copy %s: a %s; a second --audit must be a stream (-, /dev/stdout, /dev/stderr or a FIFO): only the first --audit is a log file", path, kindOf(st.Mode()))
 		}
 		return Copy{}, fmt.Errorf("audit copy: %w", err)
 	}

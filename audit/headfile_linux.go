@@ -3,6 +3,7 @@ package audit
 import (
 	"encoding/hex"
 	"errors"
+	"github.com/nsgate/nsgate/internal/hostpath"
 	"os"
 	"path/filepath"
 
@@ -19,6 +20,17 @@ func openHeadFile(path string) *headFile {
 		h.dir, h.name = unix.AT_FDCWD, path
 	}
 	return h
+}
+
+// openHeadFileIn prepares to write the head file path beside the log p
+// names, through the folder descriptor p holds (the log's folder was
+// decided once, by hostpath; the head's name is not looked up again).
+func openHeadFileIn(p *hostpath.Path, path string) *headFile {
+	fd, err := p.Dir()
+	if err != nil {
+		return openHeadFile(path)
+	}
+	return &headFile{path: path, name: p.Name + ".head", dir: fd}
 }
 
 func (h *headFile) close() {

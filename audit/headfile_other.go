@@ -4,12 +4,16 @@ package audit
 
 import (
 	"errors"
+	"github.com/nsgate/nsgate/internal/hostpath"
 	"os"
 	"path/filepath"
 )
 
 // openHeadFile prepares to write the head file at path (by path here).
 func openHeadFile(path string) *headFile { return &headFile{path: path, name: path, dir: -1} }
+
+// openHeadFileIn is openHeadFile here.
+func openHeadFileIn(_ *hostpath.Path, path string) *headFile { return openHeadFile(path) }
 
 func (h *headFile) close() {}
 

@@ -3,9 +3,8 @@ package audit
 import (
 	"bytes"
 	"fmt"
+	"github.com/nsgate/nsgate/internal/hostpath"
 	"io"
-	"os"
-	"syscall"
 )
 
 // MinKeyLen is the shortest HMAC key LoadKey accepts.
@@ -16,8 +15,13 @@ const MinKeyLen = 16
 // and trailing whitespace is removed, so a key written with
 // `head -c 32 /dev/urandom | base64 > FILE` (newline included) works. A key
 // shorter than MinKeyLen bytes is refused.
-func LoadKey(path string) ([]byte, error) {
-	b, err := readKeyFile(path)
+func LoadKey(path string) ([]byte, error) { return LoadKeyWith(path, nil) }
+
+// LoadKeyWith is LoadKey with the path decided by paths (internal/hostpath;
+// nil: hostpath.Default): a key inside a tree the worker may write, or
+// behind a link another user owns, is refused.
+func LoadKeyWith(path string, paths *hostpath.Checker) ([]byte, error) {
+	b, err := readKeyFile(path, paths)
 	if err != nil {
 		return nil, fmt.Errorf("read audit key: %w", err)
 	}
@@ -46,19 +50,20 @@ const maxKeyFile = 64 << 10
 // readKeyFile reads a regular file of at most maxKeyFile bytes. Anything
 // else (a device such as /dev/zero, a FIFO) is refused at once instead of
 // read without end.
-func readKeyFile(path string) ([]byte, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+func readKeyFile(path string, paths *hostpath.Checker) ([]byte, error) {
+	if paths == nil {
+		paths = hostpath.Default()
+	}
+	hp, err := paths.Resolve(path)
+	if err != nil {
+		return nil, err
+	}
+	defer hp.Close()
+	f, err := hp.OpenRead() // a regular file only
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("%s is not a regular file", path)
-	}
 	b, err := io.ReadAll(io.LimitReader(f, maxKeyFile+1))
 	if err != nil {
 		return nil, err

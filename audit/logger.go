@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/nsgate/nsgate/internal/hostpath"
 	"io"
 	"io/fs"
 	"os"
@@ -34,6 +35,10 @@ type Options struct {
 	// fails closed like the log: a copy that cannot be written, or blocks
 	// for Timeout, fails the log. It needs a JSON log (a path).
 	Copy string
+	// Paths decides the log's and the copy's paths (internal/hostpath):
+	// the trees the worker may write. nil: hostpath.Default (links owned
+	// by other users, and a link in the last component, still refused).
+	Paths *hostpath.Checker
 	// Now is the clock for record times and aggregation windows; default
 	// time.Now. It is called with the Logger's mutex held. (Timeouts use
 	// the real clock.)
@@ -221,22 +226,31 @@ func Open(path string, opts Options) (*Logger, error) {
 		l.setOutput(os.Stderr, opts.Key, zeroHash, 0)
 		l.name = "stderr"
 	default:
+		paths := opts.Paths
+		if paths == nil {
+			paths = hostpath.Default()
+		}
+		hp, err := paths.ResolveOutput(path)
+		if err != nil {
+			return nil, fmt.Errorf("audit log: %w", err)
+		}
 		var f *os.File
-		var err error
-		if st, serr := os.Stat(path); serr == nil && st.Mode()&fs.ModeNamedPipe != 0 {
-			f, err = openFIFO(path)
+		if hp.IsFIFO() {
+			f, err = openFIFO(hp)
 		} else {
-			f, err = os.OpenFile(path, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+			f, err = hp.OpenOutput(os.O_RDWR|os.O_APPEND, 0o600, hostpath.Regular|hostpath.CharDevice)
 			if err != nil {
 				err = fmt.Errorf("open audit log: %w", err)
 			}
 		}
 		if err != nil {
+			hp.Close()
 			return nil, err
 		}
 		st, err := prepareFile(f, path, opts.Key, opts.LockWait)
 		if err != nil {
 			f.Close()
+			hp.Close()
 			return nil, err
 		}
 		l.file = f
@@ -245,17 +259,18 @@ func Open(path string, opts Options) (*Logger, error) {
 		if st.regular {
 			l.regular = true
 			l.size = st.size
-			l.head1 = openHeadFile(HeadFile(path))
+			l.head1 = openHeadFileIn(hp, HeadFile(path))
 			l.head1.key = append([]byte(nil), opts.Key...)
 			l.headErr = l.head1.writeHead(st.head)
 		} else {
+			hp.Close()
 			// A FIFO or a socket is pollable: a write that no reader
 			// takes returns at its deadline instead of blocking.
 			l.deadline = f.SetWriteDeadline(time.Time{}) == nil
 		}
 	}
 	if opts.Copy != "" {
-		c, err := OpenCopy(opts.Copy)
+		c, err := openCopy(opts.Copy, opts.Paths)
 		if err != nil {
 			if l.file != nil {
 				l.file.Close()

@@ -3,6 +3,7 @@ package audit
 import (
 	"errors"
 	"fmt"
+	"github.com/nsgate/nsgate/internal/hostpath"
 	"io/fs"
 	"os"
 
@@ -15,12 +16,12 @@ import (
 // that leaves is never noticed. Write-only, an open without a reader fails
 // at once (ENXIO, O_NONBLOCK), and a write after the reader has gone fails
 // (EPIPE), which fails the log.
-func openFIFO(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+func openFIFO(p *hostpath.Path) (*os.File, error) {
+	f, err := p.OpenOutput(os.O_WRONLY|os.O_APPEND|unix.O_NONBLOCK, 0, hostpath.FIFO)
 	if err != nil {
 		var pe *fs.PathError
 		if errors.As(err, &pe) && errors.Is(pe.Err, unix.ENXIO) {
-			return nil, fmt.Errorf("%s: nothing reads it (a FIFO: open it for reading first)", path)
+			return nil, fmt.Errorf("%s: nothing reads it (a FIFO: open it for reading first)", p.Given)
 		}
 		return nil, fmt.Errorf("open audit log: %w", err)
 	}

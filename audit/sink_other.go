@@ -2,11 +2,15 @@
 
 package audit
 
-import "os"
+import (
+	"os"
 
-// openFIFO opens the FIFO at path for writing only (see sink_linux.go).
-func openFIFO(path string) (*os.File, error) {
-	return os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	"github.com/nsgate/nsgate/internal/hostpath"
+)
+
+// openFIFO opens the FIFO p names for writing only (see sink_linux.go).
+func openFIFO(p *hostpath.Path) (*os.File, error) {
+	return p.OpenOutput(os.O_WRONLY|os.O_APPEND, 0, hostpath.FIFO)
 }
 
 // unlinked cannot tell here; nsgate itself runs on Linux only.

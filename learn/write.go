@@ -2,6 +2,7 @@ package learn
 
 import (
 	"fmt"
+	"github.com/nsgate/nsgate/internal/hostpath"
 	"os"
 	"slices"
 	"strconv"
@@ -255,14 +256,24 @@ func commentText(s string) string {
 // OpenOutput opens the learned file's path for writing without changing
 // it (created empty if missing), so that a path nsgate cannot write is an
 // error before the worker runs; WriteFile writes it at the end.
-func OpenOutput(path string) (*os.File, error) {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o644)
+func OpenOutput(path string) (*os.File, error) { return OpenOutputWith(path, nil) }
+
+// OpenOutputWith is OpenOutput with the path decided by paths
+// (internal/hostpath; nil: hostpath.Default): a link in its last component
+// is refused, a new file is created with O_EXCL, and an existing one must
+// be the caller's own regular file.
+func OpenOutputWith(path string, paths *hostpath.Checker) (*os.File, error) {
+	if paths == nil {
+		paths = hostpath.Default()
+	}
+	hp, err := paths.ResolveOutput(path)
 	if err != nil {
 		return nil, fmt.Errorf("--learn: %w", err)
 	}
-	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
-		f.Close()
-		return nil, fmt.Errorf("--learn: %s is not a regular file", path)
+	defer hp.Close()
+	f, err := hp.OpenOutput(os.O_WRONLY, 0o644, hostpath.Regular)
+	if err != nil {
+		return nil, fmt.Errorf("--learn: %w", err)
 	}
 	return f, nil
 }

@@ -43,6 +43,13 @@ func Load(path string) (*Policy, error) {
 		return nil, fmt.Errorf("read policy: %w", err)
 	}
 	defer f.Close()
+	return Read(f, path)
+}
+
+// Read is Load on a file the caller opened (non-blocking, as Load does:
+// nsgate opens the policy through internal/hostpath); name is the file
+// name in messages. It does not close f.
+func Read(f *os.File, path string) (*Policy, error) {
 	st, err := f.Stat()
 	if err != nil {
 		return nil, fmt.Errorf("read policy: %w", err)

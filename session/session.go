@@ -37,6 +37,7 @@ import (
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/dns"
 	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/internal/hostpath"
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/netstack"
 	"github.com/nsgate/nsgate/policy"
@@ -94,6 +95,10 @@ type Config struct {
 	AuditCopy string
 	// AuditKey is an HMAC key file ("" none).
 	AuditKey string
+	// Paths decides every host path the session opens (the policy, the
+	// key, the audit log, its head and copy) against the trees the
+	// worker may write (internal/hostpath). nil: hostpath.Default.
+	Paths *hostpath.Checker
 	// DHCP answers DHCPv4 on a TAP link (netstack.Config.DHCP): the
 	// container engines' helpers, never `nsgate run` (a TUN).
 	DHCP bool
@@ -137,8 +142,11 @@ type Config struct {
 // Session is one assembled gateway. See the package comment.
 type Session struct {
 	cfg Config
-	pol atomic.Pointer[policy.Policy]
-	log *audit.Logger
+	// polFile is the policy file, resolved once by Open: a reload reads
+	// it through the folder descriptor held there, never by name.
+	polFile *hostpath.Path
+	pol     atomic.Pointer[policy.Policy]
+	log     *audit.Logger
 	// sink is what every part of the session logs to: log, teed to
 	// Config.Observe when set.
 	sink audit.Sink
@@ -162,19 +170,31 @@ func Open(cfg Config) (*Session, error) {
 	if cfg.Stderr == nil {
 		cfg.Stderr = os.Stderr
 	}
+	if cfg.Paths == nil {
+		cfg.Paths = hostpath.Default()
+	}
 	s := &Session{cfg: cfg, watched: make(chan struct{})}
-	p, err := Load(cfg.PolicyPath)
-	if err != nil {
-		return nil, err
+	p := policy.DenyAll()
+	var err error
+	if cfg.PolicyPath != "" {
+		if s.polFile, err = cfg.Paths.Resolve(cfg.PolicyPath); err != nil {
+			return nil, fmt.Errorf("read policy: %w", err)
+		}
+		if p, err = s.readPolicy(); err != nil {
+			s.polFile.Close()
+			return nil, err
+		}
 	}
 	s.store(p)
-	opts := audit.Options{Human: cfg.Human, LockWait: cfg.AuditLockWait, Copy: cfg.AuditCopy}
+	opts := audit.Options{Human: cfg.Human, LockWait: cfg.AuditLockWait, Copy: cfg.AuditCopy, Paths: cfg.Paths}
 	if cfg.AuditKey != "" {
-		if opts.Key, err = audit.LoadKey(cfg.AuditKey); err != nil {
+		if opts.Key, err = audit.LoadKeyWith(cfg.AuditKey, cfg.Paths); err != nil {
+			s.closePolicy()
 			return nil, err
 		}
 	}
 	if s.log, err = audit.Open(cfg.AuditPath, opts); err != nil {
+		s.closePolicy()
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
 	s.sink = audit.Tee(s.log, cfg.Observe)
@@ -203,6 +223,22 @@ func Load(path string) (*policy.Policy, error) {
 		return policy.DenyAll(), nil
 	}
 	return policy.Load(path)
+}
+
+// readPolicy reads the policy file through the folder Open resolved.
+func (s *Session) readPolicy() (*policy.Policy, error) {
+	f, err := s.polFile.OpenRead()
+	if err != nil {
+		return nil, fmt.Errorf("read policy: %w", err)
+	}
+	defer f.Close()
+	return policy.Read(f, s.cfg.PolicyPath)
+}
+
+func (s *Session) closePolicy() {
+	if s.polFile != nil {
+		s.polFile.Close()
+	}
 }
 
 // store puts p in force, guarding the gateway's own prefixes.
@@ -339,7 +375,12 @@ func (s *Session) reload() (revoked int, err error) {
 		s.sink.Log(audit.Policy{Action: "deny", Error: err.Error()})
 		return 0, err
 	}
-	p, err := Load(s.cfg.PolicyPath)
+	if s.polFile == nil {
+		err := errors.New("the policy file was not opened at start")
+		s.sink.Log(audit.Policy{Action: "deny", Error: err.Error()})
+		return 0, err
+	}
+	p, err := s.readPolicy()
 	if err != nil {
 		s.sink.Log(audit.Policy{Action: "deny", Error: audit.ClipText(err.Error(), maxPolicyError)})
 		return 0, err
@@ -431,6 +472,7 @@ func (s *Session) Close(code int) int {
 	if s.stopSighup != nil {
 		s.stopSighup()
 	}
+	defer s.closePolicy()
 	s.mu.Lock()
 	fwds, gw, execs, names, link := s.fwds, s.gw, s.execs, s.names, s.link
 	s.fwds, s.gw, s.execs, s.names, s.link = nil, nil, nil, nil, nil

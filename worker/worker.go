@@ -38,6 +38,7 @@ import (
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/internal/diag/starttrace"
+	"github.com/nsgate/nsgate/internal/hostpath"
 	"github.com/nsgate/nsgate/learn"
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/policy"
@@ -150,6 +151,8 @@ type run struct {
 	cleanup []func() // after the session closed, last first
 	// learner sees every event (session.Config.Observe) under --learn;
 	// out is the learned file, written by finish once the worker ran.
+	// paths decides every host path the run opens (internal/hostpath).
+	paths   *hostpath.Checker
 	learner *learn.Collector
 	out     *os.File
 	ran     bool
@@ -213,13 +216,22 @@ func (r *run) run() int {
 			degraded = append(degraded, strings.Join(other, ",")+" (--unsafe-break)")
 		}
 	}
+	// Every host path nsgate opens is decided now, against the trees the
+	// worker may write (internal/hostpath); the policy's filesystem.write
+	// is added once the view is planned, and everything resolved so far is
+	// checked again then.
+	if r.paths, err = r.hostPaths(); err != nil {
+		return r.fail(err)
+	}
+	scfg0 := &cfg.Session
+	scfg0.Paths = r.paths
 	// The pcap exists before the worker's view is built, so that the view
 	// hides it.
 	if cfg.Pcap != "" {
 		if err := cfg.pcapClash(); err != nil {
 			return r.fail(err)
 		}
-		pf, err := os.OpenFile(cfg.Pcap, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+		pf, err := openOutput(r.paths, cfg.Pcap, os.O_WRONLY|os.O_TRUNC, 0o600)
 		if err != nil {
 			return r.fail(fmt.Errorf("pcap: %w", err))
 		}
@@ -232,7 +244,7 @@ func (r *run) run() int {
 	scfg := cfg.Session
 	if cfg.Learn != "" {
 		_, statErr := os.Stat(cfg.Learn)
-		if r.out, err = learn.OpenOutput(cfg.Learn); err != nil {
+		if r.out, err = learn.OpenOutputWith(cfg.Learn, r.paths); err != nil {
 			return r.fail(err)
 		}
 		out := r.out
@@ -289,6 +301,11 @@ func (r *run) run() int {
 		return r.fail(err)
 	}
 	paths, devices := view.WritePaths()
+	// The host trees the worker may write: --rw, the policy's
+	// filesystem.write, --home (the scratch directories are private).
+	if err := r.paths.AddWritable(append(slices.Clone(view.Writable), view.HomeFrom)...); err != nil {
+		return r.fail(err)
+	}
 	gcfg.Writes = &guard.WriteRules{Paths: paths, Devices: devices}
 	view.KeepHostWritable = cfg.Break.FSReadOnly
 	if cfg.Break.FSLandlock {
