@@ -248,7 +248,9 @@ func (r *rig) noSecretInAudit() {
 	}
 }
 
-func fmtEvent(e audit.Event) string { return strings.TrimSpace(strings.ReplaceAll(sprint(e), "\n", " ")) }
+func fmtEvent(e audit.Event) string {
+	return strings.TrimSpace(strings.ReplaceAll(sprint(e), "\n", " "))
+}
 
 func TestSubstituteAndScrub(t *testing.T) {
 	for _, h2 := range []bool{false, true} {
