@@ -237,6 +237,18 @@ func (ps *parser) credentials(n *yaml.Node, p *Policy) []Credential {
 	return out
 }
 
+// terminatingRule returns the id of the first tls: terminate allow rule
+// naming the canonical name, exactly or by wildcard, or "".
+func (p *Policy) terminatingRule(name string) string {
+	for i := range p.allow.rules {
+		r := &p.allow.rules[i]
+		if r.terminate && (r.host == name && !r.wild || r.wild && strings.HasSuffix(name, "."+r.host)) {
+			return r.id
+		}
+	}
+	return ""
+}
+
 // terminatedName reports whether a tls: terminate allow rule names the
 // canonical name exactly or by wildcard.
 func (p *Policy) terminatedName(name string) bool {

@@ -227,6 +227,9 @@ func (ps *parser) document(data []byte, p *Policy) {
 	}
 	p.allow = newRuleSet(allow)
 	p.deny = newRuleSet(deny)
+	for i := range allow {
+		p.hasTerminate = p.hasTerminate || allow[i].terminate
+	}
 	if credNode != nil {
 		p.credentials = ps.credentials(credNode, p)
 	}

@@ -47,6 +47,7 @@ type Policy struct {
 	local                         []netip.Prefix // WithLocal prefixes, masked
 	hostAddrs                     *HostAddrs     // WithHostAddrs: the host's own addresses
 	upstreamCA                    string         // tls.upstream_ca
+	hasTerminate                  bool           // some allow rule has tls: terminate
 	credentials                   []Credential   // credentials, in file order
 }
 

@@ -242,3 +242,17 @@ func TestTerminateParseErrors(t *testing.T) {
 		}
 	}
 }
+
+func TestQUICToTerminatedHostRefused(t *testing.T) {
+	p := mustParse(t, "version: 1\nallow:\n  - {host: api.example.test, ports: [443], tls: terminate}\n  - {host: \"*.example.test\", ports: [443], proto: any}\n")
+	d := p.Decide(Flow{Proto: UDP, Host: "api.example.test", Port: 443})
+	if d.Verdict != Deny || d.Rule != "allow[0]" || !strings.Contains(d.Reason, "QUIC") {
+		t.Errorf("QUIC to the terminated host: %v", d)
+	}
+	if d := p.Decide(Flow{Proto: UDP, Host: "b.example.test", Port: 443}); d.Verdict != Allow {
+		t.Errorf("QUIC to another host: %v", d)
+	}
+	if d := p.Decide(Flow{Proto: TCP, Host: "api.example.test", Port: 443}); d.Verdict != Allow || d.Rule != "allow[0]" {
+		t.Errorf("TCP: %v", d)
+	}
+}

@@ -54,6 +54,10 @@ type View struct {
 	Hide        []string `json:",omitempty"`
 	// ResolvConf is the content bound over /etc/resolv.conf ("" leaves it).
 	ResolvConf string `json:",omitempty"`
+	// Files are bound read-only over existing files of the view (the
+	// system CA bundle with the run's CA); a Path that does not exist is
+	// an error.
+	Files []File `json:",omitempty"`
 	// Cwd is the worker's working directory, entered once the view is
 	// built; when it does not exist there, Home, else "/".
 	Cwd string `json:",omitempty"`
@@ -63,6 +67,12 @@ type View struct {
 	// KeepHostWritable skips the read-only remount of the host (only for
 	// tests that show the Landlock write rules hold alone).
 	KeepHostWritable bool `json:",omitempty"`
+}
+
+// File is content bound read-only over a file of the view.
+type File struct {
+	Path    string
+	Content string
 }
 
 // Scratch is a directory that becomes a private tmpfs.

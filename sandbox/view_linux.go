@@ -195,6 +195,13 @@ func applyView(v *View) (degraded []string, err error) {
 		}
 	}
 
+	// 6b. Files bound over the view's own (the CA bundle).
+	for i, f := range v.Files {
+		if err := placeFile(stage, "file"+strconv.Itoa(i), f.Content, 0o644, f.Path); err != nil {
+			return nil, fmt.Errorf("bind %s: %w", f.Path, err)
+		}
+	}
+
 	// 7. Enter the working directory again by name: the old one may be
 	// covered now, and a descriptor into a covered directory would reach
 	// what the view hides.

@@ -37,6 +37,7 @@ import (
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/intercept"
 	"github.com/nsgate/nsgate/internal/diag/starttrace"
 	"github.com/nsgate/nsgate/learn"
 	"github.com/nsgate/nsgate/netplan"
@@ -308,6 +309,12 @@ func (r *run) run() int {
 		// SysV shared memory is bounded like the private directories.
 		Quota: sandbox.DefaultQuota(uint64(cmp.Or(cfg.MaxProcs, sandbox.DefaultMaxProcs)), view.ScratchSize),
 	}
+	if eng := r.s.Intercept(); eng != nil {
+		// The worker trusts the run's CA with no flags, and holds
+		// placeholders, never the secrets (docs/credentials.md).
+		spec.Env = eng.WorkerEnv(os.Environ())
+		spec.View.Files = append(spec.View.Files, sandbox.File{Path: intercept.BundlePath, Content: string(eng.Bundle())})
+	}
 	starttrace.Mark("planned")
 	child, err := sandbox.Start(spec, cfg.Stdio)
 	if err != nil {
@@ -477,6 +484,9 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 		if p != "" {
 			own = append(own, p)
 		}
+	}
+	if eng := r.s.Intercept(); eng != nil {
+		own = append(own, eng.Vault.SourceFiles()...) // the secrets' files
 	}
 	if scfg.AuditPath != "" && scfg.AuditPath != "-" {
 		own = append(own, scfg.AuditPath, scfg.AuditPath+".head")
