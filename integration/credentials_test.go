@@ -1,0 +1,186 @@
+//go:build integration
+
+package integration
+
+import (
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nsgate/nsgate/lab/internet"
+	"github.com/nsgate/nsgate/tlsca"
+)
+
+const (
+	credPort   = 9443
+	credSecret = "itSECRET-0123456789-abcdefgh"
+)
+
+// credUpstream is the fake api.example.test: TLS with a certificate of the
+// test's own CA, HTTP/1.1 and h2, recording what it receives.
+type credUpstream struct {
+	ca    *tlsca.CA
+	mu    sync.Mutex
+	auths []string
+	paths []string
+	proto []string
+}
+
+func (u *credUpstream) seen() (auths, paths, protos []string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.auths...), append([]string(nil), u.paths...), append([]string(nil), u.proto...)
+}
+
+func (u *credUpstream) reset() {
+	u.mu.Lock()
+	u.auths, u.paths, u.proto = nil, nil, nil
+	u.mu.Unlock()
+}
+
+func startCredUpstream(t *testing.T) *credUpstream {
+	t.Helper()
+	ca, err := tlsca.New(tlsca.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &credUpstream{ca: ca}
+	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(credPort)))
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	srv := &http.Server{
+		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			io.Copy(io.Discard, r.Body)
+			u.mu.Lock()
+			u.auths = append(u.auths, r.Header.Get("Authorization"))
+			u.paths = append(u.paths, r.URL.Path)
+			u.proto = append(u.proto, r.Proto)
+			u.mu.Unlock()
+			// An echo endpoint: it reflects the header it got.
+			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+			fmt.Fprintf(w, "echo %s %s\n", r.Proto, r.Header.Get("Authorization"))
+		}),
+		TLSConfig: &tls.Config{NextProtos: []string{"h2", "http/1.1"}, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return ca.Leaf("api.example.test")
+		}},
+		ReadHeaderTimeout: 5 * time.Second,
+	}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return u
+}
+
+func credPolicy(caFile string) string {
+	return fmt.Sprintf(`version: 1
+allow:
+  - host: api.example.test
+    ports: [%d]
+    tls: terminate
+    requests:
+      - methods: [GET]
+        paths: ["/repos/acme/*", "/echo"]
+  - host: app.test
+    ports: [8080]
+dns:
+  upstream: ["%s"]
+  hosts:
+    api.example.test: [%s]
+    app.test: [%s]
+tls:
+  upstream_ca: %s
+credentials:
+  - name: api
+    from: {env: NSGATE_IT_SECRET}
+    placeholder_env: API_TOKEN
+    hosts: [api.example.test]
+    header: Authorization
+    format: "Bearer {}"
+`, credPort, internet.UpstreamDNS, internet.AppV4, internet.AppV4, caFile)
+}
+
+// TestCredentialsCurl: curl in the worker, with no CA flag, reaches the
+// terminated host; the upstream gets the real secret, the worker sees only
+// the placeholder (its environment holds no secret, the echo comes back
+// scrubbed); a refused method and path get nsgate's 403 with no request
+// upstream; h2 works; every request is audited and the secret is in no
+// record.
+func TestCredentialsCurl(t *testing.T) {
+	up := startCredUpstream(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		up.reset()
+		dir := workDir(t, m)
+		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
+		pol := writeFile(t, dir, "policy.yaml", credPolicy(caFile))
+		log := filepath.Join(dir, "audit.jsonl")
+		base := "https://api.example.test:" + fmt.Sprint(credPort)
+		script := strings.Join([]string{
+			`curl -sS --http1.1 -H "Authorization: Bearer $API_TOKEN" ` + base + `/echo; echo`,
+			`curl -sS --http2 -H "Authorization: Bearer $API_TOKEN" ` + base + `/echo; echo`,
+			`curl -s -o /dev/null -w "del=%{http_code}\n" -X DELETE ` + base + `/repos/acme/app`,
+			`curl -s -o /dev/null -w "path=%{http_code}\n" ` + base + `/admin`,
+			`curl -s -o /dev/null -w "leak=%{http_code}\n" "` + base + `/repos/acme/app?t=$API_TOKEN"`,
+			`curl -s -o /dev/null -w "front=%{http_code}\n" -H "Host: other.example.test" ` + base + `/echo`,
+			`/usr/bin/python3 -c "import os,urllib.request as u; r=u.Request('` + base + `/echo', headers={'Authorization': 'Bearer '+os.environ['API_TOKEN']}); print('py', u.urlopen(r).read().decode())"`,
+			`node -e "fetch('` + base + `/echo', {headers: {Authorization: 'Bearer ' + process.env.API_TOKEN}}).then(r => r.text()).then(t => console.log('node', t))"`,
+			`env`,
+		}, "\n")
+		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--exec-allow", "/usr/bin/curl", "--exec-allow", "/usr/bin/env", "--exec-allow", "/usr/bin/python3.11", "--exec-allow", "/usr/bin/node", "--", "sh", "-c", script)
+		cmd.Env = append(cmd.Env, "NSGATE_IT_SECRET="+credSecret)
+		r := runBounded(t, cmd, 60*time.Second, "nsgate run (credentials)", nil)
+		t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		if strings.Contains(r.stdout, credSecret) || strings.Contains(r.stderr, credSecret) {
+			t.Errorf("the worker saw the secret")
+		}
+		if strings.Count(r.stdout, "Bearer nsgph") != 4 || !strings.Contains(r.stdout, "py echo") || !strings.Contains(r.stdout, "node echo") || !strings.Contains(r.stdout, "API_TOKEN=nsgph") {
+			t.Errorf("the worker did not get its echo with the placeholder:\n%s", r.stdout)
+		}
+		for _, want := range []string{"del=403", "path=403", "leak=403", "front=403"} {
+			if !strings.Contains(r.stdout, want) {
+				t.Errorf("missing %s in:\n%s", want, r.stdout)
+			}
+		}
+		if !strings.Contains(r.stdout, "SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt") || strings.Contains(r.stdout, "NSGATE_IT_SECRET") {
+			t.Errorf("worker environment wrong:\n%s", r.stdout)
+		}
+		auths, paths, protos := up.seen()
+		if len(auths) != 4 {
+			t.Errorf("upstream got %d requests, paths %q; want 4 (curl h1, curl h2, python, node)", len(auths), paths)
+		}
+		for _, a := range auths {
+			if a != "Bearer "+credSecret {
+				t.Errorf("upstream got Authorization %q, want the secret", a)
+			}
+		}
+		for _, p := range protos {
+			if p != "HTTP/2.0" {
+				t.Errorf("upstream protos %q: want h2 upstream (ALPN)", protos)
+			}
+		}
+		var allow, deny, cred int
+		for _, rec := range readAudit(t, log) {
+			raw := fmt.Sprint(rec)
+			if strings.Contains(raw, credSecret) {
+				t.Errorf("audit record holds the secret: %v", rec)
+			}
+			switch {
+			case rec.str("event") == "request" && rec.str("action") == "allow":
+				allow++
+			case rec.str("event") == "request" && rec.str("action") == "deny":
+				deny++
+			case rec.str("event") == "credential":
+				cred++
+			}
+		}
+		if allow != 4 || deny != 4 || cred != 1 {
+			t.Errorf("audit: %d allowed requests, %d refused, %d credential denies; want 4, 4, 1", allow, deny, cred)
+		}
+	})
+}
