@@ -88,7 +88,7 @@ allow:
       - methods: [GET]
         paths: ["/repos/acme/*", "/echo"]
   - host: app.test
-    ports: [8080]
+    ports: [8081]
 dns:
   upstream: ["%s"]
   hosts:
@@ -114,6 +114,7 @@ credentials:
 // record.
 func TestCredentialsCurl(t *testing.T) {
 	up := startCredUpstream(t)
+	rec := startRecordingHTTP(t)
 	forEachMode(t, func(t *testing.T, m mode) {
 		up.reset()
 		dir := workDir(t, m)
@@ -130,10 +131,14 @@ func TestCredentialsCurl(t *testing.T) {
 			`curl -s -o /dev/null -w "front=%{http_code}\n" -H "Host: other.example.test" ` + base + `/echo`,
 			`/usr/bin/python3 -c "import os,urllib.request as u; r=u.Request('` + base + `/echo', headers={'Authorization': 'Bearer '+os.environ['API_TOKEN']}); print('py', u.urlopen(r).read().decode())"`,
 			`node -e "fetch('` + base + `/echo', {headers: {Authorization: 'Bearer ' + process.env.API_TOKEN}}).then(r => r.text()).then(t => console.log('node', t))"`,
+			`curl -s -o /dev/null -w "other=%{http_code}\n" "http://app.test:8081/?t=$API_TOKEN"`,
+			`curl -s -o /dev/null -w "dns=%{http_code}\n" "https://$API_TOKEN.app.test:8443/"; echo dnsexit=$?`,
+			`curl -s -o /dev/null --pinnedpubkey "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=" ` + base + `/echo; echo pinned=$?`,
 			`env`,
 		}, "\n")
 		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--exec-allow", "/usr/bin/curl", "--exec-allow", "/usr/bin/env", "--exec-allow", "/usr/bin/python3.11", "--exec-allow", "/usr/bin/node", "--", "sh", "-c", script)
 		cmd.Env = append(cmd.Env, "NSGATE_IT_SECRET="+credSecret)
+		rec.reset()
 		r := runBounded(t, cmd, 60*time.Second, "nsgate run (credentials)", nil)
 		t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
 		if strings.Contains(r.stdout, credSecret) || strings.Contains(r.stderr, credSecret) {
@@ -142,7 +147,7 @@ func TestCredentialsCurl(t *testing.T) {
 		if strings.Count(r.stdout, "Bearer nsgph") != 4 || !strings.Contains(r.stdout, "py echo") || !strings.Contains(r.stdout, "node echo") || !strings.Contains(r.stdout, "API_TOKEN=nsgph") {
 			t.Errorf("the worker did not get its echo with the placeholder:\n%s", r.stdout)
 		}
-		for _, want := range []string{"del=403", "path=403", "leak=403", "front=403"} {
+		for _, want := range []string{"del=403", "path=403", "leak=403", "front=403", "other=000", "dnsexit=6", "pinned=90"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("missing %s in:\n%s", want, r.stdout)
 			}
@@ -164,23 +169,29 @@ func TestCredentialsCurl(t *testing.T) {
 				t.Errorf("upstream protos %q: want h2 upstream (ALPN)", protos)
 			}
 		}
+		// The flow is dialled before its first bytes (decide, dial,
+		// complete), so the server sees a connection, but not one byte.
+		if n := rec.bytes.Load(); n != 0 || len(rec.served()) != 0 {
+			t.Errorf("app.test:%d read %d bytes (%q), want none: the placeholder reached another host", keepAlivePort, n, rec.served())
+		}
 		var allow, deny, cred int
-		for _, rec := range readAudit(t, log) {
-			raw := fmt.Sprint(rec)
-			if strings.Contains(raw, credSecret) {
-				t.Errorf("audit record holds the secret: %v", rec)
+		wheres := map[string]bool{}
+		for _, ar := range readAudit(t, log) {
+			if strings.Contains(fmt.Sprint(ar), credSecret) {
+				t.Errorf("audit record holds the secret: %v", ar)
 			}
 			switch {
-			case rec.str("event") == "request" && rec.str("action") == "allow":
+			case ar.str("event") == "request" && ar.str("action") == "allow":
 				allow++
-			case rec.str("event") == "request" && rec.str("action") == "deny":
+			case ar.str("event") == "request" && ar.str("action") == "deny":
 				deny++
-			case rec.str("event") == "credential":
+			case ar.str("event") == "credential":
 				cred++
+				wheres[ar.str("where")] = true
 			}
 		}
-		if allow != 4 || deny != 4 || cred != 1 {
-			t.Errorf("audit: %d allowed requests, %d refused, %d credential denies; want 4, 4, 1", allow, deny, cred)
+		if allow != 4 || deny != 4 || !wheres["the URL"] || !wheres["a passthrough flow's first bytes"] || !wheres["a DNS name"] {
+			t.Errorf("audit: %d allowed requests, %d refused, credential denies in %v; want 4, 4, and the URL, another host, a DNS name", allow, deny, wheres)
 		}
 	})
 }
