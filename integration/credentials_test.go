@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -58,6 +59,22 @@ func startCredUpstream(t *testing.T) *credUpstream {
 	}
 	srv := &http.Server{
 		Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+				u.mu.Lock()
+				u.paths = append(u.paths, "ws:"+r.URL.Path)
+				u.mu.Unlock()
+				c, rw, err := http.NewResponseController(w).Hijack()
+				if err != nil {
+					return
+				}
+				defer c.Close()
+				rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+				rw.Flush()
+				line, _ := rw.ReadString('\n')
+				rw.WriteString("ws-echo " + line)
+				rw.Flush()
+				return
+			}
 			io.Copy(io.Discard, r.Body)
 			u.mu.Lock()
 			u.auths = append(u.auths, r.Header.Get("Authorization"))
@@ -77,6 +94,16 @@ func startCredUpstream(t *testing.T) *credUpstream {
 	t.Cleanup(func() { srv.Close() })
 	return u
 }
+
+// wsScript upgrades to WebSocket on an allowed path, sends a line and
+// prints the status and the echo.
+const wsScript = `import ssl,socket
+c=ssl.create_default_context().wrap_socket(socket.create_connection(('api.example.test',%d)),server_hostname='api.example.test')
+c.sendall(b'GET /repos/acme/ws HTTP/1.1\\r\\nHost: api.example.test\\r\\nConnection: Upgrade\\r\\nUpgrade: websocket\\r\\nSec-WebSocket-Version: 13\\r\\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\\r\\n\\r\\n')
+h=b''
+while not h.endswith(b'\\r\\n\\r\\n'): h+=c.recv(1)
+c.sendall(b'hello\\n')
+print(h.split(b' ')[1].decode(), c.recv(100).decode().strip())`
 
 func credPolicy(caFile string) string {
 	return fmt.Sprintf(`version: 1
@@ -128,12 +155,14 @@ func TestCredentialsCurl(t *testing.T) {
 			`curl -s -o /dev/null -w "del=%{http_code}\n" -X DELETE ` + base + `/repos/acme/app`,
 			`curl -s -o /dev/null -w "path=%{http_code}\n" ` + base + `/admin`,
 			`curl -s -o /dev/null -w "leak=%{http_code}\n" "` + base + `/repos/acme/app?t=$API_TOKEN"`,
-			`curl -s -o /dev/null -w "front=%{http_code}\n" -H "Host: other.example.test" ` + base + `/echo`,
+			`curl -s -o /dev/null -w "front=%{http_code}\n" --http1.1 -H "Host: other.example.test" ` + base + `/echo`,
+			`curl -s -o /dev/null -w "h2front=%{http_code} %{http_version}\n" --http2 -H "Host: other.example.test" ` + base + `/echo`,
 			`/usr/bin/python3 -c "import os,urllib.request as u; r=u.Request('` + base + `/echo', headers={'Authorization': 'Bearer '+os.environ['API_TOKEN']}); print('py', u.urlopen(r).read().decode())"`,
 			`node -e "fetch('` + base + `/echo', {headers: {Authorization: 'Bearer ' + process.env.API_TOKEN}}).then(r => r.text()).then(t => console.log('node', t))"`,
 			`curl -s -o /dev/null -w "other=%{http_code}\n" "http://app.test:8081/?t=$API_TOKEN"`,
 			`curl -s -o /dev/null -w "dns=%{http_code}\n" "https://$API_TOKEN.app.test:8443/"; echo dnsexit=$?`,
 			`curl -s -o /dev/null --pinnedpubkey "sha256//AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA=" ` + base + `/echo; echo pinned=$?`,
+			`/usr/bin/python3 -c "` + fmt.Sprintf(wsScript, credPort) + `"`,
 			`env`,
 		}, "\n")
 		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--exec-allow", "/usr/bin/curl", "--exec-allow", "/usr/bin/env", "--exec-allow", "/usr/bin/python3.11", "--exec-allow", "/usr/bin/node", "--", "sh", "-c", script)
@@ -147,7 +176,7 @@ func TestCredentialsCurl(t *testing.T) {
 		if strings.Count(r.stdout, "Bearer nsgph") != 4 || !strings.Contains(r.stdout, "py echo") || !strings.Contains(r.stdout, "node echo") || !strings.Contains(r.stdout, "API_TOKEN=nsgph") {
 			t.Errorf("the worker did not get its echo with the placeholder:\n%s", r.stdout)
 		}
-		for _, want := range []string{"del=403", "path=403", "leak=403", "front=403", "other=000", "dnsexit=6", "pinned=90"} {
+		for _, want := range []string{"del=403", "path=403", "leak=403", "front=403", "h2front=403 2", "101 ws-echo hello", "other=000", "dnsexit=6", "pinned=90"} {
 			if !strings.Contains(r.stdout, want) {
 				t.Errorf("missing %s in:\n%s", want, r.stdout)
 			}
@@ -156,10 +185,10 @@ func TestCredentialsCurl(t *testing.T) {
 			t.Errorf("worker environment wrong:\n%s", r.stdout)
 		}
 		auths, paths, protos := up.seen()
-		if len(auths) != 4 {
+		if len(auths) != 4 || !slices.Contains(paths, "ws:/repos/acme/ws") {
 			t.Errorf("upstream got %d requests, paths %q; want 4 (curl h1, curl h2, python, node)", len(auths), paths)
 		}
-		for _, a := range auths {
+		for _, a := range auths[:min(4, len(auths))] {
 			if a != "Bearer "+credSecret {
 				t.Errorf("upstream got Authorization %q, want the secret", a)
 			}
@@ -190,8 +219,8 @@ func TestCredentialsCurl(t *testing.T) {
 				wheres[ar.str("where")] = true
 			}
 		}
-		if allow != 4 || deny != 4 || !wheres["the URL"] || !wheres["a passthrough flow's first bytes"] || !wheres["a DNS name"] {
-			t.Errorf("audit: %d allowed requests, %d refused, credential denies in %v; want 4, 4, and the URL, another host, a DNS name", allow, deny, wheres)
+		if allow != 5 || deny != 5 || !wheres["the URL"] || !wheres["a passthrough flow's first bytes"] || !wheres["a DNS name"] {
+			t.Errorf("audit: %d allowed requests, %d refused, credential denies in %v; want 5, 5, and the URL, another host, a DNS name", allow, deny, wheres)
 		}
 	})
 }
