@@ -224,3 +224,28 @@ func TestCredentialsCurl(t *testing.T) {
 		}
 	})
 }
+
+// TestCredentialsBreak: with the credential and request-rule layers
+// switched off (--unsafe-break), the refused requests of
+// TestCredentialsCurl get through, so that test can fail.
+func TestCredentialsBreak(t *testing.T) {
+	up := startCredUpstream(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		up.reset()
+		dir := workDir(t, m)
+		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
+		pol := writeFile(t, dir, "policy.yaml", credPolicy(caFile))
+		base := "https://api.example.test:" + fmt.Sprint(credPort)
+		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", filepath.Join(dir, "a.jsonl"), "--unsafe-break", "credentials,request-rules",
+			"--exec-allow", "/usr/bin/curl", "--", "sh", "-c", `curl -s -o /dev/null -w "code=%{http_code}\n" "`+base+`/admin?t=$API_TOKEN"`)
+		cmd.Env = append(cmd.Env, "NSGATE_IT_SECRET="+credSecret)
+		r := runBounded(t, cmd, 60*time.Second, "nsgate run (break)", nil)
+		_, paths, _ := up.seen()
+		if !strings.Contains(r.stdout, "code=200") || !slices.Equal(paths, []string{"/admin"}) {
+			t.Errorf("with the layers broken: %q, upstream paths %q; want the refused request through", r.stdout, paths)
+		}
+		if !strings.Contains(r.stderr, "credentials,request-rules") {
+			t.Errorf("the run did not say the layers are off: %s", r.stderr)
+		}
+	})
+}

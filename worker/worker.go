@@ -63,6 +63,38 @@ type Break struct {
 	// Guard layers treated as missing (guard.Config.Absent): with
 	// BestEffort the run goes on without them, else it is refused.
 	Landlock, Seccomp, ExecAudit bool
+	// Credentials: placeholders are neither replaced nor refused;
+	// RequestRules: terminated requests are not decided.
+	Credentials, RequestRules bool
+}
+
+// ParseBreak reads --unsafe-break: comma-separated layer names.
+func ParseBreak(s string) (Break, error) {
+	var b Break
+	for _, name := range strings.Split(s, ",") {
+		switch name {
+		case "":
+		case "metadata":
+			b.Metadata = true
+		case "fs-readonly":
+			b.FSReadOnly = true
+		case "fs-landlock":
+			b.FSLandlock = true
+		case guard.LayerLandlock:
+			b.Landlock = true
+		case guard.LayerSeccomp:
+			b.Seccomp = true
+		case guard.LayerExecAudit:
+			b.ExecAudit = true
+		case "credentials":
+			b.Credentials = true
+		case "request-rules":
+			b.RequestRules = true
+		default:
+			return Break{}, fmt.Errorf("--unsafe-break %q: only metadata, fs-readonly, fs-landlock, landlock, seccomp, exec-audit, credentials and request-rules can be broken (comma-separated)", s)
+		}
+	}
+	return b, nil
 }
 
 func (b Break) String() string {
@@ -79,6 +111,7 @@ func (b Break) layers(guardLayers bool) []string {
 		on, guard bool
 		name      string
 	}{{b.Metadata, false, "metadata"}, {b.FSReadOnly, false, "fs-readonly"}, {b.FSLandlock, false, "fs-landlock"},
+		{b.Credentials, false, "credentials"}, {b.RequestRules, false, "request-rules"},
 		{b.Landlock, true, guard.LayerLandlock}, {b.Seccomp, true, guard.LayerSeccomp}, {b.ExecAudit, true, guard.LayerExecAudit}} {
 		if l.on && l.guard == guardLayers {
 			s = append(s, l.name)
@@ -251,6 +284,7 @@ func (r *run) run() int {
 	scfg.Reload = session.ReloadOnSIGHUP
 	scfg.OnReload = r.onReload
 	scfg.WithoutMetadataStep = cfg.Break.Metadata
+	scfg.BreakSubstitute, scfg.BreakPathCheck = cfg.Break.Credentials, cfg.Break.RequestRules
 	scfg.Start.Argv = cfg.Argv
 	scfg.Start.PID = os.Getpid()
 	scfg.Start.Degraded = degraded
