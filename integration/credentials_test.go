@@ -249,3 +249,29 @@ func TestCredentialsBreak(t *testing.T) {
 		}
 	})
 }
+
+// TestCredentialsChromium: headless Chromium, with no certificate flag,
+// trusts the run's CA (the NSS database nsgate writes in the private home)
+// and loads a page of the terminated host.
+func TestCredentialsChromium(t *testing.T) {
+	needChromium(t)
+	up := startCredUpstream(t)
+	t.Setenv("NSGATE_IT_SECRET", credSecret)
+	forEachMode(t, func(t *testing.T, m mode) {
+		up.reset()
+		dir := workDir(t, m)
+		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
+		writeFile(t, dir, "policy.yaml", credPolicy(caFile))
+		r := runChromium(t, m, dir, "cred", "https://api.example.test:"+fmt.Sprint(credPort)+"/echo", chromiumNeeds)
+		_, paths, _ := up.seen()
+		if !strings.Contains(r.stdout, "echo HTTP/2.0") || !slices.Contains(paths, "/echo") {
+			t.Errorf("Chromium did not load the terminated page: exit %d, stdout %q, upstream paths %q", r.code, r.stdout, paths)
+		}
+		for _, rec := range r.audit {
+			if rec.str("event") == "request" && rec.str("path") == "/echo" && rec.str("action") == "allow" {
+				return
+			}
+		}
+		t.Errorf("no allowed request record for /echo")
+	})
+}

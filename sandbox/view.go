@@ -58,6 +58,11 @@ type View struct {
 	// system CA bundle with the run's CA); a Path that does not exist is
 	// an error.
 	Files []File `json:",omitempty"`
+	// HomeFiles are written into a private home once it exists (the NSS
+	// database that browsers read the run's CA from), at paths relative
+	// to Home; with HomeFrom (the caller's own directory) they are not
+	// written.
+	HomeFiles []HomeFile `json:",omitempty"`
 	// Cwd is the worker's working directory, entered once the view is
 	// built; when it does not exist there, Home, else "/".
 	Cwd string `json:",omitempty"`
@@ -73,6 +78,13 @@ type View struct {
 type File struct {
 	Path    string
 	Content string
+}
+
+// HomeFile is a file written into the private home: Rel is relative to
+// Home ("a/b"), Data its content, mode 0600, directories 0700.
+type HomeFile struct {
+	Rel  string
+	Data []byte
 }
 
 // Scratch is a directory that becomes a private tmpfs.

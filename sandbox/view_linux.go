@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -199,6 +200,23 @@ func applyView(v *View) (degraded []string, err error) {
 	for i, f := range v.Files {
 		if err := placeFile(stage, "file"+strconv.Itoa(i), f.Content, 0o644, f.Path); err != nil {
 			return nil, fmt.Errorf("bind %s: %w", f.Path, err)
+		}
+	}
+
+	// 6c. Files of the private home.
+	if v.Home != "" && v.HomeFrom == "" {
+		for _, f := range v.HomeFiles {
+			rel := filepath.Clean(f.Rel)
+			if filepath.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, "../") {
+				return nil, fmt.Errorf("home file %q: not inside the home", f.Rel)
+			}
+			p := filepath.Join(v.Home, rel)
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				return nil, fmt.Errorf("home file %s: %w", rel, err)
+			}
+			if err := os.WriteFile(p, f.Data, 0o600); err != nil {
+				return nil, fmt.Errorf("home file %s: %w", rel, err)
+			}
 		}
 	}
 

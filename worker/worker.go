@@ -348,6 +348,11 @@ func (r *run) run() int {
 		// placeholders, never the secrets (docs/credentials.md).
 		spec.Env = eng.WorkerEnv(os.Environ())
 		spec.View.Files = append(spec.View.Files, sandbox.File{Path: intercept.BundlePath, Content: string(eng.Bundle())})
+		if nss, err := nssDB(eng.CA.PEM()); err != nil {
+			r.errorf("warning: %v", err)
+		} else {
+			spec.View.HomeFiles = append(spec.View.HomeFiles, nss...)
+		}
 	}
 	starttrace.Mark("planned")
 	child, err := sandbox.Start(spec, cfg.Stdio)
