@@ -92,6 +92,8 @@ const (
 	kindExec
 	kindInbound
 	kindInboundEnd
+	kindRequest
+	kindCredential
 )
 
 // actionBit is 0 for "allow", 1 for "deny"; ok is false for other actions.
@@ -143,6 +145,14 @@ func aggStyle(ev Event) int {
 		if _, ok := actionBit(e.Action); ok {
 			return aggRepeat
 		}
+	case Request:
+		if _, ok := actionBit(e.Action); ok {
+			return aggRepeat
+		}
+	case Credential:
+		if e.Action == "deny" {
+			return aggDeny
+		}
 	case Exec:
 		if _, ok := actionBit(e.Action); ok {
 			return aggRepeat
@@ -184,6 +194,11 @@ func aggKeyOf(ev Event) aggKey {
 	case L7:
 		bit, _ := actionBit(e.Action)
 		return aggKey{kind: kindL7 + bit, n: e.FlowSeq, a: e.Host, b: e.SNI, c: e.HTTPHost, d: e.Reason}
+	case Request:
+		bit, _ := actionBit(e.Action)
+		return aggKey{kind: kindRequest + bit, n: e.FlowSeq, a: e.Method, b: e.Host, c: e.Path, d: e.Rule, e: strconv.Itoa(e.Status)}
+	case Credential:
+		return aggKey{kind: kindCredential + 1, n: e.FlowSeq, a: e.Credential, b: e.Host, c: e.Where}
 	case Exec:
 		bit, _ := actionBit(e.Action)
 		return aggKey{kind: kindExec + bit, a: e.Path, b: e.Reason}
@@ -217,6 +232,9 @@ func (e *aggEntry) fold(ev Event) {
 		e.out += fe.BytesOut
 		e.in += fe.BytesIn
 		e.dur = max(e.dur, fe.DurationMS)
+	case Request:
+		e.out += fe.BytesOut
+		e.in += fe.BytesIn
 	}
 }
 
@@ -270,6 +288,18 @@ func aggregateEvent(e *aggEntry, overflow bool) Event {
 	case Exec:
 		if overflow {
 			return Exec{Action: ev.Action, Reason: why, Count: n}
+		}
+		ev.Count = n
+		return ev
+	case Request:
+		if overflow {
+			return Request{Action: ev.Action, Reason: why, Count: n, BytesOut: e.out, BytesIn: e.in}
+		}
+		ev.Count, ev.BytesOut, ev.BytesIn = n, e.out, e.in
+		return ev
+	case Credential:
+		if overflow {
+			return Credential{Action: ev.Action, Reason: why, Count: n}
 		}
 		ev.Count = n
 		return ev
@@ -327,6 +357,13 @@ func normalize(ev Event) Event {
 		return clipEvent(*e)
 	case *Packet:
 		return derefOrNil(e)
+	case *Request:
+		if e == nil {
+			return nil
+		}
+		return clipEvent(*e)
+	case *Credential:
+		return derefOrNil(e)
 	case *Exec:
 		if e == nil {
 			return nil
@@ -342,7 +379,7 @@ func normalize(ev Event) Event {
 		return derefOrNil(e)
 	case *Exit:
 		return derefOrNil(e)
-	case Exec, L7:
+	case Exec, L7, Request:
 		return clipEvent(e)
 	}
 	return ev
@@ -369,6 +406,11 @@ func clipEvent(ev Event) Event {
 	case L7:
 		if len(e.SNI) > MaxField || len(e.HTTPHost) > MaxField || len(e.Reason) > MaxField {
 			e.SNI, e.HTTPHost, e.Reason = clip(e.SNI), clip(e.HTTPHost), clip(e.Reason)
+			return e
+		}
+	case Request:
+		if len(e.Path) > MaxField || len(e.Reason) > MaxField || len(e.Method) > 64 {
+			e.Path, e.Reason, e.Method = clip(e.Path), clip(e.Reason), ClipText(e.Method, 64)
 			return e
 		}
 	}

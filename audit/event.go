@@ -73,6 +73,38 @@ type L7 struct {
 	Count    uint64 `json:"count,omitempty"`
 }
 
+// Request records one HTTP request inside a flow that nsgate terminated
+// (a tls: terminate rule): the method, the flow's name, the normalized
+// path without its query, the status given to the worker, the body bytes
+// each way and the rule that decided it. A refused request has status 403
+// (or 0 for an h2 stream that was reset) and Action "deny".
+type Request struct {
+	Action   string `json:"action"`
+	FlowSeq  uint64 `json:"flow"`
+	Method   string `json:"method"`
+	Host     string `json:"host"`
+	Path     string `json:"path"`
+	Status   int    `json:"status"`
+	BytesOut int64  `json:"bytes_out"`
+	BytesIn  int64  `json:"bytes_in"`
+	Rule     string `json:"rule"`
+	Reason   string `json:"reason,omitempty"`
+	Count    uint64 `json:"count,omitempty"`
+}
+
+// Credential records a credential placeholder seen where it may not go
+// (Action "deny"): another host, a body, a URL, a plain flow, a DNS name.
+// It names the credential, never its secret or its placeholder.
+type Credential struct {
+	Action     string `json:"action"`
+	FlowSeq    uint64 `json:"flow,omitempty"`
+	Credential string `json:"credential"`
+	Host       string `json:"host,omitempty"`
+	Where      string `json:"where"`
+	Reason     string `json:"reason,omitempty"`
+	Count      uint64 `json:"count,omitempty"`
+}
+
 // Packet records a refused packet that is not a TCP/UDP flow (ICMP, other
 // IP protocols, malformed input).
 type Packet struct {
@@ -200,6 +232,8 @@ func (DNS) EventName() string        { return "dns" }
 func (Flow) EventName() string       { return "flow" }
 func (FlowEnd) EventName() string    { return "flow_end" }
 func (L7) EventName() string         { return "l7" }
+func (Request) EventName() string    { return "request" }
+func (Credential) EventName() string { return "credential" }
 func (Packet) EventName() string     { return "packet" }
 func (Exec) EventName() string       { return "exec" }
 func (Inbound) EventName() string    { return "inbound" }

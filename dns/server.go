@@ -86,6 +86,10 @@ type Config struct {
 	CacheSize int
 	// Timeout bounds one upstream attempt; default DefaultTimeout.
 	Timeout time.Duration
+	// Leak, when set, names the credential whose placeholder a query name
+	// holds: such a query is refused (REFUSED) and recorded as a
+	// credential deny, without the name, before the policy is asked.
+	Leak func(name string) (credential string, found bool)
 }
 
 // Server answers the worker's DNS queries with fake addresses and resolves
@@ -103,6 +107,7 @@ type Server struct {
 	timeout  time.Duration
 	table    *table
 	cache    *cache
+	leak     func(string) (string, bool)
 
 	stats struct {
 		queries, allowed, denied, malformed, dropped atomic.Uint64
@@ -163,6 +168,7 @@ func New(cfg Config) (*Server, error) {
 		timeout:  cfg.Timeout,
 		table:    newTable(v4, v6, size),
 		cache:    newCache(cfg.CacheSize),
+		leak:     cfg.Leak,
 	}
 	if s.exchange == nil {
 		s.exchange = Exchange
@@ -302,6 +308,16 @@ func (s *Server) answer(h dnsmessage.Header, q *dnsmessage.Question) reply {
 		s.log(presentName(raw), qtype, policy.Decision{Rule: "default"}, nil)
 		s.stats.denied.Add(1)
 		return newReply(h, dnsmessage.RCodeNameError, q)
+	}
+	if s.leak != nil {
+		if c, found := s.leak(name); found {
+			if s.audit != nil {
+				s.audit.Log(audit.Credential{Action: "deny", Credential: c, Where: "a DNS name",
+					Reason: "credential " + c + ": placeholder in a DNS query name, where it may not go"})
+			}
+			s.stats.denied.Add(1)
+			return newReply(h, dnsmessage.RCodeRefused, q)
+		}
 	}
 	if q.Type == dnsmessage.TypeTXT && isGatewayProbe(name) {
 		// Another nsgate, our worker, asks whether we are a gateway

@@ -36,6 +36,7 @@ import (
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/dns"
+	"github.com/nsgate/nsgate/intercept"
 	"github.com/nsgate/nsgate/policy"
 )
 
@@ -164,6 +165,10 @@ type Config struct {
 	// the latest (give it the file itself). Write errors stop the capture
 	// (the gateway keeps running; see Stats.PcapDropped and PcapErr).
 	Pcap io.Writer
+	// Intercept, when set, terminates the TLS flows of tls: terminate
+	// rules (package intercept) and refuses credential placeholders in
+	// the first bytes of other flows; nil passes every flow through.
+	Intercept *intercept.Engine
 	// PcapMax, when positive, bounds the capture in bytes: it stops in
 	// whole packets, and those past the bound count in Stats.PcapDropped
 	// (PcapReached).
@@ -247,6 +252,7 @@ type Gateway struct {
 	names  Names
 	dial   func(ctx context.Context, network, addr string) (net.Conn, error)
 	pcap   *pcapWriter
+	icpt   *intercept.Engine
 
 	// own are the gateway's own addresses (its two prefixes and the
 	// fake-IP pools); guarded caches the current policy with them
@@ -346,6 +352,7 @@ func New(cfg Config) (*Gateway, error) {
 		policy:     cfg.Policy,
 		audit:      cfg.Audit,
 		names:      cfg.Names,
+		icpt:       cfg.Intercept,
 		dial:       cfg.Dial,
 		ctx:        ctx,
 		cancel:     cancel,

@@ -84,6 +84,10 @@ func (g *Gateway) gateL7(ep tcpip.Endpoint, a *admission, first *serverStart) re
 			}
 		}
 		worker.SetReadDeadline(time.Time{})
+		if g.leakedPlaceholder(flowSeq, p.host, buf) {
+			ep.Abort()
+			return nil, nil, errL7Denied
+		}
 
 		v := l7.Check(p.host, p.dst.Port(), r, pol.VerifySNI(), pol.VerifyHost())
 		if r.Kind == l7.TLS || r.Kind == l7.HTTP || !v.Allow {
@@ -136,6 +140,10 @@ type l7Stream interface {
 }
 
 func (f *l7Filter) Next(b []byte) (int, error) {
+	if f.g.leakedPlaceholder(f.flowSeq, f.host, b) {
+		f.ep.Abort()
+		return 0, errL7Denied
+	}
 	n, v := f.s.Next(b)
 	if !v.Allow {
 		return 0, f.refuse(v)

@@ -43,6 +43,13 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 	// A reload that refuses the flow resets the worker's side and closes
 	// upstream; the relay then ends (revoke.go).
 	g.track(a, func() { ep.Abort(); up.Close() })
+	if g.terminates(a) {
+		go func() {
+			defer a.release()
+			a.end(g.serveTerminated(ep, a, worker, up))
+		}()
+		return
+	}
 	opts := relay.Options{Idle: g.lim.TCPIdle, Go: g.pool.Go}
 	if a.verifyL7() {
 		worker.first = &serverStart{}

@@ -147,6 +147,14 @@ func (p *Policy) Decide(f Flow) Decision {
 		}
 	}
 
+	// 3b. QUIC to a terminated host: refused at once, so that the
+	// client falls back to TCP, where its requests are decided.
+	if f.Proto == UDP && host != "" && p.hasTerminate {
+		if id := p.terminatingRule(host); id != "" {
+			return Decision{Deny, id, "UDP (QUIC) to a host whose TLS nsgate terminates is refused; clients fall back to TCP"}
+		}
+	}
+
 	// 4. Allow rules.
 	h = noHit()
 	p.allow.matchHost(host, w, &h)

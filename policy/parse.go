@@ -158,6 +158,7 @@ func (ps *parser) document(data []byte, p *Policy) {
 		return
 	}
 	var allow, deny []rule
+	var credNode *yaml.Node // read once the allow rules are known
 	sawVersion := false
 	ps.mapping(root, "policy", map[string]func(k, v *yaml.Node){
 		"version": func(k, v *yaml.Node) {
@@ -185,6 +186,15 @@ func (ps *parser) document(data []byte, p *Policy) {
 						p.noRefusalAlert = !b
 					}
 				},
+				"upstream_ca": func(k, v *yaml.Node) {
+					if s, ok := ps.str(v, "tls.upstream_ca"); ok {
+						if !path.IsAbs(s) {
+							ps.errf(v, "tls.upstream_ca: %q is not an absolute path", s)
+							return
+						}
+						p.upstreamCA = path.Clean(s)
+					}
+				},
 			})
 		},
 		"http": func(k, v *yaml.Node) {
@@ -209,13 +219,20 @@ func (ps *parser) document(data []byte, p *Policy) {
 				"allow": func(k, v *yaml.Node) { p.execAllow = ps.execPaths(v) },
 			})
 		},
-		"filesystem": func(k, v *yaml.Node) { ps.filesystem(v, p) },
+		"filesystem":  func(k, v *yaml.Node) { ps.filesystem(v, p) },
+		"credentials": func(k, v *yaml.Node) { credNode = v },
 	})
 	if root.Kind == yaml.MappingNode && !sawVersion {
 		ps.errf(root, "version: missing; a policy starts with version: 1")
 	}
 	p.allow = newRuleSet(allow)
 	p.deny = newRuleSet(deny)
+	for i := range allow {
+		p.hasTerminate = p.hasTerminate || allow[i].terminate
+	}
+	if credNode != nil {
+		p.credentials = ps.credentials(credNode, p)
+	}
 }
 
 // noAliases reports whether the tree is free of aliases, flagging the
@@ -406,7 +423,7 @@ func (ps *parser) rule(n *yaml.Node, section, id string) (rule, bool) {
 	}
 	nerr := len(ps.errs)
 	var dest *yaml.Node // the host or cidr key seen first
-	var l7Key *yaml.Node
+	var l7Key, tlsKey, reqKey *yaml.Node
 	sawPorts := false
 	ps.mapping(n, id, map[string]func(k, v *yaml.Node){
 		"host": func(k, v *yaml.Node) {
@@ -487,7 +504,33 @@ func (ps *parser) rule(n *yaml.Node, section, id string) (rule, bool) {
 			}
 			l7Key, r.l7None = k, true
 		},
+		"tls": func(k, v *yaml.Node) {
+			s, ok := ps.str(v, id+".tls")
+			if !ok {
+				return
+			}
+			if s != "terminate" {
+				ps.errf(v, "%s.tls: %q is not a tls mode; the only one is terminate (omit the key for the SNI-checked passthrough)", id, s)
+				return
+			}
+			tlsKey, r.terminate = k, true
+		},
+		"requests": func(k, v *yaml.Node) {
+			reqKey = k
+			r.requests = ps.requests(v, id+".requests")
+		},
 	})
+	switch {
+	case tlsKey != nil && section != "allow":
+		ps.errf(tlsKey, "%s.tls: only allow rules take tls: terminate", id)
+	case tlsKey != nil && dest != nil && r.prefix.IsValid():
+		ps.errf(tlsKey, "%s.tls: only host rules take tls: terminate; a cidr rule's flows have no name to issue a certificate for", id)
+	case tlsKey != nil && r.protos != maskTCP:
+		ps.errf(tlsKey, "%s.tls: tls: terminate needs proto: tcp (QUIC to a terminated host is refused)", id)
+	}
+	if reqKey != nil && tlsKey == nil {
+		ps.errf(reqKey, "%s.requests: request rules need tls: terminate; without it nsgate cannot see requests inside TLS", id)
+	}
 	if l7Key != nil {
 		// l7: none lifts the QUIC check of a host rule's UDP flows; it
 		// means nothing elsewhere, and a reader would think it did.

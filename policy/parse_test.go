@@ -90,7 +90,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			why:  "unknown rule keys are errors",
 			src:  "version: 1\nallow:\n  - host: a.test\n    port: 80\n",
-			want: []string{`4:5: allow[0]: unknown key "port"; expected cidr, host, l7, ports or proto`},
+			want: []string{`4:5: allow[0]: unknown key "port"; expected cidr, host, l7, ports, proto, requests or tls`},
 		},
 		{
 			why:  "duplicate rule keys are errors",
@@ -371,7 +371,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			why:  "unknown tls keys are errors",
 			src:  "version: 1\ntls: {verify: true}\n",
-			want: []string{`2:7: tls: unknown key "verify"; expected refusal_alert or verify_sni`},
+			want: []string{`2:7: tls: unknown key "verify"; expected refusal_alert, upstream_ca or verify_sni`},
 		},
 		{
 			why:  "exec paths are absolute",

@@ -46,6 +46,9 @@ type Policy struct {
 	warnings                      []Error        // in file order
 	local                         []netip.Prefix // WithLocal prefixes, masked
 	hostAddrs                     *HostAddrs     // WithHostAddrs: the host's own addresses
+	upstreamCA                    string         // tls.upstream_ca
+	hasTerminate                  bool           // some allow rule has tls: terminate
+	credentials                   []Credential   // credentials, in file order
 }
 
 // protoMask is a set of protocols a rule applies to.
@@ -91,7 +94,11 @@ type rule struct {
 	// l7None is the rule's "l7: none": its UDP flows by name are relayed
 	// without the QUIC Initial check (allow host rules with UDP only).
 	l7None bool
-	reason string // precomputed "matches allow[0]: host app.test (tcp 80,443)"
+	// terminate is the rule's "tls: terminate": its TLS flows end in
+	// nsgate, which decides each request (requests; nil = every one).
+	terminate bool
+	requests  []reqRule
+	reason    string // precomputed "matches allow[0]: host app.test (tcp 80,443)"
 	// line and col locate the rule's host or cidr value, for warnings.
 	line, col int32
 }
@@ -141,6 +148,12 @@ func (r *rule) describe() string {
 	l7 := ""
 	if r.l7None {
 		l7 = ", l7 none"
+	}
+	if r.terminate {
+		l7 += ", tls terminate"
+		if r.requests != nil {
+			l7 += ", " + strconv.Itoa(len(r.requests)) + " request rules"
+		}
 	}
 	if r.ports != nil {
 		return kind + r.pattern() + " (" + proto + " " + ports + l7 + ")"

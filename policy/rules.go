@@ -24,6 +24,10 @@ type RuleSpec struct {
 	// L7None is a host rule's "l7: none": its UDP flows skip the QUIC
 	// Initial check.
 	L7None bool
+	// Terminate is a host rule's "tls: terminate". Requests are its
+	// request rules (nil: every request), in YAML flow form.
+	Terminate bool
+	Requests  []string
 }
 
 // PortRange is an inclusive range of ports (Lo == Hi for one port).
@@ -57,6 +61,12 @@ func (r RuleSpec) YAML() string {
 	if r.L7None {
 		b.WriteString(", l7: none")
 	}
+	if r.Terminate {
+		b.WriteString(", tls: terminate")
+	}
+	if r.Requests != nil {
+		b.WriteString(", requests: [" + strings.Join(r.Requests, ", ") + "]")
+	}
 	b.WriteString("}")
 	return b.String()
 }
@@ -75,6 +85,13 @@ func (r *rule) spec() RuleSpec {
 		}
 	}
 	s.L7None = r.l7None
+	s.Terminate = r.terminate
+	if r.requests != nil {
+		s.Requests = make([]string, len(r.requests))
+		for i := range r.requests {
+			s.Requests[i] = r.requests[i].yaml()
+		}
+	}
 	return s
 }
 

@@ -57,7 +57,11 @@ func (p *Policy) Summary() string {
 	} else {
 		b.WriteString("# dns: upstream from the host's /etc/resolv.conf, no static hosts\n")
 	}
-	b.WriteString("tls: {verify_sni: " + strconv.FormatBool(p.verifySNI) + ", refusal_alert: " + strconv.FormatBool(p.RefusalAlert()) + "}\n")
+	b.WriteString("tls: {verify_sni: " + strconv.FormatBool(p.verifySNI) + ", refusal_alert: " + strconv.FormatBool(p.RefusalAlert()))
+	if p.upstreamCA != "" {
+		b.WriteString(", upstream_ca: " + strconv.Quote(p.upstreamCA))
+	}
+	b.WriteString("}\n")
 	b.WriteString("http: {verify_host: " + strconv.FormatBool(p.verifyHost) + ", refusal_page: " + strconv.FormatBool(p.RefusalPage()) + "}\n")
 	if len(p.execAllow) > 0 {
 		b.WriteString("exec:\n  allow:\n")
@@ -74,6 +78,7 @@ func (p *Policy) Summary() string {
 	} else {
 		b.WriteString("# filesystem: no write or hide paths\n")
 	}
+	writeCredentials(&b, p.credentials)
 	b.WriteString("# built in: cloud metadata (")
 	for i, m := range metadataAddrs {
 		if i > 0 {

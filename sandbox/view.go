@@ -54,6 +54,15 @@ type View struct {
 	Hide        []string `json:",omitempty"`
 	// ResolvConf is the content bound over /etc/resolv.conf ("" leaves it).
 	ResolvConf string `json:",omitempty"`
+	// Files are bound read-only over existing files of the view (the
+	// system CA bundle with the run's CA); a Path that does not exist is
+	// an error.
+	Files []File `json:",omitempty"`
+	// HomeFiles are written into a private home once it exists (the NSS
+	// database that browsers read the run's CA from), at paths relative
+	// to Home; with HomeFrom (the caller's own directory) they are not
+	// written.
+	HomeFiles []HomeFile `json:",omitempty"`
 	// Cwd is the worker's working directory, entered once the view is
 	// built; when it does not exist there, Home, else "/".
 	Cwd string `json:",omitempty"`
@@ -63,6 +72,19 @@ type View struct {
 	// KeepHostWritable skips the read-only remount of the host (only for
 	// tests that show the Landlock write rules hold alone).
 	KeepHostWritable bool `json:",omitempty"`
+}
+
+// File is content bound read-only over a file of the view.
+type File struct {
+	Path    string
+	Content string
+}
+
+// HomeFile is a file written into the private home: Rel is relative to
+// Home ("a/b"), Data its content, mode 0600, directories 0700.
+type HomeFile struct {
+	Rel  string
+	Data []byte
 }
 
 // Scratch is a directory that becomes a private tmpfs.

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -192,6 +193,30 @@ func applyView(v *View) (degraded []string, err error) {
 	if v.ResolvConf != "" {
 		if err := placeFile(stage, "resolv.conf", v.ResolvConf, 0o644, "/etc/resolv.conf"); err != nil {
 			return nil, fmt.Errorf("bind resolv.conf: %w", err)
+		}
+	}
+
+	// 6b. Files bound over the view's own (the CA bundle).
+	for i, f := range v.Files {
+		if err := placeFile(stage, "file"+strconv.Itoa(i), f.Content, 0o644, f.Path); err != nil {
+			return nil, fmt.Errorf("bind %s: %w", f.Path, err)
+		}
+	}
+
+	// 6c. Files of the private home.
+	if v.Home != "" && v.HomeFrom == "" {
+		for _, f := range v.HomeFiles {
+			rel := filepath.Clean(f.Rel)
+			if filepath.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, "../") {
+				return nil, fmt.Errorf("home file %q: not inside the home", f.Rel)
+			}
+			p := filepath.Join(v.Home, rel)
+			if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+				return nil, fmt.Errorf("home file %s: %w", rel, err)
+			}
+			if err := os.WriteFile(p, f.Data, 0o600); err != nil {
+				return nil, fmt.Errorf("home file %s: %w", rel, err)
+			}
 		}
 	}
 

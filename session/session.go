@@ -37,6 +37,7 @@ import (
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/dns"
 	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/intercept"
 	"github.com/nsgate/nsgate/internal/hostpath"
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/netstack"
@@ -78,6 +79,10 @@ type Config struct {
 	// policy put in force. Only `nsgate lab --break metadata` sets it, to
 	// show that the lab notices.
 	WithoutMetadataStep bool
+	// BreakSubstitute and BreakPathCheck switch off, for the lab's
+	// --break only, the credential checks (placeholders neither replaced
+	// nor refused) or the request rules of terminated flows.
+	BreakSubstitute, BreakPathCheck bool
 	// Learn puts every policy in force through policy.Learning (nsgate
 	// run --learn): what no rule decides is allowed with rule learn,
 	// the built-in sets and deny rules still refuse.
@@ -156,6 +161,7 @@ type Session struct {
 	mu      sync.Mutex
 	gw      *netstack.Gateway
 	names   *dns.Server
+	icpt    *intercept.Engine // nil when no rule terminates TLS
 	link    stack.LinkEndpoint
 	fwds    *inbound.Forwarder
 	execs   []*execAudit
@@ -186,6 +192,17 @@ func Open(cfg Config) (*Session, error) {
 		}
 	}
 	s.store(p)
+	if !cfg.NoNetwork {
+		// The run's CA and credentials are fixed at start: secrets are
+		// read now, from nsgate's own environment or files.
+		if s.icpt, err = intercept.NewEngine(p, nil, s.readHostFile); err != nil {
+			s.closePolicy()
+			return nil, fmt.Errorf("credentials: %w", err)
+		}
+		if s.icpt != nil {
+			s.icpt.NoSubstitute, s.icpt.NoPathCheck = cfg.BreakSubstitute, cfg.BreakPathCheck
+		}
+	}
 	opts := audit.Options{Human: cfg.Human, LockWait: cfg.AuditLockWait, Copy: cfg.AuditCopy, Paths: cfg.Paths}
 	if cfg.AuditKey != "" {
 		if opts.Key, err = audit.LoadKeyWith(cfg.AuditKey, cfg.Paths); err != nil {
@@ -252,6 +269,10 @@ func (s *Session) store(p *policy.Policy) {
 	s.pol.Store(p.WithLocal(s.cfg.Plan.Local()...))
 }
 
+// Intercept returns the run's TLS termination engine (its CA and
+// credentials), or nil when the start policy terminates nothing.
+func (s *Session) Intercept() *intercept.Engine { return s.icpt }
+
 // Policy returns the policy in force (an immutable snapshot).
 func (s *Session) Policy() *policy.Policy { return s.pol.Load() }
 
@@ -280,8 +301,15 @@ func (s *Session) Attach(link stack.LinkEndpoint) error {
 		PcapMax: s.cfg.PcapMax,
 		DHCP:    s.cfg.DHCP,
 	}
+	if s.icpt != nil {
+		ncfg.Intercept = s.icpt
+	}
 	if !s.cfg.NoDNS {
-		names, err := dns.New(dns.Config{Policy: s.pol.Load, Audit: s.sink, IPv6: s.cfg.IPv6})
+		dcfg := dns.Config{Policy: s.pol.Load, Audit: s.sink, IPv6: s.cfg.IPv6}
+		if s.icpt != nil && !s.icpt.Vault.Empty() && !s.icpt.NoSubstitute {
+			dcfg.Leak = s.icpt.Vault.FindString
+		}
+		names, err := dns.New(dcfg)
 		if err != nil {
 			return fmt.Errorf("dns: %w", err)
 		}
@@ -530,4 +558,30 @@ func writeBounded(w io.Writer, msg string) {
 	case <-done:
 	case <-time.After(time.Second):
 	}
+}
+
+// readHostFile reads a file nsgate itself needs at start (a credential's
+// secret file, tls.upstream_ca) through the run's host-path checker, so a
+// link a worker could have planted is never followed. It reads at most
+// 4 MiB.
+func (s *Session) readHostFile(path string) ([]byte, error) {
+	p, err := s.cfg.Paths.Resolve(path)
+	if err != nil {
+		return nil, err
+	}
+	defer p.Close()
+	f, err := p.OpenRead()
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	const limit = 4 << 20
+	b, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return nil, &os.PathError{Op: "read", Path: path, Err: err}
+	}
+	if len(b) > limit {
+		return nil, &os.PathError{Op: "read", Path: path, Err: errors.New("larger than 4 MiB")}
+	}
+	return b, nil
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/intercept"
 	"github.com/nsgate/nsgate/internal/diag/starttrace"
 	"github.com/nsgate/nsgate/internal/hostpath"
 	"github.com/nsgate/nsgate/learn"
@@ -63,6 +64,38 @@ type Break struct {
 	// Guard layers treated as missing (guard.Config.Absent): with
 	// BestEffort the run goes on without them, else it is refused.
 	Landlock, Seccomp, ExecAudit bool
+	// Credentials: placeholders are neither replaced nor refused;
+	// RequestRules: terminated requests are not decided.
+	Credentials, RequestRules bool
+}
+
+// ParseBreak reads --unsafe-break: comma-separated layer names.
+func ParseBreak(s string) (Break, error) {
+	var b Break
+	for _, name := range strings.Split(s, ",") {
+		switch name {
+		case "":
+		case "metadata":
+			b.Metadata = true
+		case "fs-readonly":
+			b.FSReadOnly = true
+		case "fs-landlock":
+			b.FSLandlock = true
+		case guard.LayerLandlock:
+			b.Landlock = true
+		case guard.LayerSeccomp:
+			b.Seccomp = true
+		case guard.LayerExecAudit:
+			b.ExecAudit = true
+		case "credentials":
+			b.Credentials = true
+		case "request-rules":
+			b.RequestRules = true
+		default:
+			return Break{}, fmt.Errorf("--unsafe-break %q: only metadata, fs-readonly, fs-landlock, landlock, seccomp, exec-audit, credentials and request-rules can be broken (comma-separated)", s)
+		}
+	}
+	return b, nil
 }
 
 func (b Break) String() string {
@@ -79,6 +112,7 @@ func (b Break) layers(guardLayers bool) []string {
 		on, guard bool
 		name      string
 	}{{b.Metadata, false, "metadata"}, {b.FSReadOnly, false, "fs-readonly"}, {b.FSLandlock, false, "fs-landlock"},
+		{b.Credentials, false, "credentials"}, {b.RequestRules, false, "request-rules"},
 		{b.Landlock, true, guard.LayerLandlock}, {b.Seccomp, true, guard.LayerSeccomp}, {b.ExecAudit, true, guard.LayerExecAudit}} {
 		if l.on && l.guard == guardLayers {
 			s = append(s, l.name)
@@ -262,6 +296,7 @@ func (r *run) run() int {
 	scfg.Reload = session.ReloadOnSIGHUP
 	scfg.OnReload = r.onReload
 	scfg.WithoutMetadataStep = cfg.Break.Metadata
+	scfg.BreakSubstitute, scfg.BreakPathCheck = cfg.Break.Credentials, cfg.Break.RequestRules
 	scfg.Start.Argv = cfg.Argv
 	scfg.Start.PID = os.Getpid()
 	scfg.Start.Degraded = degraded
@@ -324,6 +359,17 @@ func (r *run) run() int {
 		GuardSpec: gspec,
 		// SysV shared memory is bounded like the private directories.
 		Quota: sandbox.DefaultQuota(uint64(cmp.Or(cfg.MaxProcs, sandbox.DefaultMaxProcs)), view.ScratchSize),
+	}
+	if eng := r.s.Intercept(); eng != nil {
+		// The worker trusts the run's CA with no flags, and holds
+		// placeholders, never the secrets (docs/credentials.md).
+		spec.Env = eng.WorkerEnv(os.Environ())
+		spec.View.Files = append(spec.View.Files, sandbox.File{Path: intercept.BundlePath, Content: string(eng.Bundle())})
+		if nss, err := nssDB(eng.CA.PEM()); err != nil {
+			r.errorf("warning: %v", err)
+		} else {
+			spec.View.HomeFiles = append(spec.View.HomeFiles, nss...)
+		}
 	}
 	starttrace.Mark("planned")
 	child, err := sandbox.Start(spec, cfg.Stdio)
@@ -494,6 +540,9 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 		if p != "" {
 			own = append(own, p)
 		}
+	}
+	if eng := r.s.Intercept(); eng != nil {
+		own = append(own, eng.Vault.SourceFiles()...) // the secrets' files
 	}
 	if scfg.AuditPath != "" && scfg.AuditPath != "-" {
 		own = append(own, scfg.AuditPath, scfg.AuditPath+".head")

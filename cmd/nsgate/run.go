@@ -12,7 +12,6 @@ import (
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/cliflag"
-	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/netstack"
@@ -138,22 +137,7 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 		rule, _ := inbound.ParsePublish(p) // validated with the flags
 		cfg.Publish = append(cfg.Publish, rule)
 	}
-	for _, b := range strings.Split(f.unsafeBreak, ",") {
-		switch b {
-		case "metadata":
-			cfg.Break.Metadata = true
-		case "fs-readonly":
-			cfg.Break.FSReadOnly = true
-		case "fs-landlock":
-			cfg.Break.FSLandlock = true
-		case guard.LayerLandlock:
-			cfg.Break.Landlock = true
-		case guard.LayerSeccomp:
-			cfg.Break.Seccomp = true
-		case guard.LayerExecAudit:
-			cfg.Break.ExecAudit = true
-		}
-	}
+	cfg.Break, _ = worker.ParseBreak(f.unsafeBreak) // validated with the flags
 	return cfg
 }
 
@@ -217,12 +201,8 @@ func (f *runFlags) validate() error {
 	if f.maxFlows < 1 || f.maxFlows > 1<<20 {
 		return fmt.Errorf("--max-flows %d out of range (1 to %d)", f.maxFlows, 1<<20)
 	}
-	for _, b := range strings.Split(f.unsafeBreak, ",") {
-		switch b {
-		case "", "metadata", "fs-readonly", "fs-landlock", guard.LayerLandlock, guard.LayerSeccomp, guard.LayerExecAudit:
-		default:
-			return fmt.Errorf("--unsafe-break %q: only metadata, fs-readonly, fs-landlock, landlock, seccomp and exec-audit can be broken (comma-separated)", f.unsafeBreak)
-		}
+	if _, err := worker.ParseBreak(f.unsafeBreak); err != nil {
+		return err
 	}
 	switch f.execGuard {
 	case "strict", "best-effort":

@@ -1,0 +1,535 @@
+package intercept
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/policy"
+	"github.com/nsgate/nsgate/tlsca"
+)
+
+const secret = "s3cr3t-TOKEN-value-0123456789"
+
+const testPolicy = `
+version: 1
+allow:
+  - host: api.example.test
+    ports: [443]
+    tls: terminate
+    requests:
+      - methods: [GET]
+        paths: ["/repos/acme/*", "/echo", "/ws"]
+      - methods: [POST]
+        paths: ["/upload"]
+  - host: other.example.test
+    ports: [443]
+    tls: terminate
+credentials:
+  - name: gh
+    from: {env: GH_SECRET}
+    placeholder_env: GH_TOKEN
+    hosts: [api.example.test]
+    header: Authorization
+    format: "Bearer {}"
+`
+
+// sink collects audit events.
+type sink struct {
+	mu  sync.Mutex
+	evs []audit.Event
+}
+
+func (s *sink) Log(e audit.Event) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.evs = append(s.evs, e)
+	return uint64(len(s.evs))
+}
+
+func (s *sink) all() []audit.Event {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]audit.Event(nil), s.evs...)
+}
+
+// upstream is a fake TLS server for api.example.test that records what it
+// receives.
+type upstream struct {
+	srv  *httptest.Server
+	ca   *tlsca.CA
+	mu   sync.Mutex
+	seen []*http.Request
+	auth []string
+}
+
+func (u *upstream) count() int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return len(u.seen)
+}
+
+func newUpstream(t *testing.T) *upstream {
+	u := &upstream{}
+	ca, err := tlsca.New(tlsca.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u.ca = ca
+	u.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		u.mu.Lock()
+		u.seen = append(u.seen, r)
+		u.auth = append(u.auth, r.Header.Get("Authorization"))
+		u.mu.Unlock()
+		switch r.URL.Path {
+		case "/echo":
+			// Reflects what it got, secret included.
+			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
+			io.WriteString(w, "you sent: "+r.Header.Get("Authorization")+" proto "+r.Proto)
+		case "/ws":
+			if r.Header.Get("Upgrade") != "websocket" {
+				http.Error(w, "no upgrade", 400)
+				return
+			}
+			w.Header().Set("Connection", "Upgrade")
+			w.Header().Set("Upgrade", "websocket")
+			w.WriteHeader(http.StatusSwitchingProtocols)
+			c, brw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			line, _ := brw.ReadString('\n')
+			brw.WriteString("echo " + line)
+			brw.Flush()
+		default:
+			io.WriteString(w, "ok "+string(body))
+		}
+	}))
+	u.srv.EnableHTTP2 = true
+	u.srv.Config.ErrorLog = quietLog
+	u.srv.TLS = &tls.Config{GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
+		return ca.Leaf("api.example.test")
+	}}
+	u.srv.StartTLS()
+	t.Cleanup(u.srv.Close)
+	return u
+}
+
+type rig struct {
+	t    *testing.T
+	e    *Engine
+	up   *upstream
+	sink *sink
+	addr string
+	ph   string
+}
+
+func newRig(t *testing.T, mutate func(*Engine)) *rig {
+	p, err := policy.Parse("t.yaml", []byte(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	up := newUpstream(t)
+	e, err := NewEngine(p, func(k string) string {
+		if k == "GH_SECRET" {
+			return secret
+		}
+		return ""
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.Roots = up.ca.Pool()
+	if mutate != nil {
+		mutate(e)
+	}
+	r := &rig{t: t, e: e, up: up, sink: &sink{}}
+	r.ph = strings.TrimPrefix(e.Vault.WorkerEnv()[0], "GH_TOKEN=")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	r.addr = ln.Addr().String()
+	upAddr := up.srv.Listener.Addr().String()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			first, _ := net.Dial("tcp", upAddr)
+			go e.Serve(ctx, c, nil, Flow{Policy: p, Rule: "allow[0]", Host: "api.example.test", Port: 443, Seq: 7, Audit: r.sink,
+				First: first, Dial: func(ctx context.Context) (net.Conn, error) {
+					var d net.Dialer
+					return d.DialContext(ctx, "tcp", upAddr)
+				}})
+		}
+	}()
+	return r
+}
+
+// client is a worker's client that trusts the run's CA; h2 chooses ALPN.
+func (r *rig) client(h2 bool) *http.Client {
+	tc := &tls.Config{RootCAs: r.e.CA.Pool(), ServerName: "api.example.test"}
+	tr := &http.Transport{
+		TLSClientConfig: tc,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", r.addr)
+		},
+		ForceAttemptHTTP2: h2,
+	}
+	if !h2 {
+		tc.NextProtos = []string{"http/1.1"}
+	}
+	r.t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+func (r *rig) do(c *http.Client, method, url, auth, body string) (*http.Response, string) {
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	req, err := http.NewRequest(method, url, rd)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	if auth != "" {
+		req.Header.Set("Authorization", auth)
+	}
+	resp, err := c.Do(req)
+	if err != nil {
+		r.t.Fatalf("%s %s: %v", method, url, err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	return resp, string(b)
+}
+
+func (r *rig) requests(action string) []audit.Request {
+	var out []audit.Request
+	for _, e := range r.sink.all() {
+		if q, ok := e.(audit.Request); ok && q.Action == action {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+func (r *rig) credentialDenies() []audit.Credential {
+	var out []audit.Credential
+	for _, e := range r.sink.all() {
+		if q, ok := e.(audit.Credential); ok {
+			out = append(out, q)
+		}
+	}
+	return out
+}
+
+func (r *rig) noSecretInAudit() {
+	for _, e := range r.sink.all() {
+		if s := strings.ToLower(strings.ReplaceAll(fmtEvent(e), " ", "")); strings.Contains(s, strings.ToLower(secret)) {
+			r.t.Errorf("audit record holds the secret: %v", e)
+		}
+	}
+}
+
+func fmtEvent(e audit.Event) string {
+	return strings.TrimSpace(strings.ReplaceAll(sprint(e), "\n", " "))
+}
+
+func TestSubstituteAndScrub(t *testing.T) {
+	for _, h2 := range []bool{false, true} {
+		r := newRig(t, nil)
+		c := r.client(h2)
+		resp, body := r.do(c, "GET", "https://api.example.test/echo", "Bearer "+r.ph, "")
+		if resp.StatusCode != 200 {
+			t.Fatalf("h2=%v: status %d %s", h2, resp.StatusCode, body)
+		}
+		if want := "HTTP/2.0"; h2 && resp.Proto != want {
+			t.Errorf("worker side proto %s, want %s", resp.Proto, want)
+		}
+		if got := r.up.auth[0]; got != "Bearer "+secret {
+			t.Errorf("upstream got Authorization %q", got)
+		}
+		if strings.Contains(body, secret) || strings.Contains(resp.Header.Get("X-Echo"), secret) {
+			t.Errorf("the worker saw the secret: %q %q", body, resp.Header.Get("X-Echo"))
+		}
+		if !strings.Contains(body, r.ph) || !strings.Contains(resp.Header.Get("X-Echo"), r.ph) {
+			t.Errorf("echo not turned back into the placeholder: %q", body)
+		}
+		// Keep-alive: a second request on the same connection is
+		// decided too.
+		resp, _ = r.do(c, "DELETE", "https://api.example.test/repos/acme/app", "", "")
+		if resp.StatusCode != 403 || resp.Header.Get("X-Nsgate-Rule") != "allow[0]" {
+			t.Errorf("DELETE: status %d rule %q", resp.StatusCode, resp.Header.Get("X-Nsgate-Rule"))
+		}
+		if r.up.count() != 1 {
+			t.Errorf("upstream saw %d requests, want 1", r.up.count())
+		}
+		allow, deny := r.requests("allow"), r.requests("deny")
+		if len(allow) != 1 || allow[0].Path != "/echo" || allow[0].Status != 200 || allow[0].Rule != "allow[0].requests[0]" || allow[0].BytesIn == 0 {
+			t.Errorf("allow records %+v", allow)
+		}
+		if len(deny) != 1 || deny[0].Method != "DELETE" || deny[0].Status != 403 {
+			t.Errorf("deny records %+v", deny)
+		}
+		r.noSecretInAudit()
+	}
+}
+
+func TestRefusals(t *testing.T) {
+	r := newRig(t, nil)
+	tests := []struct {
+		why, method, url, auth, body, host string
+		credential                         bool
+	}{
+		{why: "method not allowed", method: "PUT", url: "/repos/acme/app"},
+		{why: "path not allowed", method: "GET", url: "/admin"},
+		{why: "encoded slash", method: "GET", url: "/repos/acme%2fapp"},
+		{why: "encoded dots", method: "GET", url: "/repos/acme/%2e%2e/secret"},
+		{why: "overlong dot", method: "GET", url: "/repos/acme/%c0%ae%c0%ae"},
+		{why: "placeholder in the query", method: "GET", url: "/repos/acme/app?t=PH", credential: true},
+		{why: "placeholder in the path", method: "GET", url: "/repos/acme/PH", credential: true},
+		{why: "placeholder in another header", method: "GET", url: "/repos/acme/app", auth: "", credential: true, host: "x-leak"},
+		{why: "placeholder in the body", method: "POST", url: "/upload", body: "token=PH", credential: true},
+		{why: "fronting by Host", method: "GET", url: "/repos/acme/app", host: "other.example.test"},
+	}
+	for _, h2 := range []bool{false, true} {
+		c := r.client(h2)
+		for _, tt := range tests {
+			before := len(r.credentialDenies())
+			req, _ := http.NewRequest(tt.method, "https://api.example.test"+strings.ReplaceAll(tt.url, "PH", r.ph), strings.NewReader(strings.ReplaceAll(tt.body, "PH", r.ph)))
+			req.URL.Opaque = ""
+			if tt.body == "" {
+				req.Body = nil
+			}
+			switch tt.host {
+			case "x-leak":
+				req.Header.Set("X-Leak", r.ph)
+			case "":
+			default:
+				req.Host = tt.host
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				t.Errorf("%s h2=%v: %v", tt.why, h2, err)
+				continue
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != 403 {
+				t.Errorf("%s h2=%v: status %d, want 403", tt.why, h2, resp.StatusCode)
+			}
+			if tt.credential && len(r.credentialDenies()) != before+1 {
+				t.Errorf("%s h2=%v: no credential record", tt.why, h2)
+			}
+		}
+	}
+	if n := r.up.count(); n != 0 {
+		t.Errorf("upstream saw %d requests, want 0", n)
+	}
+	if d := r.requests("deny"); len(d) != 2*len(tests) {
+		t.Errorf("%d deny records, want %d", len(d), 2*len(tests))
+	}
+	r.noSecretInAudit()
+}
+
+func TestMethodOverride(t *testing.T) {
+	r := newRig(t, nil)
+	c := r.client(false)
+	req, _ := http.NewRequest("GET", "https://api.example.test/repos/acme/app", nil)
+	req.Header.Set("X-HTTP-Method-Override", "DELETE")
+	resp, err := c.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 403 || r.up.count() != 0 {
+		t.Errorf("override: status %d, upstream %d", resp.StatusCode, r.up.count())
+	}
+}
+
+func TestPinnedClientFailsClosed(t *testing.T) {
+	r := newRig(t, nil)
+	// A client that trusts only the real upstream's CA (pins it).
+	tr := &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: r.up.ca.Pool(), ServerName: "api.example.test"},
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "tcp", r.addr)
+		},
+	}
+	defer tr.CloseIdleConnections()
+	_, err := (&http.Client{Transport: tr}).Get("https://api.example.test/repos/acme/app")
+	if err == nil {
+		t.Fatal("a client pinning another CA got through")
+	}
+	if r.up.count() != 0 {
+		t.Errorf("upstream saw %d requests", r.up.count())
+	}
+	found := false
+	for i := 0; i < 100 && !found; i++ {
+		for _, e := range r.sink.all() {
+			if l, ok := e.(audit.L7); ok && l.Action == "deny" && strings.Contains(l.Reason, "handshake failed") {
+				found = true
+			}
+		}
+		if !found {
+			waitABit()
+		}
+	}
+	if !found {
+		t.Errorf("no l7 deny record for the failed handshake: %v", r.sink.all())
+	}
+}
+
+func TestUpstreamUnverified(t *testing.T) {
+	// Roots without the upstream's CA: the upstream is not trusted.
+	r := newRig(t, func(e *Engine) { e.Roots = e.CA.Pool() })
+	resp, body := r.do(r.client(false), "GET", "https://api.example.test/repos/acme/app", "Bearer "+r.ph, "")
+	if resp.StatusCode != 502 {
+		t.Errorf("status %d, want 502", resp.StatusCode)
+	}
+	if strings.Contains(body, secret) || r.up.count() != 0 {
+		t.Errorf("body %q, upstream %d", body, r.up.count())
+	}
+}
+
+func TestSNIMismatch(t *testing.T) {
+	r := newRig(t, nil)
+	c, err := tls.Dial("tcp", r.addr, &tls.Config{ServerName: "other.example.test", RootCAs: r.e.CA.Pool()})
+	if err == nil {
+		c.Close()
+		t.Fatal("handshake with another SNI succeeded")
+	}
+}
+
+func TestWebSocket(t *testing.T) {
+	r := newRig(t, nil)
+	c, err := tls.Dial("tcp", r.addr, &tls.Config{ServerName: "api.example.test", RootCAs: r.e.CA.Pool(), NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	io.WriteString(c, "GET /ws HTTP/1.1\r\nHost: api.example.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != 101 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	io.WriteString(c, "hello\n")
+	line, err := br.ReadString('\n')
+	if err != nil || line != "echo hello\n" {
+		t.Errorf("after upgrade: %q %v", line, err)
+	}
+	// An upgrade to a path the rules refuse.
+	c2, err := tls.Dial("tcp", r.addr, &tls.Config{ServerName: "api.example.test", RootCAs: r.e.CA.Pool(), NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	io.WriteString(c2, "GET /wsx HTTP/1.1\r\nHost: api.example.test\r\nConnection: Upgrade\r\nUpgrade: websocket\r\n\r\n")
+	resp, err = http.ReadResponse(bufio.NewReader(c2), nil)
+	if err != nil || resp.StatusCode != 403 {
+		t.Errorf("refused upgrade: %v %v", resp, err)
+	}
+}
+
+func TestPipelined(t *testing.T) {
+	r := newRig(t, nil)
+	c, err := tls.Dial("tcp", r.addr, &tls.Config{ServerName: "api.example.test", RootCAs: r.e.CA.Pool(), NextProtos: []string{"http/1.1"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	// Two requests in one write: the second is refused on its own.
+	io.WriteString(c, "GET /repos/acme/app HTTP/1.1\r\nHost: api.example.test\r\n\r\nDELETE /repos/acme/app HTTP/1.1\r\nHost: api.example.test\r\n\r\n")
+	br := bufio.NewReader(c)
+	var codes []int
+	for i := 0; i < 2; i++ {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		codes = append(codes, resp.StatusCode)
+	}
+	if codes[0] != 200 || codes[1] != 403 || r.up.count() != 1 {
+		t.Errorf("codes %v, upstream %d", codes, r.up.count())
+	}
+}
+
+func TestVaultNeverFormatsSecret(t *testing.T) {
+	v, err := NewVault([]policy.Credential{{Name: "x", FromEnv: "X", PlaceholderEnv: "X", Hosts: []string{"a.test"}, Header: "A", Format: "{}"}},
+		func(string) string { return secret }, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{sprint(v), sprint(*v), v.String()} {
+		if strings.Contains(s, secret) {
+			t.Errorf("formatted vault shows the secret: %s", s)
+		}
+	}
+	_, err = NewVault([]policy.Credential{{Name: "x", FromEnv: "X"}}, func(string) string { return "short" }, nil)
+	if err == nil || strings.Contains(err.Error(), "short\"") {
+		t.Errorf("short secret: %v", err)
+	}
+}
+
+func TestScrubAcrossReads(t *testing.T) {
+	v, _ := NewVault([]policy.Credential{{Name: "x", FromEnv: "X", Format: "{}"}}, func(string) string { return secret }, nil)
+	e := &Engine{Vault: v}
+	// A body that gives one byte per read: the secret straddles reads.
+	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(&oneByte{s: "a" + secret + "b" + secret})}
+	e.scrubResponse(resp)
+	b, _ := io.ReadAll(resp.Body)
+	ph := v.creds[0].placeholder
+	if string(b) != "a"+ph+"b"+ph {
+		t.Errorf("scrubbed %q", b)
+	}
+}
+
+type oneByte struct{ s string }
+
+func (o *oneByte) Read(p []byte) (int, error) {
+	if o.s == "" {
+		return 0, io.EOF
+	}
+	p[0] = o.s[0]
+	o.s = o.s[1:]
+	return 1, nil
+}
+
+func TestScannerAcrossChunks(t *testing.T) {
+	v, _ := NewVault([]policy.Credential{{Name: "x", FromEnv: "X", Format: "{}"}}, func(string) string { return secret }, nil)
+	ph := v.creds[0].placeholder
+	s := newScanner(v)
+	data := "xxxx" + ph + "yyyy"
+	found := false
+	for i := 0; i < len(data); i += 7 {
+		if _, ok := s.feed([]byte(data[i:min(i+7, len(data))])); ok {
+			found = true
+		}
+	}
+	if !found {
+		t.Error("placeholder split across chunks not found")
+	}
+}
