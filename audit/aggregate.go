@@ -88,6 +88,7 @@ const (
 	kindExec
 	kindInbound
 	kindInboundEnd
+	kindSyscall
 )
 
 // actionBit is 0 for "allow", 1 for "deny"; ok is false for other actions.
@@ -143,6 +144,10 @@ func aggStyle(ev Event) int {
 		if _, ok := actionBit(e.Action); ok {
 			return aggRepeat
 		}
+	case Syscall:
+		if _, ok := actionBit(e.Action); ok {
+			return aggRepeat
+		}
 	case Inbound:
 		if _, ok := actionBit(e.Action); ok {
 			return aggRepeat
@@ -183,6 +188,9 @@ func aggKeyOf(ev Event) aggKey {
 	case Exec:
 		bit, _ := actionBit(e.Action)
 		return aggKey{kind: kindExec + bit, a: e.Path, b: e.Reason}
+	case Syscall:
+		bit, _ := actionBit(e.Action)
+		return aggKey{kind: kindSyscall + bit, a: e.Syscall, b: e.Args, c: e.Reason}
 	case Inbound:
 		bit, _ := actionBit(e.Action)
 		return aggKey{kind: kindInbound + bit, a: e.Listen, b: HostOnly(e.Src), c: e.Dst}
@@ -269,6 +277,12 @@ func aggregateEvent(e *aggEntry, overflow bool) Event {
 		}
 		ev.Count = n
 		return ev
+	case Syscall:
+		if overflow {
+			return Syscall{Action: ev.Action, Syscall: ev.Syscall, Reason: why, Count: n}
+		}
+		ev.Count = n
+		return ev
 	case Inbound:
 		if overflow {
 			return Inbound{Action: ev.Action, Count: n}
@@ -328,6 +342,8 @@ func normalize(ev Event) Event {
 			return nil
 		}
 		return clipEvent(*e)
+	case *Syscall:
+		return derefOrNil(e)
 	case *Inbound:
 		return derefOrNil(e)
 	case *Forward:
