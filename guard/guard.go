@@ -243,7 +243,12 @@ var ErrNoCommand = errors.New("exec guard: no command")
 var shellNames = map[string]bool{
 	"sh": true, "dash": true, "bash": true, "ash": true, "zsh": true, "ksh": true,
 	"mksh": true, "yash": true, "fish": true, "csh": true, "tcsh": true, "busybox": true,
+	"rbash": true, "pdksh": true, "oksh": true, "rc": true, "es": true, "elvish": true, "nu": true, "xonsh": true, "posh": true, "lksh": true,
 }
+
+// IsShellName reports whether base is the name of a shell (or of busybox,
+// which is one).
+func IsShellName(base string) bool { return shellNames[base] }
 
 // ShellInterpreter is a shell the allowlist holds only because a script
 // needs it.

@@ -130,6 +130,8 @@ type Config struct {
 	// opened at start, so that a path nsgate cannot write fails the run
 	// before the worker starts, and hidden from the worker.
 	Learn string
+	// Env is the worker's environment (nil: nsgate's own).
+	Env   []string
 	Stdio sandbox.Stdio
 }
 
@@ -305,6 +307,7 @@ func (r *run) run() int {
 		View:      view,
 		Hostname:  "nsgate",
 		GuardSpec: gspec,
+		Env:       cfg.Env,
 		// SysV shared memory is bounded like the private directories.
 		Quota: sandbox.DefaultQuota(uint64(cmp.Or(cfg.MaxProcs, sandbox.DefaultMaxProcs)), view.ScratchSize),
 	}
