@@ -10,6 +10,7 @@ import (
 	"runtime"
 
 	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/audit/auditcli"
 	"github.com/nsgate/nsgate/guard"
 	"github.com/nsgate/nsgate/internal/diag/profile"
 	"github.com/nsgate/nsgate/lab"
@@ -87,7 +88,7 @@ var commands = []command{
 	{"check", cmdCheck, "FILE", "validate a policy file"},
 	{"explain", cmdExplain, "--policy FILE [--proto tcp|udp] DEST:PORT", "the decision for one destination"},
 	{"policy", func(e env, args []string) int { return learn.PolicyMain(args, e.stdout, e.stderr) }, "suggest AUDIT.jsonl [--policy CURRENT]", "rules that would have allowed a log's denials"},
-	{"audit", cmdAudit, "verify|show|stats [flags] FILE", "verify an audit log; show it readably (--follow); totals"},
+	{"audit", func(e env, args []string) int { return auditcli.Main(args, e.stdout, e.stderr) }, "verify|show|stats [flags] FILE", "verify an audit log; show it readably (--follow); totals"},
 	{"profile", func(e env, args []string) int { return workerprofile.Main(args, e.stdout, e.stderr) }, "list | show NAME", "the worker profiles (run --profile NAME)"},
 	{"guard", cmdGuard, "[flags] -- COMMAND", "only the exec/syscall guard"},
 	{"lab", func(e env, args []string) int {

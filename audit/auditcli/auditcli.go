@@ -1,4 +1,6 @@
-package main
+// Package auditcli is `nsgate audit`: verify, show and stats, the
+// commands that read an audit log. Package main only wires it.
+package auditcli
 
 import (
 	"context"
@@ -14,7 +16,17 @@ import (
 	"github.com/nsgate/nsgate/cliflag"
 )
 
-// cmdAudit: nsgate audit verify [--key FILE] [--head HASH] FILE.
+// exitUsage: bad input or a file that cannot be read.
+const exitUsage = 2
+
+// env carries the command's output streams.
+type env struct{ stdout, stderr io.Writer }
+
+func (e env) errorf(format string, args ...any) {
+	fmt.Fprintf(e.stderr, "nsgate: "+format+"\n", args...)
+}
+
+// Main is nsgate audit verify [--key FILE] [--head HASH] FILE.
 //
 // Exit status: 0 and "ok: N records, head HASH" when the chain
 // verifies and nothing contradicts its anchor; 1 and "FILE:LINE: what is
@@ -29,7 +41,8 @@ import (
 // going, or whose nsgate was killed, leaves a log that is authentic as far
 // as it goes, and scripts that need more can ask for an anchor (FILE.head,
 // which nsgate writes next to the log, makes a cut end an error).
-func cmdAudit(e env, args []string) int {
+func Main(args []string, stdout, stderr io.Writer) int {
+	e := env{stdout, stderr}
 	const usage = "Usage: nsgate audit verify|show|stats [flags] FILE"
 	if len(args) == 0 || args[0] == "--help" || args[0] == "-h" {
 		fmt.Fprintln(e.stdout, usage+"\n\n"+
