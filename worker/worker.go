@@ -506,7 +506,14 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 		return sandbox.View{}, fmt.Errorf("run: find own executable: %w", err)
 	}
 	cwd, _ := os.Getwd()
+	var hostSockets []string
+	if cfg.AllowUnix { // the worker may connect: none of the host's may be in its view
+		if hostSockets, err = sandbox.HostSocketPaths(); err != nil {
+			return sandbox.View{}, fmt.Errorf("run: --allow-unix: cannot list the host's unix sockets to hide them: %w", err)
+		}
+	}
 	v, err := sandbox.PlanView(sandbox.ViewConfig{
+		HostSockets: hostSockets,
 		Writable:    append(slices.Clone(cfg.Writable), fs.Write...),
 		Hide:        hide,
 		ReadOnly:    cfg.ReadOnly,
