@@ -6,10 +6,12 @@ import (
 	"bytes"
 	"image"
 	"image/png"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -364,3 +366,104 @@ s.listen('/tmp/own.sock', () => net.connect('/tmp/own.sock').on('data', d => { c
 	})
 }
 
+
+// socketSweep walks the worker's whole view (but /proc and /sys) for
+// unix sockets and connects to each, then to every abstract socket in
+// /proc/net/unix; it prints CONNECTED for each it reached, and its own
+// socket (made first) must be among them, or the sweep proves nothing.
+const socketSweep = `
+const fs = require('fs'), net = require('net'), path = require('path');
+const own = '/tmp/own.sock';
+const found = [];
+function walk(d, depth) {
+  if (depth > 12 || d === '/proc' || d === '/sys') return;
+  let ents; try { ents = fs.readdirSync(d, { withFileTypes: true }); } catch (e) { return; }
+  for (const e of ents) {
+    const p = path.join(d, e.name);
+    if (e.isSocket()) found.push(p); else if (e.isDirectory()) walk(p, depth + 1);
+  }
+}
+function tryOne(addr) {
+  return new Promise(res => {
+    const c = net.connect(addr);
+    const t = setTimeout(() => { c.destroy(); res('timeout'); }, 2000);
+    c.on('connect', () => { clearTimeout(t); c.destroy(); res('connected'); });
+    c.on('error', e => { clearTimeout(t); res(e.code); });
+  });
+}
+const srv = net.createServer(c => c.end()).listen(own, async () => {
+  walk('/', 0);
+  for (const l of fs.readFileSync('/proc/net/unix', 'utf8').split('\n').slice(1)) {
+    const f = l.trim().split(/\s+/);
+    if (f.length >= 8 && f[7].startsWith('@')) found.push('\0' + f[7].slice(1));
+  }
+  for (const s of found) {
+    const r = await tryOne(s);
+    console.log((r === 'connected' ? 'CONNECTED ' : 'REFUSED ') + JSON.stringify(s) + ' ' + r);
+  }
+  console.log('SWEPT ' + found.length);
+  srv.close();
+});
+`
+
+// TestAllowUnixReachesNoHostSocket: a worker with --allow-unix makes and
+// uses its own socket, but reaches none of the host's: the test's own
+// listeners (in a directory the view shows, and an abstract one in the
+// namespace nsgate runs in) count no connection, and a sweep of every
+// socket in the worker's view connects to its own socket alone.
+func TestAllowUnixReachesNoHostSocket(t *testing.T) {
+	needStack(t, "node", "/usr/bin/node")
+	realRoot(t, "a host socket outside every private directory (/run)")
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		js := writeFile(t, dir, "sweep.js", socketSweep)
+		hostDir, err := os.MkdirTemp("/run", "nsgate-it-sweep-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(hostDir)
+		os.Chmod(hostDir, 0o755)
+		var hits atomic.Int64
+		var lns []net.Listener
+		for _, addr := range []string{filepath.Join(hostDir, "app.sock"), "@nsgate-it-sweep-" + filepath.Base(hostDir)} {
+			ln, err := net.Listen("unix", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lns = append(lns, ln)
+			os.Chmod(addr, 0o777)
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					hits.Add(1)
+					c.Close()
+				}
+			}()
+		}
+		defer func() {
+			for _, ln := range lns {
+				ln.Close()
+			}
+		}()
+		log := filepath.Join(dir, "audit.jsonl")
+		r := runBounded(t, nsgateCmd(m, "run", "--audit", log, "--allow-unix", "--ro", js, "--", "/usr/bin/node", js), 120*time.Second, "the socket sweep", nil)
+		t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		if !strings.Contains(r.stdout, "SWEPT ") {
+			t.Fatal("the sweep did not finish")
+		}
+		if !strings.Contains(r.stdout, `CONNECTED "/tmp/own.sock"`) {
+			t.Error("the worker could not reach its own socket: the sweep proves nothing")
+		}
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if strings.HasPrefix(l, "CONNECTED ") && !strings.HasPrefix(l, `CONNECTED "/tmp/own.sock"`) {
+				t.Errorf("the worker reached a socket that is not its own: %s", l)
+			}
+		}
+		if n := hits.Load(); n != 0 {
+			t.Errorf("the host's sockets counted %d connections, want 0", n)
+		}
+	})
+}
