@@ -366,7 +366,6 @@ s.listen('/tmp/own.sock', () => net.connect('/tmp/own.sock').on('data', d => { c
 	})
 }
 
-
 // socketSweep walks the worker's whole view (but /proc and /sys) for
 // unix sockets and connects to each, then to every abstract socket in
 // /proc/net/unix; it prints CONNECTED for each it reached, and its own
