@@ -109,8 +109,12 @@ func runUnixPhase(ctx context.Context, cfg Config, at attack.Attempt, h *attack.
 	}
 	werr := cmd.Wait()
 	n := hits.Load()
-	res.HostCheck = fmt.Sprintf("%s: %d connections (XDG_RUNTIME_DIR=%s %s=%s %s %s)",
-		at.HostCheck, n, rt, envKey, envVal, cfg.Self, strings.Join(args, " "))
+	setting := ""
+	if envKey != "" {
+		setting = " " + envKey + "=" + envVal
+	}
+	res.HostCheck = fmt.Sprintf("%s: %d connections (XDG_RUNTIME_DIR=%s%s %s %s)",
+		at.HostCheck, n, rt, setting, cfg.Self, strings.Join(args, " "))
 	switch {
 	case n > 0 || obs != nil && obs.Observed == attack.Allowed:
 		res.Observed = attack.Allowed
