@@ -63,7 +63,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.Var(&f.profiles, "profile", "add the settings of the worker profile `NAME` (repeatable; nsgate profile list)")
 	fs.Var(&f.execAllow, "exec-allow", "`PATH` (file or directory) the worker may execute (repeatable)")
 	fs.BoolVar(&f.allowUserns, "allow-userns", false, "let the worker create namespaces (Chromium's own sandbox)")
-	fs.BoolVar(&f.allowUnix, "allow-unix", false, "let the worker create AF_UNIX sockets")
+	fs.BoolVar(&f.allowUnix, "allow-unix", false, "let the worker create AF_UNIX sockets (its own: every socket bound on the host is hidden from it, unless named with --ro)")
 	fs.BoolVar(&f.root, "root", false, "map the caller to uid 0 inside the sandbox")
 	fs.UintVar(&f.mtu, "mtu", tundev.DefaultMTU, "MTU of the worker's TUN device")
 	fs.IntVar(&f.maxFlows, "max-flows", netstack.DefaultMaxFlows, "concurrent TCP flows the worker may hold open; more are refused (audited)")
