@@ -141,6 +141,9 @@ func aggStyle(ev Event) int {
 			return aggRepeat
 		}
 	case Exec:
+		if e.Missing && e.Action == "deny" {
+			return aggDeny // a $PATH lookup: its misses fold at once
+		}
 		if _, ok := actionBit(e.Action); ok {
 			return aggRepeat
 		}
@@ -187,6 +190,11 @@ func aggKeyOf(ev Event) aggKey {
 		return aggKey{kind: kindL7 + bit, n: e.FlowSeq, a: e.Host, b: e.SNI, c: e.HTTPHost, d: e.Reason}
 	case Exec:
 		bit, _ := actionBit(e.Action)
+		if e.Missing {
+			// One command looked up through $PATH: its misses differ
+			// in the directory only.
+			return aggKey{kind: kindExec + bit, a: pathBase(e.Path), b: "missing", n: uint64(e.PID)}
+		}
 		return aggKey{kind: kindExec + bit, a: e.Path, b: e.Reason}
 	case Syscall:
 		bit, _ := actionBit(e.Action)
@@ -274,6 +282,10 @@ func aggregateEvent(e *aggEntry, overflow bool) Event {
 	case Exec:
 		if overflow {
 			return Exec{Action: ev.Action, Reason: why, Count: n}
+		}
+		if ev.Missing {
+			ev.Path = pathBase(ev.Path)
+			ev.Reason = "not found in " + strconv.FormatUint(n, 10) + " more $PATH entries"
 		}
 		ev.Count = n
 		return ev
@@ -408,4 +420,13 @@ func derefOrNil[T Event](p *T) Event {
 		return nil
 	}
 	return *p
+}
+
+// pathBase is the last element of a slash-separated path (without
+// allocating): the name a $PATH lookup tries in each directory.
+func pathBase(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
 }
