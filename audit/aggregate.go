@@ -94,6 +94,7 @@ const (
 	kindInboundEnd
 	kindRequest
 	kindCredential
+	kindSyscall
 )
 
 // actionBit is 0 for "allow", 1 for "deny"; ok is false for other actions.
@@ -154,6 +155,13 @@ func aggStyle(ev Event) int {
 			return aggDeny
 		}
 	case Exec:
+		if e.Missing && e.Action == "deny" {
+			return aggDeny // a $PATH lookup: its misses fold at once
+		}
+		if _, ok := actionBit(e.Action); ok {
+			return aggRepeat
+		}
+	case Syscall:
 		if _, ok := actionBit(e.Action); ok {
 			return aggRepeat
 		}
@@ -201,7 +209,15 @@ func aggKeyOf(ev Event) aggKey {
 		return aggKey{kind: kindCredential + 1, n: e.FlowSeq, a: e.Credential, b: e.Host, c: e.Where}
 	case Exec:
 		bit, _ := actionBit(e.Action)
+		if e.Missing {
+			// One command looked up through $PATH: its misses differ
+			// in the directory only.
+			return aggKey{kind: kindExec + bit, a: pathBase(e.Path), b: "missing", n: uint64(e.PID)}
+		}
 		return aggKey{kind: kindExec + bit, a: e.Path, b: e.Reason}
+	case Syscall:
+		bit, _ := actionBit(e.Action)
+		return aggKey{kind: kindSyscall + bit, a: e.Syscall, b: e.Args, c: e.Reason}
 	case Inbound:
 		bit, _ := actionBit(e.Action)
 		return aggKey{kind: kindInbound + bit, a: e.Listen, b: HostOnly(e.Src), c: e.Dst}
@@ -289,6 +305,16 @@ func aggregateEvent(e *aggEntry, overflow bool) Event {
 		if overflow {
 			return Exec{Action: ev.Action, Reason: why, Count: n}
 		}
+		if ev.Missing {
+			ev.Path = pathBase(ev.Path)
+			ev.Reason = "not found in " + strconv.FormatUint(n, 10) + " more $PATH entries"
+		}
+		ev.Count = n
+		return ev
+	case Syscall:
+		if overflow {
+			return Syscall{Action: ev.Action, Syscall: ev.Syscall, Reason: why, Count: n}
+		}
 		ev.Count = n
 		return ev
 	case Request:
@@ -369,6 +395,8 @@ func normalize(ev Event) Event {
 			return nil
 		}
 		return clipEvent(*e)
+	case *Syscall:
+		return derefOrNil(e)
 	case *Inbound:
 		return derefOrNil(e)
 	case *Forward:
@@ -438,4 +466,13 @@ func derefOrNil[T Event](p *T) Event {
 		return nil
 	}
 	return *p
+}
+
+// pathBase is the last element of a slash-separated path (without
+// allocating): the name a $PATH lookup tries in each directory.
+func pathBase(p string) string {
+	if i := strings.LastIndexByte(p, '/'); i >= 0 {
+		return p[i+1:]
+	}
+	return p
 }

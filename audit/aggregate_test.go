@@ -318,8 +318,8 @@ func TestHumanExecLines(t *testing.T) {
 	if human.String() != want {
 		t.Errorf("human lines:\n%s\nwant:\n%s", human.String(), want)
 	}
-	if n := strings.Count(out.String(), `"missing":true`); n != 3 {
-		t.Errorf("%d records of the missing paths, want 3 (recorded, not said)", n)
+	if n := strings.Count(out.String(), `"missing":true`); n != 2 || !strings.Contains(out.String(), `"count":2`) {
+		t.Errorf("%d records of the missing paths, want 2: the first and an aggregate of the other 2 (recorded, not said)", n)
 	}
 }
 
@@ -706,5 +706,39 @@ func TestInboundFloodIsBounded(t *testing.T) {
 	}
 	if n, _, err := Verify(bytes.NewReader(out.b.Bytes()), nil); err != nil || n != records {
 		t.Errorf("Verify = %d, %v", n, err)
+	}
+}
+
+// TestPathMissesFold: the misses of one $PATH lookup (one pid, one name,
+// each directory in turn) make one record and one aggregate, not one
+// record each; another command's misses are its own.
+func TestPathMissesFold(t *testing.T) {
+	var buf bytes.Buffer
+	clock := newFakeClock()
+	l := startMem(Options{Now: clock.Now}, &buf)
+	for _, d := range []string{"/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"} {
+		l.Log(Exec{Action: "deny", Path: d + "/curl", PID: 7, Reason: "cannot resolve " + d + "/curl: no such file or directory", Missing: true})
+	}
+	l.Log(Exec{Action: "deny", Path: "/usr/local/bin/wget", PID: 8, Missing: true})
+	clock.Advance(1100 * time.Millisecond)
+	l.sweep(false)
+	mustClose(t, l)
+	var execs []map[string]any
+	for _, line := range splitLines(buf.Bytes()) {
+		if r := decode(t, line); r["event"] == "exec" {
+			execs = append(execs, r)
+		}
+	}
+	if len(execs) != 3 {
+		t.Fatalf("%d exec records, want 3 (curl's first miss, its aggregate, wget's):\n%s", len(execs), buf.String())
+	}
+	var agg map[string]any
+	for _, r := range execs {
+		if r["count"] != nil {
+			agg = r
+		}
+	}
+	if agg == nil || agg["count"] != float64(5) || agg["path"] != "curl" || agg["missing"] != true || agg["pid"] != float64(7) {
+		t.Errorf("aggregate %v: want curl's 5 further misses, path curl, missing", agg)
 	}
 }

@@ -129,6 +129,19 @@ type Exec struct {
 	Count   uint64 `json:"count,omitempty"`
 }
 
+// Syscall records a system call of the worker that the guard refused and
+// that is not an exec: today socket(AF_UNIX) without --allow-unix, which
+// the worker would otherwise see fail with EPERM and nothing said.
+type Syscall struct {
+	Action  string `json:"action"`
+	Syscall string `json:"syscall"`
+	// Args says what was asked ("AF_UNIX SOCK_STREAM").
+	Args   string `json:"args,omitempty"`
+	PID    int    `json:"pid"`
+	Reason string `json:"reason,omitempty"`
+	Count  uint64 `json:"count,omitempty"`
+}
+
 // ExecNotListed ends the reason of an exec refusal whose only cause is
 // that no exec.allow entry names the file: the reason is the canonical
 // path of the regular file the guard checked, then this. It is the one
@@ -236,6 +249,7 @@ func (Request) EventName() string    { return "request" }
 func (Credential) EventName() string { return "credential" }
 func (Packet) EventName() string     { return "packet" }
 func (Exec) EventName() string       { return "exec" }
+func (Syscall) EventName() string    { return "syscall" }
 func (Inbound) EventName() string    { return "inbound" }
 func (Forward) EventName() string    { return "forward" }
 func (InboundEnd) EventName() string { return "inbound_end" }

@@ -58,6 +58,13 @@ func humanBody(ev Event) string {
 	case Exec:
 		b.WriteString(word(e.Action) + " exec " + word(e.Path) + " pid=" + strconv.Itoa(e.PID))
 		reason(&b, e.Reason)
+	case Syscall:
+		b.WriteString(word(e.Action) + " " + word(e.Syscall))
+		if e.Args != "" {
+			b.WriteString("(" + clean(e.Args, false) + ")")
+		}
+		b.WriteString(" pid=" + strconv.Itoa(e.PID))
+		reason(&b, e.Reason)
 	case Inbound:
 		b.WriteString(word(e.Action) + " inbound " + word(e.Src) + " -> " + word(e.Listen) + " -> " + word(e.Dst))
 	case InboundEnd:
@@ -111,7 +118,7 @@ func isDeny(ev Event) bool {
 	case Flow:
 		// "fail": allowed, then the destination could not be reached.
 		return actionOf(ev) == "deny" || actionOf(ev) == "fail"
-	case Packet, DNS, L7, Exec, Inbound, Forward:
+	case Packet, DNS, L7, Exec, Syscall, Inbound, Forward:
 		return actionOf(ev) == "deny"
 	}
 	return false
@@ -129,6 +136,8 @@ func actionOf(ev Event) string {
 	case L7:
 		return e.Action
 	case Exec:
+		return e.Action
+	case Syscall:
 		return e.Action
 	case Inbound:
 		return e.Action
@@ -154,6 +163,8 @@ func countOf(ev Event) uint64 {
 	case L7:
 		return e.Count
 	case Exec:
+		return e.Count
+	case Syscall:
 		return e.Count
 	case Inbound:
 		return e.Count

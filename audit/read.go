@@ -202,6 +202,8 @@ func decodeEvent(name string, line []byte) (Event, error) {
 		return decodeAs[Packet](line)
 	case Exec{}.EventName():
 		return decodeAs[Exec](line)
+	case Syscall{}.EventName():
+		return decodeAs[Syscall](line)
 	case Inbound{}.EventName():
 		return decodeAs[Inbound](line)
 	case Forward{}.EventName():

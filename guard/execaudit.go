@@ -48,7 +48,8 @@ type ExecEvent struct {
 	// PID is the calling thread's id in the listener holder's PID
 	// namespace.
 	PID int
-	// Syscall is "execve" or "execveat".
+	// Syscall is "execve" or "execveat"; or "socket" for a refused
+	// socket(AF_UNIX) (Path is then "AF_UNIX" and the socket type).
 	Syscall string
 	// Reason says why the call was refused; empty when allowed.
 	Reason string

@@ -39,7 +39,7 @@ func InstallExecNotifier(cfg Config) (listener *os.File, degraded []string, err 
 	if !sup.ExecAudit {
 		return missing(sup.ExecAuditWhy)
 	}
-	prog, err := buildNotifyFilter(nativeArch())
+	prog, err := buildNotifyFilter(nativeArch(), cfg.unixToNotifier)
 	if err != nil {
 		return nil, nil, fmt.Errorf("exec audit: %w", err)
 	}
@@ -229,6 +229,8 @@ func (s *ExecServer) handle(n *notif) {
 		s.handleMemfd(n)
 	case a.execve, a.execveat:
 		s.handleExec(n, uint32(n.Data.Nr) == a.execveat)
+	case a.socket:
+		s.handleSocket(n)
 	default:
 		// Not ours to judge; cannot happen with buildNotifyFilter.
 		notifSend(s.lfd, &notifResp{ID: n.ID, Flags: unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE})
@@ -278,6 +280,31 @@ func (s *ExecServer) handleExec(n *notif, at bool) {
 		resp.Error = -int32(ev.Errno)
 	}
 	notifSend(s.lfd, &resp) // ENOENT: the task went away meanwhile
+}
+
+// handleSocket refuses a socket(AF_UNIX) (the only socket call the
+// notifier sends) with EPERM, as the deny filter would, and reports it.
+func (s *ExecServer) handleSocket(n *notif) {
+	if !notifIDValid(s.lfd, n.ID) {
+		return
+	}
+	ev := ExecEvent{PID: int(n.PID), Syscall: "socket", Path: "AF_UNIX " + sockType(uint32(n.Data.Args[1]))}
+	ev.refuse(unix.EPERM, "%s", UnixRefused)
+	s.report(ev)
+	notifSend(s.lfd, &notifResp{ID: n.ID, Error: -int32(unix.EPERM)})
+}
+
+// sockType names a socket(2) type argument (its flags aside).
+func sockType(t uint32) string {
+	switch t &^ (unix.SOCK_NONBLOCK | unix.SOCK_CLOEXEC) {
+	case unix.SOCK_STREAM:
+		return "SOCK_STREAM"
+	case unix.SOCK_DGRAM:
+		return "SOCK_DGRAM"
+	case unix.SOCK_SEQPACKET:
+		return "SOCK_SEQPACKET"
+	}
+	return "type=" + strconv.FormatUint(uint64(t), 10)
 }
 
 func (ev *ExecEvent) refuse(errno syscall.Errno, format string, args ...any) {

@@ -133,6 +133,11 @@ type archSpec struct {
 type filterOptions struct {
 	allowUserns bool // clone/unshare may create namespaces
 	allowUnix   bool // socket(AF_UNIX) is allowed
+	// unixToNotifier: socket(AF_UNIX) is left to the exec notifier (which
+	// refuses and records it, see buildNotifyFilter) instead of being
+	// refused here. Only with a notifier installed after this filter: the
+	// kernel prefers this filter's ERRNO to the notifier's USER_NOTIF.
+	unixToNotifier bool
 }
 
 // buildFilter returns the seccomp program for arch a. The program is a
@@ -182,7 +187,7 @@ func buildFilter(a *archSpec, o filterOptions) ([]bpf.Instruction, error) {
 	for _, af := range []uint32{afPacket, afVsock, afALG} {
 		p.jeq(af, "deny", "")
 	}
-	if !o.allowUnix {
+	if !o.allowUnix && !o.unixToNotifier {
 		p.jeq(afUnix, "deny", "")
 	}
 	p.ret(seccompRetAllow)
@@ -229,11 +234,13 @@ func buildFilter(a *archSpec, o filterOptions) ([]bpf.Instruction, error) {
 
 // buildNotifyFilter returns the exec notifier's program for arch a:
 // execve, execveat and memfd_create of the native ABI go to the listener
-// (SECCOMP_RET_USER_NOTIF); everything else is allowed here. It is stacked
-// on buildFilter's program, which refuses foreign ABIs and the x32 bit;
-// the kernel runs both and ERRNO takes precedence over USER_NOTIF, so a
-// call the deny filter refuses never reaches the listener.
-func buildNotifyFilter(a *archSpec) ([]bpf.Instruction, error) {
+// (SECCOMP_RET_USER_NOTIF), and so does socket(AF_UNIX) when refuseUnix
+// (the listener refuses it with EPERM and records it: a refusal the worker
+// would otherwise meet in silence); everything else is allowed here. It is
+// stacked on buildFilter's program, which refuses foreign ABIs and the x32
+// bit; the kernel runs both and ERRNO takes precedence over USER_NOTIF, so
+// a call the deny filter refuses never reaches the listener.
+func buildNotifyFilter(a *archSpec, refuseUnix bool) ([]bpf.Instruction, error) {
 	var p program
 	p.add(bpf.LoadAbsolute{Off: offArch, Size: 4})
 	p.jeq(a.auditArch, "", "allow")
@@ -241,6 +248,11 @@ func buildNotifyFilter(a *archSpec) ([]bpf.Instruction, error) {
 	p.jeq(a.execve, "notify", "")
 	p.jeq(a.execveat, "notify", "")
 	p.jeq(a.memfdCreate, "notify", "")
+	if refuseUnix {
+		p.jeq(a.socket, "", "allow")
+		p.add(bpf.LoadAbsolute{Off: argLo(0), Size: 4})
+		p.jeq(afUnix, "notify", "")
+	}
 	p.label("allow")
 	p.ret(seccompRetAllow)
 	p.label("notify")

@@ -77,7 +77,7 @@ func TestFilterDecisions(t *testing.T) {
 		{why: "ordinary calls pass", o: strict, nr: unix.SYS_GETPID, arch: native, want: seccompRetAllow},
 		{why: "execve is Landlock's business", o: strict, nr: unix.SYS_EXECVE, arch: native, want: seccompRetAllow},
 		{why: "a foreign ABI is refused (ia32 on amd64, AArch32 on arm64)", o: strict, nr: unix.SYS_GETPID, arch: unix.AUDIT_ARCH_I386, want: retEPERM},
-		{why: "a foreign ABI is refused even with every option", o: filterOptions{true, true}, nr: 0, arch: unix.AUDIT_ARCH_ARM, want: retEPERM},
+		{why: "a foreign ABI is refused even with every option", o: filterOptions{true, true, false}, nr: 0, arch: unix.AUDIT_ARCH_ARM, want: retEPERM},
 		{why: "clone3 hides its flags behind a pointer: ENOSYS so libc falls back to clone", o: strict, nr: unix.SYS_CLONE3, arch: native, want: retENOSYS},
 		{why: "clone3 is ENOSYS with AllowUserns too", o: userns, nr: unix.SYS_CLONE3, arch: native, want: retENOSYS},
 
@@ -139,7 +139,7 @@ func TestFilterDecisions(t *testing.T) {
 				arch uint32
 				args []uint64
 				want uint32
-			}{why: "x32 calls share the arch value; the bit gives them away", o: filterOptions{true, true}, nr: x32Bit | unix.SYS_GETPID, arch: native, want: retEPERM})
+			}{why: "x32 calls share the arch value; the bit gives them away", o: filterOptions{true, true, false}, nr: x32Bit | unix.SYS_GETPID, arch: native, want: retEPERM})
 	}
 	for _, tc := range tests {
 		got := runFilter(t, tc.o, seccompData(tc.nr, tc.arch, tc.args...))
@@ -160,7 +160,7 @@ func TestFilterDeniesEveryListedCall(t *testing.T) {
 }
 
 func TestFilterAssembles(t *testing.T) {
-	for _, o := range []filterOptions{{}, {true, false}, {false, true}, {true, true}} {
+	for _, o := range []filterOptions{{}, {true, false, false}, {false, true, false}, {true, true, false}, {false, false, true}} {
 		prog, err := buildFilter(nativeArch(), o)
 		if err != nil {
 			t.Fatal(err)
@@ -172,42 +172,62 @@ func TestFilterAssembles(t *testing.T) {
 }
 
 func TestNotifyFilterDecisions(t *testing.T) {
-	prog, err := buildNotifyFilter(nativeArch())
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := bpf.NewVM(prog)
-	if err != nil {
-		t.Fatalf("the VM rejects the filter: %v", err)
-	}
 	native := uint32(auditArch)
-	tests := []struct {
-		why  string
-		nr   uint32
-		arch uint32
-		want uint32
-	}{
-		{"execve goes to the listener", unix.SYS_EXECVE, native, seccompRetUserNotif},
-		{"execveat goes to the listener", unix.SYS_EXECVEAT, native, seccompRetUserNotif},
-		{"memfd_create goes to the listener (performed with MFD_NOEXEC_SEAL)", unix.SYS_MEMFD_CREATE, native, seccompRetUserNotif},
-		{"other calls are not this filter's business", unix.SYS_GETPID, native, seccompRetAllow},
-		{"a foreign ABI is left to the deny filter (ERRNO beats USER_NOTIF)", unix.SYS_EXECVE, unix.AUDIT_ARCH_I386, seccompRetAllow},
+	type tcase struct {
+		why        string
+		refuseUnix bool
+		nr, arch   uint32
+		args       []uint64
+		want       uint32
+	}
+	tests := []tcase{
+		{"execve goes to the listener", false, unix.SYS_EXECVE, native, nil, seccompRetUserNotif},
+		{"execveat goes to the listener", false, unix.SYS_EXECVEAT, native, nil, seccompRetUserNotif},
+		{"memfd_create goes to the listener (performed with MFD_NOEXEC_SEAL)", false, unix.SYS_MEMFD_CREATE, native, nil, seccompRetUserNotif},
+		{"other calls are not this filter's business", false, unix.SYS_GETPID, native, nil, seccompRetAllow},
+		{"a foreign ABI is left to the deny filter (ERRNO beats USER_NOTIF)", false, unix.SYS_EXECVE, unix.AUDIT_ARCH_I386, nil, seccompRetAllow},
+		{"socket(AF_UNIX) is not sent without refuseUnix", false, unix.SYS_SOCKET, native, []uint64{afUnix}, seccompRetAllow},
+		{"socket(AF_UNIX) goes to the listener with refuseUnix (refused and recorded)", true, unix.SYS_SOCKET, native, []uint64{afUnix, unix.SOCK_STREAM}, seccompRetUserNotif},
+		{"socket(AF_UNIX) with garbage in the high word still goes there", true, unix.SYS_SOCKET, native, []uint64{1<<32 | afUnix}, seccompRetUserNotif},
+		{"socket(AF_INET) is left alone with refuseUnix", true, unix.SYS_SOCKET, native, []uint64{unix.AF_INET}, seccompRetAllow},
+		{"execve still goes there with refuseUnix", true, unix.SYS_EXECVE, native, nil, seccompRetUserNotif},
+		{"socketpair(AF_UNIX) is never sent", true, unix.SYS_SOCKETPAIR, native, []uint64{afUnix}, seccompRetAllow},
 	}
 	if x32Bit != 0 {
-		tests = append(tests, struct {
-			why  string
-			nr   uint32
-			arch uint32
-			want uint32
-		}{"x32 execve is left to the deny filter", x32Bit | 520, native, seccompRetAllow})
+		tests = append(tests, tcase{"x32 execve is left to the deny filter", false, x32Bit | 520, native, nil, seccompRetAllow})
 	}
 	for _, tc := range tests {
-		ret, err := vm.Run(seccompData(tc.nr, tc.arch))
+		prog, err := buildNotifyFilter(nativeArch(), tc.refuseUnix)
+		if err != nil {
+			t.Fatal(err)
+		}
+		vm, err := bpf.NewVM(prog)
+		if err != nil {
+			t.Fatalf("the VM rejects the filter: %v", err)
+		}
+		ret, err := vm.Run(seccompData(tc.nr, tc.arch, tc.args...))
 		if err != nil {
 			t.Fatal(err)
 		}
 		if uint32(ret) != tc.want {
 			t.Errorf("%s: got %#x, want %#x", tc.why, ret, tc.want)
 		}
+	}
+}
+
+// TestDenyFilterLeavesUnixToNotifier: with unixToNotifier the deny filter
+// lets socket(AF_UNIX) through to the notifier (its ERRNO would win over
+// USER_NOTIF, and the refusal would go unrecorded); with allowUnix or
+// without the notifier, it decides as before.
+func TestDenyFilterLeavesUnixToNotifier(t *testing.T) {
+	data := seccompData(unix.SYS_SOCKET, uint32(auditArch), afUnix)
+	if got := runFilter(t, filterOptions{unixToNotifier: true}, data); got != seccompRetAllow {
+		t.Errorf("unixToNotifier: socket(AF_UNIX) got %s, want allow (the notifier refuses it)", retName(got))
+	}
+	if got := runFilter(t, filterOptions{}, data); got != retEPERM {
+		t.Errorf("no notifier: socket(AF_UNIX) got %s, want EPERM", retName(got))
+	}
+	if got := runFilter(t, filterOptions{unixToNotifier: true}, seccompData(unix.SYS_SOCKET, uint32(auditArch), afPacket)); got != retEPERM {
+		t.Errorf("unixToNotifier: socket(AF_PACKET) got %s, want EPERM", retName(got))
 	}
 }

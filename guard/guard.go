@@ -96,7 +96,18 @@ type Config struct {
 	// exec-guard`), to show the fail-closed and best-effort paths on a
 	// kernel that has every layer. It can only take layers away.
 	Absent []string `json:",omitempty"`
+
+	// unixToNotifier: without AllowUnix, socket(AF_UNIX) is refused by
+	// the exec notifier, which records it, rather than by the deny filter
+	// in silence. RestrictSelf sets it when the kernel has the exec audit
+	// (it installs both filters, and falls back to the deny filter's
+	// refusal if the notifier cannot be installed after all).
+	unixToNotifier bool
 }
+
+// UnixRefused is the reason of a refused socket(AF_UNIX): it names the
+// flag that lifts it.
+const UnixRefused = "unix sockets are not allowed (--allow-unix, or a profile that has it, lets the worker create them)"
 
 // WhyAbsent is the reason a layer in Config.Absent is reported missing.
 const WhyAbsent = "switched off (--unsafe-break)"
@@ -232,7 +243,12 @@ var ErrNoCommand = errors.New("exec guard: no command")
 var shellNames = map[string]bool{
 	"sh": true, "dash": true, "bash": true, "ash": true, "zsh": true, "ksh": true,
 	"mksh": true, "yash": true, "fish": true, "csh": true, "tcsh": true, "busybox": true,
+	"rbash": true, "pdksh": true, "oksh": true, "rc": true, "es": true, "elvish": true, "nu": true, "xonsh": true, "posh": true, "lksh": true,
 }
+
+// IsShellName reports whether base is the name of a shell (or of busybox,
+// which is one).
+func IsShellName(base string) bool { return shellNames[base] }
 
 // ShellInterpreter is a shell the allowlist holds only because a script
 // needs it.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsys "github.com/landlock-lsm/go-landlock/landlock/syscall"
+	"golang.org/x/net/bpf"
 	"golang.org/x/sys/unix"
 )
 
@@ -145,10 +146,14 @@ func (p Plan) applyLandlock(abi int, allowUnix bool, w *WriteRules) error {
 		cfg.HandledAccessFS |= refer
 		rules = append(rules, landlock.PathAccess(refer, "/"))
 	}
+	// The abstract-socket scope holds with AllowUnix too: the worker may
+	// make and use its own sockets, never reach one made outside (in
+	// `nsgate run` its network namespace has none of the host's anyway;
+	// `nsgate guard` shares a container's).
+	if abi >= 6 {
+		cfg.Scoped |= landlock.ScopedSet(llsys.ScopeAbstractUnixSocket)
+	}
 	if !allowUnix {
-		if abi >= 6 {
-			cfg.Scoped |= landlock.ScopedSet(llsys.ScopeAbstractUnixSocket)
-		}
 		if abi >= 9 {
 			cfg.HandledAccessFS |= landlock.AccessFSSet(llsys.AccessFSResolveUnix)
 		}
@@ -193,6 +198,32 @@ func (p Plan) Writable() []string {
 	return w
 }
 
+// refuseUnixAlone installs a filter that refuses socket(AF_UNIX) with
+// EPERM: the deny filter left it to the exec notifier, which could not be
+// installed after all (best-effort).
+func refuseUnixAlone() error {
+	a := nativeArch()
+	if a == nil {
+		return errors.New("no filter for " + runtime.GOARCH)
+	}
+	var p program
+	p.add(bpf.LoadAbsolute{Off: offArch, Size: 4})
+	p.jeq(a.auditArch, "", "allow")
+	p.add(bpf.LoadAbsolute{Off: offNr, Size: 4})
+	p.jeq(a.socket, "", "allow")
+	p.add(bpf.LoadAbsolute{Off: argLo(0), Size: 4})
+	p.jeq(afUnix, "deny", "allow")
+	p.label("allow")
+	p.ret(seccompRetAllow)
+	p.label("deny")
+	p.ret(retEPERM)
+	prog, err := p.assemble()
+	if err != nil {
+		return err
+	}
+	return installFilter(prog)
+}
+
 // applySeccomp installs the filter for the native architecture on every
 // thread.
 func applySeccomp(cfg Config) error {
@@ -200,7 +231,7 @@ func applySeccomp(cfg Config) error {
 	if a == nil {
 		return errors.New("no filter for " + runtime.GOARCH)
 	}
-	prog, err := buildFilter(a, filterOptions{allowUserns: cfg.AllowUserns, allowUnix: cfg.AllowUnix})
+	prog, err := buildFilter(a, filterOptions{allowUserns: cfg.AllowUserns, allowUnix: cfg.AllowUnix, unixToNotifier: cfg.unixToNotifier})
 	if err != nil {
 		return err
 	}

@@ -55,3 +55,6 @@ func (s *ExecServer) Done() <-chan struct{} { c := make(chan struct{}); close(c)
 
 // Close does nothing.
 func (s *ExecServer) Close() error { return nil }
+
+// refuseUnixAlone is never needed off Linux (no notifier either).
+func refuseUnixAlone() error { return errors.New("seccomp is Linux-only") }

@@ -2,6 +2,7 @@ package guard
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 )
@@ -16,6 +17,7 @@ func RestrictSelf(cfg Config) (Plan, []string, *os.File, error) {
 		return Plan{}, nil, nil, err
 	}
 	runtime.LockOSThread() // never unlocked: the thread is restricted
+	cfg.unixToNotifier = !cfg.AllowUnix && cfg.support().ExecAudit
 	degraded, err := plan.Apply(cfg)
 	if err != nil {
 		return Plan{}, nil, nil, err
@@ -23,6 +25,12 @@ func RestrictSelf(cfg Config) (Plan, []string, *os.File, error) {
 	listener, d, err := InstallExecNotifier(cfg)
 	if err != nil {
 		return Plan{}, nil, nil, err
+	}
+	if listener == nil && cfg.unixToNotifier {
+		// Best-effort without the notifier: refuse unix sockets here.
+		if err := refuseUnixAlone(); err != nil {
+			return Plan{}, nil, nil, fmt.Errorf("exec guard: seccomp: %w", err)
+		}
 	}
 	return plan, append(degraded, d...), listener, nil
 }

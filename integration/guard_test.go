@@ -280,8 +280,18 @@ func TestGuardRefusesSyscalls(t *testing.T) {
 			if n := hits.Load(); n != 0 {
 				t.Errorf("the host-side socket saw %d connections without --allow-unix", n)
 			}
-			if got := probe(t, append(ro, "--allow-unix"), "unix", sock); got != "ok" {
-				t.Errorf("connect with --allow-unix: %q, want ok", got)
+			// --allow-unix lets the worker make sockets, not reach the
+			// host's: one bound on the host is hidden, even in a
+			// directory shown with --ro...
+			if got := probe(t, append(ro, "--allow-unix"), "unix", sock); got == "ok" {
+				t.Errorf("connect with --allow-unix to a host socket: %q, want a refusal", got)
+			}
+			if n := hits.Load(); n != 0 {
+				t.Errorf("the host-side socket saw %d connections with --allow-unix, want 0", n)
+			}
+			// ...unless the user names that very socket.
+			if got := probe(t, []string{"--ro", sock, "--allow-unix"}, "unix", sock); got != "ok" {
+				t.Errorf("connect with --allow-unix --ro SOCKET: %q, want ok", got)
 			}
 			deadline := time.Now().Add(2 * time.Second)
 			for hits.Load() != 1 && time.Now().Before(deadline) {

@@ -113,7 +113,7 @@ func Run(ctx context.Context, cfg Config) int {
 			at := cat[i]
 			race = &at
 		}
-		if cat[i].Phase == attack.PhaseSessionBus || cat[i].Phase == attack.PhaseEngineSocket {
+		if cat[i].Phase == attack.PhaseSessionBus || cat[i].Phase == attack.PhaseEngineSocket || cat[i].Phase == attack.PhaseSocketSweep {
 			socks = append(socks, cat[i])
 		}
 		if cat[i].Phase != "" {

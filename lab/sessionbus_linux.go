@@ -48,10 +48,13 @@ func runUnixPhase(ctx context.Context, cfg Config, at attack.Attempt, h *attack.
 	os.Chmod(dir, 0o755)
 	os.Chmod(rt, 0o700)
 	bus, envKey, envVal := filepath.Join(rt, "bus"), "DBUS_SESSION_BUS_ADDRESS", ""
-	if at.Phase == attack.PhaseEngineSocket {
+	switch at.Phase {
+	case attack.PhaseSocketSweep: // a socket no variable names
+		bus, envKey = filepath.Join(dir, "app.sock"), ""
+	case attack.PhaseEngineSocket:
 		bus, envKey = filepath.Join(dir, "docker.sock"), "DOCKER_HOST"
 		envVal = "unix://" + bus
-	} else {
+	default:
 		envVal = "unix:path=" + bus
 	}
 	var hits atomic.Int64
@@ -81,7 +84,10 @@ func runUnixPhase(ctx context.Context, cfg Config, at attack.Attempt, h *attack.
 			e = append(e, kv)
 		}
 	}
-	cmd.Env = append(e, envKey+"="+envVal)
+	cmd.Env = e
+	if envKey != "" {
+		cmd.Env = append(e, envKey+"="+envVal)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stderr := &tail{max: 4 << 10}
 	cmd.Stderr = stderr
@@ -103,8 +109,12 @@ func runUnixPhase(ctx context.Context, cfg Config, at attack.Attempt, h *attack.
 	}
 	werr := cmd.Wait()
 	n := hits.Load()
-	res.HostCheck = fmt.Sprintf("%s: %d connections (XDG_RUNTIME_DIR=%s %s=%s %s %s)",
-		at.HostCheck, n, rt, envKey, envVal, cfg.Self, strings.Join(args, " "))
+	setting := ""
+	if envKey != "" {
+		setting = " " + envKey + "=" + envVal
+	}
+	res.HostCheck = fmt.Sprintf("%s: %d connections (XDG_RUNTIME_DIR=%s%s %s %s)",
+		at.HostCheck, n, rt, setting, cfg.Self, strings.Join(args, " "))
 	switch {
 	case n > 0 || obs != nil && obs.Observed == attack.Allowed:
 		res.Observed = attack.Allowed

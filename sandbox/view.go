@@ -133,6 +133,14 @@ type ViewConfig struct {
 	// path it names is hidden, like the system bus's usual place (see
 	// hostDaemonPlaces).
 	SystemBus string
+	// HostSockets are the paths of the unix sockets bound on the host
+	// (HostSocketPaths: /proc/net/unix of nsgate's network namespace),
+	// given when the worker may create unix sockets (--allow-unix): each
+	// one the view would show is hidden, unless the user named that very
+	// socket with --ro or --rw. So the worker can connect to none of the
+	// host's listening sockets that exist at start (abstract ones belong
+	// to the host's network namespace and are out of reach anyway).
+	HostSockets []string
 	// EngineHosts are the values of the variables that tell container
 	// clients where their engine listens ($DOCKER_HOST, $CONTAINER_HOST,
 	// $CONTAINERD_ADDRESS, $BUILDKIT_HOST): each unix socket they name is
@@ -445,6 +453,15 @@ func PlanView(cfg ViewConfig) (View, error) {
 		sockets = append(sockets, socks...)
 		v.Warnings = append(v.Warnings, fmt.Sprintf("%s holds a host daemon's sockets and a path the worker needs: the sockets in it now are hidden, not those made later", c))
 	}
+	for _, p := range cfg.HostSockets {
+		c, err := canonicalExisting(p)
+		if err != nil || !isSocket(c) || !v.shows(c) || slices.Contains(cfg.ReadOnly, p) || slices.Contains(cfg.Writable, p) ||
+			slices.Contains(readOnly, c) || slices.Contains(writable, c) {
+			continue
+		}
+		v.Hide = append(v.Hide, c)
+		sockets = append(sockets, c)
+	}
 	// A cover over a socket goes when the socket is unlinked (the kernel
 	// detaches every mount on it, in every namespace): a daemon that
 	// makes its socket again while the worker runs (a restart) would show
@@ -675,6 +692,38 @@ func canonicalPrefix(p string) string {
 		}
 		rest = append([]string{filepath.Base(d)}, rest...)
 	}
+}
+
+func isSocket(p string) bool {
+	st, err := os.Lstat(p)
+	return err == nil && st.Mode()&fs.ModeSocket != 0
+}
+
+// HostSocketPaths returns the paths of the pathname unix sockets bound in
+// this process's network namespace, from /proc/net/unix (its last
+// column; abstract ones, "@name", are left out). Paths are as their
+// binders gave them; relative ones are left out.
+func HostSocketPaths() ([]string, error) {
+	b, err := os.ReadFile("/proc/net/unix")
+	if err != nil {
+		return nil, err
+	}
+	return parseNetUnix(string(b)), nil
+}
+
+// parseNetUnix reads the paths of /proc/net/unix's text.
+func parseNetUnix(s string) []string {
+	var out []string
+	for i, l := range strings.Split(s, "\n") {
+		f := strings.Fields(l)
+		if i == 0 || len(f) < 8 {
+			continue // the header, or an unbound socket (no path)
+		}
+		if p := strings.Join(f[7:], " "); strings.HasPrefix(p, "/") && !slices.Contains(out, p) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 func isDir(p string) bool {

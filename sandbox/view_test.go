@@ -488,3 +488,61 @@ func TestDefaultQuotaNested(t *testing.T) {
 		t.Errorf("Procs %d, want at most 64", q.Procs)
 	}
 }
+
+// TestPlanViewHostSockets: with HostSockets (--allow-unix), every bound
+// host socket the view would show is hidden, except one the user named
+// itself with --ro; a path that is no socket (any more) is left alone.
+func TestPlanViewHostSockets(t *testing.T) {
+	f := newViewFixture(t)
+	// Outside /tmp, which the view makes private anyway.
+	d, err := os.MkdirTemp(".", "hostsockets-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(d) })
+	if d, err = filepath.Abs(d); err != nil {
+		t.Fatal(err)
+	}
+	var socks []string
+	for _, n := range []string{"app.sock", "shared.sock"} {
+		p := filepath.Join(d, n)
+		ln, err := net.Listen("unix", p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		socks = append(socks, p)
+	}
+	plain := filepath.Join(d, "plain")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	v, err := PlanView(ViewConfig{Home: f.home, UID: os.Getuid(), HostSockets: append(socks, plain, filepath.Join(d, "gone.sock")), ReadOnly: []string{socks[1]}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(v.Hide, socks[0]) {
+		t.Errorf("Hide = %q, missing the host socket %s", v.Hide, socks[0])
+	}
+	if slices.Contains(v.Hide, socks[1]) || slices.Contains(v.Hide, plain) {
+		t.Errorf("Hide = %q: a socket named with --ro, or a plain file, is hidden", v.Hide)
+	}
+}
+
+func TestParseNetUnix(t *testing.T) {
+	const s = `Num       RefCount Protocol Flags    Type St Inode Path
+0000000000000000: 00000002 00000000 00010000 0001 01 24018 /run/systemd/private
+0000000000000000: 00000002 00000000 00010000 0001 01 24019 @/tmp/.X11-unix/X0
+0000000000000000: 00000003 00000000 00000000 0001 03 24020
+0000000000000000: 00000002 00000000 00010000 0001 01 24021 /run/a b.sock
+0000000000000000: 00000002 00000000 00010000 0001 01 24022 /run/systemd/private
+0000000000000000: 00000002 00000000 00010000 0001 01 24023 rel.sock
+`
+	got := parseNetUnix(s)
+	if want := []string{"/run/systemd/private", "/run/a b.sock"}; !slices.Equal(got, want) {
+		t.Errorf("parseNetUnix = %q, want %q", got, want)
+	}
+	if _, err := HostSocketPaths(); err != nil {
+		t.Errorf("HostSocketPaths: %v", err)
+	}
+}

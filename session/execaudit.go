@@ -72,6 +72,10 @@ func (a *execAudit) closeOnFailure(srv *guard.ExecServer) {
 }
 
 func (a *execAudit) record(ev guard.ExecEvent) {
+	if ev.Syscall == "socket" { // a refused socket(AF_UNIX): nothing runs
+		a.log.Log(audit.Syscall{Action: "deny", Syscall: ev.Syscall, Args: ev.Path, PID: ev.PID, Reason: ev.Reason})
+		return
+	}
 	action := "deny"
 	if ev.Allow {
 		action = "allow"

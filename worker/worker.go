@@ -165,6 +165,8 @@ type Config struct {
 	// opened at start, so that a path nsgate cannot write fails the run
 	// before the worker starts, and hidden from the worker.
 	Learn string
+	// Env is the worker's environment (nil: nsgate's own).
+	Env   []string
 	Stdio sandbox.Stdio
 }
 
@@ -357,6 +359,7 @@ func (r *run) run() int {
 		View:      view,
 		Hostname:  "nsgate",
 		GuardSpec: gspec,
+		Env:       cfg.Env,
 		// SysV shared memory is bounded like the private directories.
 		Quota: sandbox.DefaultQuota(uint64(cmp.Or(cfg.MaxProcs, sandbox.DefaultMaxProcs)), view.ScratchSize),
 	}
@@ -569,7 +572,14 @@ func (r *run) view(plan guard.Plan) (sandbox.View, error) {
 		return sandbox.View{}, fmt.Errorf("run: find own executable: %w", err)
 	}
 	cwd, _ := os.Getwd()
+	var hostSockets []string
+	if cfg.AllowUnix { // the worker may connect: none of the host's may be in its view
+		if hostSockets, err = sandbox.HostSocketPaths(); err != nil {
+			return sandbox.View{}, fmt.Errorf("run: --allow-unix: cannot list the host's unix sockets to hide them: %w", err)
+		}
+	}
 	v, err := sandbox.PlanView(sandbox.ViewConfig{
+		HostSockets: hostSockets,
 		Writable:    append(slices.Clone(cfg.Writable), fs.Write...),
 		Hide:        hide,
 		ReadOnly:    cfg.ReadOnly,

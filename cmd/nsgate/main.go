@@ -18,6 +18,7 @@ import (
 	"github.com/nsgate/nsgate/learn"
 	"github.com/nsgate/nsgate/pasta"
 	"github.com/nsgate/nsgate/probe"
+	workerprofile "github.com/nsgate/nsgate/profile"
 	"github.com/nsgate/nsgate/sandbox"
 )
 
@@ -88,6 +89,7 @@ var commands = []command{
 	{"explain", cmdExplain, "--policy FILE [--proto tcp|udp] DEST:PORT", "the decision for one destination"},
 	{"policy", func(e env, args []string) int { return learn.PolicyMain(args, e.stdout, e.stderr) }, "suggest AUDIT.jsonl [--policy CURRENT]", "rules that would have allowed a log's denials"},
 	{"audit", func(e env, args []string) int { return auditcli.Main(args, e.stdout, e.stderr) }, "verify|show|stats [flags] FILE", "verify an audit log; show it readably (--follow); totals"},
+	{"profile", func(e env, args []string) int { return workerprofile.Main(args, e.stdout, e.stderr) }, "list | show NAME", "the worker profiles (run --profile NAME)"},
 	{"guard", cmdGuard, "[flags] -- COMMAND", "only the exec/syscall guard"},
 	{"lab", func(e env, args []string) int {
 		return lab.Main(args, lab.Stdio{Stdin: e.stdin, Stdout: e.stdout, Stderr: e.stderr}, versionLine())

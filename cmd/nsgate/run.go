@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/nsgate/nsgate/audit"
@@ -15,6 +14,7 @@ import (
 	"github.com/nsgate/nsgate/inbound"
 	"github.com/nsgate/nsgate/netplan"
 	"github.com/nsgate/nsgate/netstack"
+	"github.com/nsgate/nsgate/profile"
 	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/session"
 	"github.com/nsgate/nsgate/tun/tundev"
@@ -32,6 +32,7 @@ type runFlags struct {
 	policy, auditKey, pcap            string
 	learn                             string
 	audit, publish, execAllow, rw, ro listFlag
+	profiles                          listFlag
 	home                              string
 	scratchSize                       string
 	allowUserns, allowUnix, root      bool
@@ -58,9 +59,10 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.pcap, "pcap", "", "write a pcap of every packet on the worker's TUN to `FILE`")
 	fs.Int64Var(&f.pcapMax, "pcap-max", defaultPcapMaxMiB, "stop the --pcap capture at `MIB` mebibytes (0: no bound); later packets are counted, not captured")
 	fs.Var(&f.publish, "publish", "inbound forward `[HOSTIP:]HOSTPORT:PORT[/tcp|/udp]` from the host to the worker (repeatable)")
+	fs.Var(&f.profiles, "profile", "add the settings of the worker profile `NAME` (repeatable; nsgate profile list)")
 	fs.Var(&f.execAllow, "exec-allow", "`PATH` (file or directory) the worker may execute (repeatable)")
 	fs.BoolVar(&f.allowUserns, "allow-userns", false, "let the worker create namespaces (Chromium's own sandbox)")
-	fs.BoolVar(&f.allowUnix, "allow-unix", false, "let the worker create AF_UNIX sockets")
+	fs.BoolVar(&f.allowUnix, "allow-unix", false, "let the worker create AF_UNIX sockets (its own: every socket bound on the host is hidden from it, unless named with --ro)")
 	fs.BoolVar(&f.root, "root", false, "map the caller to uid 0 inside the sandbox")
 	fs.UintVar(&f.mtu, "mtu", tundev.DefaultMTU, "MTU of the worker's TUN device")
 	fs.IntVar(&f.maxFlows, "max-flows", netstack.DefaultMaxFlows, "concurrent TCP flows the worker may hold open; more are refused (audited)")
@@ -95,7 +97,16 @@ func cmdRun(e env, args []string) int {
 		e.errorf("run: %v", err)
 		return exitFailure
 	}
-	return worker.Run(f.config(e, argv))
+	prof, err := profile.Apply(f.profiles, f.root || os.Geteuid() == 0)
+	if err != nil {
+		e.errorf("run: --profile: %v", err)
+		return exitFailure
+	}
+	f.execAllow, f.ro = append(prof.ExecAllow, f.execAllow...), append(prof.ReadOnly, f.ro...)
+	f.allowUnix, f.allowUserns = f.allowUnix || prof.AllowUnix, f.allowUserns || prof.AllowUserns
+	cfg := f.config(e, argv)
+	cfg.Env = prof.Environ(os.Environ())
+	return worker.Run(cfg)
 }
 
 // config turns the flags into the run's Config.
@@ -190,7 +201,7 @@ func (f *runFlags) validate() error {
 	}
 	if f.scratchSize == "" {
 		// the default
-	} else if n, err := parseBytes(f.scratchSize); err != nil {
+	} else if n, err := cliflag.ParseBytes(f.scratchSize); err != nil {
 		return fmt.Errorf("--scratch-size %q: %v", f.scratchSize, err)
 	} else if n != 0 && n < 1<<20 {
 		return fmt.Errorf("--scratch-size %q: want at least 1M, or 0 for the kernel's default", f.scratchSize)
@@ -230,26 +241,9 @@ func (f *runFlags) scratchBytes() int64 {
 	if f.scratchSize == "" {
 		return 0 // sandbox.DefaultScratchSize
 	}
-	n, _ := parseBytes(f.scratchSize)
+	n, _ := cliflag.ParseBytes(f.scratchSize)
 	if n == 0 {
 		return -1
 	}
 	return n
-}
-
-// parseBytes reads a size: digits, then optionally K, M, G or T (powers of
-// 1024, with or without a following "iB" or "B").
-func parseBytes(s string) (int64, error) {
-	num := strings.TrimRight(s, "KMGTkmgtiB")
-	unit := strings.ToUpper(strings.TrimSuffix(strings.TrimSuffix(s[len(num):], "B"), "i"))
-	shift := map[string]uint{"": 0, "K": 10, "M": 20, "G": 30, "T": 40}
-	sh, ok := shift[unit]
-	if !ok || num == "" {
-		return 0, errors.New("want a number of bytes with an optional K, M, G or T")
-	}
-	n, err := strconv.ParseInt(num, 10, 64)
-	if err != nil || n < 0 || n > (1<<62)>>sh {
-		return 0, errors.New("want a number of bytes with an optional K, M, G or T")
-	}
-	return n << sh, nil
 }

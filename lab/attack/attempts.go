@@ -539,13 +539,17 @@ func mptcpAttempt() Attempt {
 // unixAttempt connects to the host-side unix socket (pathname or
 // abstract).
 func unixAttempt(id, layer, desc string, abstract bool) Attempt {
-	aim := internet.TargetUnix
+	aim, audit := internet.TargetUnix, AuditDeny
 	if abstract {
-		aim = internet.TargetUnixAbstract
+		aim, audit = internet.TargetUnixAbstract, AuditNone
 	}
 	return Attempt{
 		ID: id, Category: "unix", Layer: layer, Description: desc,
-		Expect: Blocked, Audit: AuditNone, Aims: []string{aim},
+		// The main run has no --allow-unix: the socket(AF_UNIX) is
+		// refused by the exec notifier, which records it (a syscall
+		// deny record naming --allow-unix). The abstract attempt is
+		// judged by its own layer (the network namespace) alone.
+		Expect: Blocked, Audit: audit, Aims: []string{aim},
 		run: func(ctx context.Context, a *attacker) result {
 			path := a.cfg.UnixPath
 			if abstract {

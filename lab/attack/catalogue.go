@@ -425,6 +425,14 @@ func Catalogue() []Attempt {
 			NoRecord:  "the kernel refuses the connect inside the worker (the socket is covered by an empty file of mode 0 in its view); nothing reaches nsgate, so no audit record exists by design: the worker's error and the socket's count are the evidence",
 			run:       unixEngineSocket,
 		},
+		Attempt{
+			ID: "unix-socket-sweep", Category: "unix", Layer: LayerView, Phase: PhaseSocketSweep,
+			Description: "in a run of its own with --allow-unix and a host-side socket in a directory the run shows (--ro): walk the whole view for unix sockets, take the abstract ones from /proc/net/unix, and connect to each; the worker's own socket must answer, no other",
+			Expect:      Blocked, Audit: AuditNone,
+			HostCheck: "the host-side socket in the shown directory counted no connection",
+			NoRecord:  "the host's sockets are not in the worker's view (hidden at start: every socket bound in nsgate's network namespace) and the abstract ones are in another network namespace; nothing reaches nsgate, so no audit record exists by design: the sweep's list and the socket's count are the evidence",
+			run:       unixSocketSweep,
+		},
 	)
 
 	// Running other programs.

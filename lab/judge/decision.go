@@ -99,6 +99,8 @@ func decisionFrom(r audit.Record) *Decision {
 		if d.Reason == "" {
 			d.Reason = "exec " + e.Path + " " + pastTense(e.Action)
 		}
+	case audit.Syscall:
+		d.Reason = e.Reason + " (" + e.Syscall + "(" + e.Args + ") " + pastTense(e.Action) + ")"
 	}
 	if n := r.Count(); n > 0 {
 		d.Reason += " (an aggregate: " + strconv.FormatUint(n, 10) + " more like it)"
