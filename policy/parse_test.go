@@ -971,3 +971,17 @@ filesystem:
 		})
 	}
 }
+
+func TestBlockPageKey(t *testing.T) {
+	p := mustParse(t, "version: 1\ndns: {block_page: true}\n")
+	if !p.BlockPage() || mustParse(t, "version: 1\n").BlockPage() {
+		t.Fatalf("dns.block_page: got %v, and off by default", p.BlockPage())
+	}
+	q, err := Parse("s.yaml", []byte(p.Summary()))
+	if err != nil || !q.BlockPage() || !strings.Contains(p.Summary(), "block_page: true") {
+		t.Fatalf("summary loses dns.block_page (%v):\n%s", err, p.Summary())
+	}
+	if _, err := Parse("b.yaml", []byte("version: 1\ndns: {block_page: 1}\n")); err == nil {
+		t.Error("dns.block_page: 1 accepted, want a boolean")
+	}
+}
