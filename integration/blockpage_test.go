@@ -181,3 +181,131 @@ func TestBlockPagePlaywright(t *testing.T) {
 		}
 	})
 }
+
+// mcpClientScript is an MCP client (the SDK's, over stdio) that starts
+// the server command in $MCP_SERVER (JSON argv: nsgate run ... --
+// node @playwright/mcp/cli.js ...), navigates to each URL of argv[3..]
+// with browser_navigate, saves a browser_take_screenshot PNG in argv[2],
+// and prints one JSON line per URL: the tool result's text and whether it
+// was an error.
+const mcpClientScript = `const sdk = process.env.MCP_SDK;
+const { Client } = require(sdk + '/dist/cjs/client/index.js');
+const { StdioClientTransport } = require(sdk + '/dist/cjs/client/stdio.js');
+const fs = require('fs'), path = require('path');
+(async () => {
+  const [command, ...args] = JSON.parse(process.env.MCP_SERVER);
+  const transport = new StdioClientTransport({command, args, env: process.env, stderr: 'inherit'});
+  const client = new Client({name: 'nsgate-test-agent', version: '1.0.0'});
+  await client.connect(transport);
+  const dir = process.argv[2];
+  let i = 0;
+  for (const url of process.argv.slice(3)) {
+    const out = {url};
+    const r = await client.callTool({name: 'browser_navigate', arguments: {url}}, undefined, {timeout: 90000});
+    out.isError = !!r.isError;
+    out.text = (r.content || []).filter(c => c.type === 'text').map(c => c.text).join('\n');
+    const s = await client.callTool({name: 'browser_take_screenshot', arguments: {type: 'png'}}, undefined, {timeout: 60000});
+    const img = (s.content || []).find(c => c.type === 'image');
+    out.shot = path.join(dir, 'mcp-' + (i++) + '.png');
+    if (img) fs.writeFileSync(out.shot, Buffer.from(img.data, 'base64')); else out.shot = 'no image: ' + JSON.stringify(s.content).slice(0, 200);
+    console.log(JSON.stringify(out));
+  }
+  await client.close();
+})().catch(e => { console.error('mcp agent: ' + e.stack); process.exit(3); });
+`
+
+type mcpResult struct {
+	URL, Text, Shot string
+	IsError         bool
+}
+
+// TestBlockPageMCP: Playwright's MCP server (npm @playwright/mcp) runs as
+// the worker under nsgate --block-page; an MCP client (the SDK's) outside
+// drives it over stdio. browser_navigate to an unapproved name returns
+// the block page in its page snapshot: the text a model reads names the
+// refusal.
+func TestBlockPageMCP(t *testing.T) {
+	needPlaywright(t)
+	_, err := os.Stat(filepath.Join(nodeModules, "@playwright", "mcp", "cli.js"))
+	need(t, "npm @playwright/mcp in "+nodeModules+" (.ci/install)", err)
+	_, err = os.Stat(filepath.Join(nodeModules, "@modelcontextprotocol", "sdk", "package.json"))
+	need(t, "npm @modelcontextprotocol/sdk in "+nodeModules+" (.ci/install)", err)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		before := targetAt("198.51.100.20:8080/tcp").count()
+		pol := writeFile(t, dir, "policy.yaml", blockPolicy)
+		client := writeFile(t, dir, "client.js", mcpClientScript)
+		out := filepath.Join(dir, "out")
+		os.Mkdir(out, 0o755)
+		if m.uid >= 0 {
+			os.Chown(out, m.uid, m.gid)
+		}
+		log := filepath.Join(dir, "audit.jsonl")
+		server := []string{nsgateBin, "run", "--policy", pol, "--audit", log, "--block-page", "--quiet", "--ro", dir, "--rw", out,
+			"--allow-unix", "--exec-allow", chromiumBin, "--exec-allow", chromiumCrashpad}
+		if m.uid >= 0 {
+			server = append(server, "--allow-userns")
+		}
+		server = append(server, "--", "/usr/bin/node", filepath.Join(nodeModules, "@playwright", "mcp", "cli.js"),
+			"--headless", "--isolated", "--executable-path", chromiumBin, "--output-dir", out)
+		if m.uid < 0 {
+			server = append(server, "--no-sandbox")
+		}
+		sj, _ := json.Marshal(server)
+		cmd := nsgateCmdAt(m, "/usr/bin/node", client, out, "http://app.test/", "http://unapproved.test:8080/")
+		cmd.Env = append(cmd.Env, "MCP_SDK="+filepath.Join(nodeModules, "@modelcontextprotocol", "sdk"), "MCP_SERVER="+string(sj))
+		r := runBounded(t, cmd, 180*time.Second, "the MCP client with @playwright/mcp under nsgate", chromiumLog)
+		t.Logf("mcp -> exit %d in %s\nstdout: %s\nstderr:\n%s", r.code, r.elapsed.Round(time.Millisecond), r.stdout, chromiumLog(r.stderr))
+		if r.code != 0 {
+			t.Fatalf("the MCP client exited %d", r.code)
+		}
+		var res []mcpResult
+		for _, l := range strings.Split(strings.TrimSpace(r.stdout), "\n") {
+			var x mcpResult
+			if err := json.Unmarshal([]byte(l), &x); err != nil {
+				t.Fatalf("client output %q: %v", l, err)
+			}
+			res = append(res, x)
+		}
+		if len(res) != 2 {
+			t.Fatalf("%d results, want 2", len(res))
+		}
+		// The tool result names the page's title and status; the page's
+		// accessibility snapshot, which the model reads next, is a file
+		// in the output folder that the result links to.
+		if strings.Contains(res[0].Text, "Refused") || res[0].IsError {
+			t.Errorf("control: browser_navigate app.test returned %q", res[0].Text)
+		}
+		if t2 := res[1].Text; !strings.Contains(t2, "Page Title: Refused by nsgate: unapproved.test") || !strings.Contains(t2, "403") {
+			t.Errorf("browser_navigate unapproved.test returned %q, want the block page's title and status", t2)
+		}
+		snaps, _ := filepath.Glob(filepath.Join(out, "page-*.yml"))
+		var app, refused bool
+		for _, s := range snaps {
+			b, _ := os.ReadFile(s)
+			app = app || strings.Contains(string(b), "hello from app")
+			refused = refused || (strings.Contains(string(b), "Refused by policy: unapproved.test") && strings.Contains(string(b), "not a network fault"))
+		}
+		if !app || !refused {
+			t.Errorf("page snapshots %v: the approved page's (%v) and the block page's text (%v), want both", snaps, app, refused)
+		}
+		for _, x := range res {
+			if !isPNG(x.Shot) {
+				t.Errorf("%s: no screenshot (%s)", x.URL, x.Shot)
+			}
+		}
+		recs := readAudit(t, log)
+		found := false
+		for _, rec := range recs {
+			if rec.str("event") == "flow" && rec.str("action") == "deny" && rec.str("host") == "unapproved.test" && strings.Contains(rec.str("reason"), "block page") {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("no block-page flow denial for unapproved.test in the audit log")
+		}
+		if got := targetAt("198.51.100.20:8080/tcp").count() - before; got != 0 {
+			t.Errorf("the unapproved server saw %d connections, want 0", got)
+		}
+	})
+}
