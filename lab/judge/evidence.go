@@ -60,6 +60,10 @@ type Evidence struct {
 	// the policy, the key, the caller's home and the --rw directory were;
 	// evidence.md writes it as $WORK.
 	WorkDir string `json:"work_dir,omitempty"`
+	// Skipped lists what the run left out and why (a browser agent whose
+	// node or npm packages are missing): evidence.md lists it as not
+	// tested. Under NSGATE_REQUIRE_ALL=1 a skip fails the run instead.
+	Skipped []string `json:"skipped,omitempty"`
 	// Unattributed are audit seqs no attempt claimed.
 	Unattributed []uint64 `json:"unattributed_audit_seqs,omitempty"`
 }
