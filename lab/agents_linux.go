@@ -190,3 +190,40 @@ func agentEnv(env []string, home string) []string {
 	}
 	return append(out, "HOME="+home, "XDG_CONFIG_HOME="+filepath.Join(home, ".config"), "XDG_CACHE_HOME="+filepath.Join(home, ".cache"))
 }
+
+// toolVersions are the versions of the browser stack a --browser run
+// uses, as the programs and packages themselves state them.
+func toolVersions(ctx context.Context, chromium string) []string {
+	var out []string
+	ver := func(name string, argv ...string) {
+		cctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		b, err := exec.CommandContext(cctx, argv[0], argv[1:]...).Output()
+		if err != nil {
+			out = append(out, name+": unknown ("+err.Error()+")")
+			return
+		}
+		out = append(out, name+": "+strings.TrimSpace(string(b)))
+	}
+	ver("browser", chromium, "--version")
+	node, modules, _ := agentNeeds(attack.AgentMCP)
+	if node == "" {
+		if n, err := exec.LookPath("node"); err == nil {
+			node = n
+		}
+	}
+	if node != "" {
+		ver("node", node, "--version")
+	}
+	for _, pkg := range []string{"playwright-core", "@playwright/mcp", "@modelcontextprotocol/sdk"} {
+		b, err := os.ReadFile(filepath.Join(modules, pkg, "package.json"))
+		if err != nil {
+			continue
+		}
+		var v struct{ Version string }
+		if json.Unmarshal(b, &v) == nil && v.Version != "" {
+			out = append(out, pkg+" "+v.Version)
+		}
+	}
+	return out
+}

@@ -130,6 +130,10 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	ev := &judge.Evidence{Tool: "nsgate lab", Version: cfg.Version, Started: time.Now().UTC(), Break: cfg.Break}
 	ev.Environment = environment(seal)
+	ev.Invocation = append([]string{"nsgate"}, os.Args[1:]...)
+	if cfg.Browser != "" {
+		ev.Environment.Tools = toolVersions(ctx, cfg.Browser)
+	}
 
 	if err := os.MkdirAll(cfg.Evidence, 0o755); err != nil {
 		return errorf("evidence directory: %v", err)

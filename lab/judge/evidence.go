@@ -46,6 +46,8 @@ type Evidence struct {
 	Reasons []string `json:"reasons,omitempty"`
 	// Break names the layer disabled with --break ("" normally).
 	Break string `json:"break,omitempty"`
+	// Invocation is the command line of the lab itself, to reproduce it.
+	Invocation []string `json:"invocation,omitempty"`
 	// Command is the `nsgate run` command line the lab ran.
 	Command     []string               `json:"command"`
 	Policy      PolicyInfo             `json:"policy"`
@@ -111,6 +113,9 @@ type Environment struct {
 	// Skipped lists fake services left out (their address could not be
 	// put on lo).
 	Skipped []string `json:"skipped_services,omitempty"`
+	// Tools are the versions of the browser stack the run used
+	// ("chromium: ...", "node: ...", "playwright-core 1.65.1").
+	Tools []string `json:"tools,omitempty"`
 	// Notes hold anything else worth knowing about the run.
 	Notes []string `json:"notes,omitempty"`
 }
