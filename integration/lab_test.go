@@ -385,6 +385,8 @@ func testLabBrowser(t *testing.T, m mode) {
 	dir := filepath.Join(workDir(t, m), "evidence")
 	r := runLab(t, m, "--browser", chromiumBin, "--evidence", dir)
 	ev := readEvidence(t, dir)
+	mdb, _ := os.ReadFile(filepath.Join(dir, "evidence.md"))
+	md := string(mdb)
 	attacks, controls := 0, 0
 	for _, a := range ev.Attempts {
 		if a.Category != "browser" {
@@ -400,6 +402,28 @@ func testLabBrowser(t *testing.T, m mode) {
 		}
 		if !a.Control && (a.Observed != "blocked" || len(a.AuditSeqs) == 0) {
 			t.Errorf("%s: observed %s with audit seqs %v; want blocked and the records that say why", a.ID, a.Observed, a.AuditSeqs)
+		}
+		// One PNG per browser attempt, linked from evidence.md.
+		if shot := filepath.Join(dir, "screenshots", a.ID+".png"); !isPNG(shot) {
+			t.Errorf("%s: no screenshot at %s", a.ID, shot)
+		} else if !strings.Contains(md, "(screenshots/"+a.ID+".png)") {
+			t.Errorf("%s: evidence.md does not link its screenshot", a.ID)
+		}
+	}
+	for _, agent := range []string{"playwright", "mcp"} {
+		n := 0
+		for _, a := range ev.Attempts {
+			if strings.HasPrefix(a.ID, agent+"-") {
+				n++
+			}
+		}
+		if n == 0 && requireAll() {
+			t.Errorf("no %s agent attempts in the evidence (NSGATE_REQUIRE_ALL=1)", agent)
+		}
+	}
+	for i := 1; i <= 9; i++ {
+		if !strings.Contains(md, strconv.Itoa(i)+". **") {
+			t.Errorf("evidence.md lacks point %d of the evidence record", i)
 		}
 	}
 	if attacks < 3 || controls < 1 {
