@@ -361,7 +361,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			why:  "unknown dns keys are errors",
 			src:  "version: 1\ndns:\n  upstreams: [127.0.0.53]\n",
-			want: []string{`3:3: dns: unknown key "upstreams"; expected hosts or upstream`},
+			want: []string{`3:3: dns: unknown key "upstreams"; expected block_page, hosts or upstream`},
 		},
 		{
 			why:  "booleans are true or false, not yes",
