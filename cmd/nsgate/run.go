@@ -106,8 +106,8 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 		Argv: argv,
 		Session: session.Config{
 			PolicyPath: f.policy,
-			AuditPath:  f.auditPath(),
-			AuditCopy:  f.auditCopy(),
+			AuditPath:  f.auditAt(0),
+			AuditCopy:  f.auditAt(1),
 			AuditKey:   f.auditKey,
 			Stderr:     e.stderr,
 			Start:      audit.Start{Version: versionString()},
@@ -159,20 +159,13 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 	return cfg
 }
 
-// auditPath is the first --audit: the log ("" none).
-func (f *runFlags) auditPath() string {
-	if len(f.audit) == 0 {
+// auditAt is the i-th --audit ("" none): 0 is the log, 1 where a copy of
+// every line goes.
+func (f *runFlags) auditAt(i int) string {
+	if len(f.audit) <= i {
 		return ""
 	}
-	return f.audit[0]
-}
-
-// auditCopy is the second --audit: where a copy of every line goes.
-func (f *runFlags) auditCopy() string {
-	if len(f.audit) < 2 {
-		return ""
-	}
-	return f.audit[1]
+	return f.audit[i]
 }
 
 // auditOnStderr says the records go to stderr (one --audit is - or
