@@ -61,7 +61,12 @@ const fs = require('fs'), path = require('path');
     out.final = page.url();
     out.text = await page.evaluate(() => document.body ? document.body.innerText : '').catch(e => 'evaluate: ' + e.message);
     out.shot = path.join(dir, 'shot-' + (i++) + '.png');
-    await page.screenshot({path: out.shot}).catch(e => { out.shot = 'screenshot: ' + e.message; });
+    // Right after a failed navigation the error page may still be on its
+    // way: try the screenshot again a little later.
+    for (let t = 0; ; t++) {
+      try { await page.screenshot({path: out.shot}); break; }
+      catch (e) { if (t >= 4) { out.shot = 'screenshot: ' + e.message; break; } await new Promise(r => setTimeout(r, 500)); }
+    }
     console.log(JSON.stringify(out));
   }
   await browser.close();

@@ -188,7 +188,12 @@ const fs = require('fs'), path = require('path');
     const [obs, detail] = verdict(step, await text(), nav);
     rep.observed = obs; rep.detail = said + detail + (nav && !detail.includes(nav) ? ' (' + nav + ')' : '');
     rep.shot = path.join(dir, step.id + '.png');
-    await page.screenshot({path: rep.shot}).catch(e => { rep.shot = ''; });
+    // Right after a failed navigation the error page may still be on its
+    // way: try the screenshot again a little later.
+    for (let t = 0; ; t++) {
+      try { await page.screenshot({path: rep.shot}); break; }
+      catch (e) { if (t >= 4) { rep.shot = ''; break; } await new Promise(r => setTimeout(r, 500)); }
+    }
     rep.end = new Date().toISOString();
     console.log(JSON.stringify(rep));
   }
