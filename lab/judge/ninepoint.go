@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+
+	"github.com/nsgate/nsgate/lab/attack"
 )
 
 // shotPath is the form of a screenshot path the lab writes (a link
@@ -52,7 +54,7 @@ func (ev *Evidence) writeNinePoints(w io.Writer) {
 	if len(e.Tools) > 0 {
 		tools = mdText(strings.Join(e.Tools, "; "))
 	}
-	p("3. **%s.** nsgate %s (%s); kernel %s, %s/%s; caller %s; features: %s; browser stack: %s.\n",
+	p("3. **%s.** %s (%s); kernel %s, %s/%s; caller %s; features: %s; browser stack: %s.\n",
 		NinePoints[2], mdText(ev.Version), mdText(e.GoVersion), mdText(e.Kernel), mdText(e.OS), mdText(e.Arch), mdText(callerLine(e)), mdText(featuresLine(e)), tools)
 
 	flags := "(no gateway run)"
@@ -80,8 +82,18 @@ func (ev *Evidence) writeNinePoints(w io.Writer) {
 			unapproved += t.Hits
 		}
 	}
-	withRecord, agentOK := 0, 0
+	withRecord, agentOK, attacksHit := 0, 0, 0
+	approvedTarget := map[string]bool{}
+	for _, t := range ev.Targets {
+		approvedTarget[t.Target] = approvedTarget[t.Target] || t.Approved
+	}
 	for _, r := range ev.Attempts {
+		for _, h := range r.Hits {
+			if !r.Control && !approvedTarget[h.Target] {
+				attacksHit++
+				break
+			}
+		}
 		if len(r.AuditSeqs) > 0 {
 			withRecord++
 		}
@@ -89,8 +101,8 @@ func (ev *Evidence) writeNinePoints(w io.Writer) {
 			agentOK++
 		}
 	}
-	p("7. **%s.** (a) The worker's own report: %d of %d attempts observed what they should. (b) The fake targets' counters: %d hits on approved targets, %d on unapproved ones (%d outside every attempt). (c) The audit log: %d records, %d attempts carry records of their own. An attempt passes only when all three agree.\n",
-		NinePoints[6], agentOK, s.Attempts, approved, unapproved, len(ev.StrayHits), ev.Audit.Records, withRecord)
+	p("7. **%s.** (a) The worker's own report: %d of %d attempts observed what they should. (b) The fake targets' counters: %d hits on targets the lab lists as approved, %d on the others (a control's own target, such as QUIC's, may be one of them; see Fake targets), %d attacks with a hit on an unapproved target, %d hits outside every attempt. (c) The audit log: %d records, %d attempts carry records of their own. An attempt passes only when all three agree.\n",
+		NinePoints[6], agentOK, s.Attempts, approved, unapproved, attacksHit, len(ev.StrayHits), ev.Audit.Records, withRecord)
 
 	shots := 0
 	for _, r := range ev.Attempts {
@@ -111,7 +123,7 @@ func (ev *Evidence) writeNinePoints(w io.Writer) {
 	}
 	noRec := 0
 	for _, r := range ev.Attempts {
-		if len(r.AuditSeqs) == 0 {
+		if len(r.AuditSeqs) == 0 && r.Observed == attack.Blocked {
 			noRec++
 		}
 	}
