@@ -90,6 +90,9 @@ type Config struct {
 	// holds: such a query is refused (REFUSED) and recorded as a
 	// credential deny, without the name, before the policy is asked.
 	Leak func(name string) (credential string, found bool)
+	// BlockPage answers a refused name as the policy's dns.block_page
+	// does (whatever the policy says): see [Server.ServeDNS].
+	BlockPage bool
 }
 
 // Server answers the worker's DNS queries with fake addresses and resolves
@@ -103,6 +106,7 @@ type Server struct {
 	resolv   string
 	exchange func(ctx context.Context, server string, msg []byte) ([]byte, error)
 	ipv6     bool
+	block    bool // Config.BlockPage
 	ttl      uint32
 	timeout  time.Duration
 	table    *table
@@ -164,6 +168,7 @@ func New(cfg Config) (*Server, error) {
 		resolv:   cfg.ResolvConfPath,
 		exchange: cfg.Exchange,
 		ipv6:     cfg.IPv6,
+		block:    cfg.BlockPage,
 		ttl:      uint32(max(cfg.TTL/time.Second, 1)),
 		timeout:  cfg.Timeout,
 		table:    newTable(v4, v6, size),
@@ -335,8 +340,11 @@ func (s *Server) answer(h dnsmessage.Header, q *dnsmessage.Question) reply {
 
 	d := decideName(pol, name)
 	if d.Verdict != policy.Allow {
-		s.log(name, qtype, d, nil)
 		s.stats.denied.Add(1)
+		if s.blockPage(pol, d) {
+			return s.answerBlocked(h, q, name, qtype, d)
+		}
+		s.log(name, qtype, d, nil)
 		r := newReply(h, dnsmessage.RCodeNameError, q)
 		r.ede = blockedText(d)
 		return r
@@ -357,6 +365,43 @@ func (s *Server) answer(h dnsmessage.Header, q *dnsmessage.Question) reply {
 	default:
 		s.log(name, qtype, d, nil)
 	}
+	return r
+}
+
+// blockPage says a refused name is answered for the block page: the
+// session asked for it (Config.BlockPage) or the policy does
+// (dns.block_page). A cloud-metadata name never is: it keeps its
+// NXDOMAIN, so that no metadata client is told a server is there.
+func (s *Server) blockPage(pol *policy.Policy, d policy.Decision) bool {
+	if d.Rule == policy.RuleMetadata {
+		return false
+	}
+	return s.block || (pol != nil && pol.BlockPage())
+}
+
+// answerBlocked answers a refused name for the block page: A and AAAA
+// get the name's fake address (stable per name, like an allowed name's),
+// every other type an empty NOERROR, all with the refusal's Extended DNS
+// Error. The record is a denial (the answer it names is the block page's
+// address): nothing is resolved or sent upstream, and the gateway
+// refuses every flow to that address (netstack serves the page itself).
+func (s *Server) answerBlocked(h dnsmessage.Header, q *dnsmessage.Question, name, qtype string, d policy.Decision) reply {
+	r := newReply(h, dnsmessage.RCodeSuccess, q)
+	r.ede = blockedText(d)
+	var answer []string
+	switch {
+	case q.Type == dnsmessage.TypeA:
+		a := s.table.addr4(s.table.lookup(name))
+		b := a.As4()
+		r.answer(dnsmessage.TypeA, s.ttl, b[:])
+		answer = []string{a.String()}
+	case q.Type == dnsmessage.TypeAAAA && s.ipv6:
+		a := s.table.addr6(s.table.lookup(name))
+		b := a.As16()
+		r.answer(dnsmessage.TypeAAAA, s.ttl, b[:])
+		answer = []string{a.String()}
+	}
+	s.log(name, qtype, d, answer)
 	return r
 }
 

@@ -267,7 +267,9 @@ func testLabSummary(t *testing.T, m mode, dir string, ev labEvidence) {
 			t.Errorf("the opening screen of evidence.md lacks %q:\n%s", want, head)
 		}
 	}
-	if n := strings.Count(head, "\n"); n > 45 {
+	// 45 lines of summary, and the nine-point record that opens it (one
+	// paragraph per point, a title and blank lines: 12 more).
+	if n := strings.Count(head, "\n"); n > 57 {
 		t.Errorf("the summary of evidence.md takes %d lines", n)
 	}
 	// A table row per attempt (about 330 bytes each) and the summary:
@@ -385,6 +387,8 @@ func testLabBrowser(t *testing.T, m mode) {
 	dir := filepath.Join(workDir(t, m), "evidence")
 	r := runLab(t, m, "--browser", chromiumBin, "--evidence", dir)
 	ev := readEvidence(t, dir)
+	mdb, _ := os.ReadFile(filepath.Join(dir, "evidence.md"))
+	md := string(mdb)
 	attacks, controls := 0, 0
 	for _, a := range ev.Attempts {
 		if a.Category != "browser" {
@@ -400,6 +404,28 @@ func testLabBrowser(t *testing.T, m mode) {
 		}
 		if !a.Control && (a.Observed != "blocked" || len(a.AuditSeqs) == 0) {
 			t.Errorf("%s: observed %s with audit seqs %v; want blocked and the records that say why", a.ID, a.Observed, a.AuditSeqs)
+		}
+		// One PNG per browser attempt, linked from evidence.md.
+		if shot := filepath.Join(dir, "screenshots", a.ID+".png"); !isPNG(shot) {
+			t.Errorf("%s: no screenshot at %s", a.ID, shot)
+		} else if !strings.Contains(md, "(screenshots/"+a.ID+".png)") {
+			t.Errorf("%s: evidence.md does not link its screenshot", a.ID)
+		}
+	}
+	for _, agent := range []string{"playwright", "mcp"} {
+		n := 0
+		for _, a := range ev.Attempts {
+			if strings.HasPrefix(a.ID, agent+"-") {
+				n++
+			}
+		}
+		if n == 0 && requireAll() {
+			t.Errorf("no %s agent attempts in the evidence (NSGATE_REQUIRE_ALL=1)", agent)
+		}
+	}
+	for i := 1; i <= 9; i++ {
+		if !strings.Contains(md, strconv.Itoa(i)+". **") {
+			t.Errorf("evidence.md lacks point %d of the evidence record", i)
 		}
 	}
 	if attacks < 3 || controls < 1 {

@@ -24,8 +24,6 @@ import (
 // hits at their fake servers), and, for Playwright, tries a shell, curl
 // and python3 from node: refused and audited.
 
-const nodeModules = "/var/cache/nsgate/node/node_modules"
-
 const profilePolicy = `version: 1
 allow:
   - host: app.test
@@ -98,7 +96,7 @@ func checkNoShellRan(t *testing.T, recs []record) {
 	}
 }
 
-const playwrightScript = `
+const profPlaywrightScript = `
 const { chromium } = require('` + nodeModules + `/playwright-core');
 const cp = require('child_process');
 (async () => {
@@ -128,7 +126,7 @@ func TestProfilePlaywright(t *testing.T) {
 	forEachMode(t, func(t *testing.T, m mode) {
 		dir := workDir(t, m)
 		pol := writeFile(t, dir, "policy.yaml", profilePolicy)
-		js := writeFile(t, dir, "agent.js", playwrightScript)
+		js := writeFile(t, dir, "agent.js", profPlaywrightScript)
 		log := filepath.Join(dir, "audit.jsonl")
 		before, app := hitsOf(), targetAt("203.0.113.10:8080/tcp").count()
 		args := append([]string{"run", "--policy", pol, "--audit", log, "--profile", "playwright", "--ro", js, "--", "/usr/bin/node", js, "http://app.test:8080/"}, refusedURLs...)

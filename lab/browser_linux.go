@@ -153,7 +153,7 @@ func runBrowser(ctx context.Context, cfg Config, polFile, auditPath, work string
 		finish()
 		return br
 	}
-	obs, err := attack.DriveBrowser(gctx, base, func(i, n int, at attack.Attempt, o attack.Observation) {
+	obs, err := attack.DriveBrowser(gctx, base, cfg.Evidence, func(i, n int, at attack.Attempt, o attack.Observation) {
 		mark := "ok"
 		if o.Observed != at.Expect {
 			mark = "UNEXPECTED"

@@ -130,6 +130,10 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	ev := &judge.Evidence{Tool: "nsgate lab", Version: cfg.Version, Started: time.Now().UTC(), Break: cfg.Break}
 	ev.Environment = environment(seal)
+	ev.Invocation = append([]string{"nsgate"}, os.Args[1:]...)
+	if cfg.Browser != "" {
+		ev.Environment.Tools = toolVersions(ctx, cfg.Browser)
+	}
 
 	if err := os.MkdirAll(cfg.Evidence, 0o755); err != nil {
 		return errorf("evidence directory: %v", err)
@@ -303,6 +307,21 @@ func Run(ctx context.Context, cfg Config) int {
 			ev.Environment.Notes = append(ev.Environment.Notes, "the browser run reported audit head "+brun.reported)
 		}
 	}
+	// The browser agents people run (Playwright, Playwright MCP), each
+	// under a run of its own with --block-page, after the scripted agent.
+	var agents []*agentRun
+	if cfg.Browser != "" {
+		for _, a := range []string{attack.AgentPlaywright, attack.AgentMCP} {
+			ar := runAgent(ctx, cfg, a, polFile, auditPath, work, env)
+			agents = append(agents, ar)
+			if ar.skipped != "" {
+				ev.Skipped = append(ev.Skipped, fmt.Sprintf("the %s agent's %d attempts: %s", a, len(ar.attempts), ar.skipped))
+				fmt.Fprintf(cfg.Stderr, "nsgate lab: SKIPPED the %s agent: %s\n", a, ar.skipped)
+				continue
+			}
+			ev.Environment.Notes = append(ev.Environment.Notes, "the "+a+" agent ran under: "+strings.Join(ar.command, " "))
+		}
+	}
 
 	// The fill phase: a run of its own, with its own log on a small
 	// volume; its records and hits are its own.
@@ -369,20 +388,56 @@ func Run(ctx context.Context, cfg Config) int {
 		if attackRecs >= 0 && attackRecs <= len(recs) {
 			split = attackRecs
 		}
-		var before, after []internet.Hit
+		// Each later phase (the agents) is judged on its own records and
+		// hits, cut off from the phase before it.
+		type phase struct {
+			cat      []attack.Attempt
+			obs      []attack.Observation
+			started  time.Time
+			recStart int
+		}
+		phases := []phase{{attack.BrowserAttempts(), brun.obs, brun.started, split}}
+		for _, ar := range agents {
+			if ar.skipped == "" && ar.recStart >= split && ar.recStart <= len(recs) {
+				phases = append(phases, phase{ar.attempts, ar.obs, ar.started, ar.recStart})
+			}
+		}
+		var before []internet.Hit
 		for _, h := range hits {
 			if h.Time.Before(brun.started) {
 				before = append(before, h)
-			} else {
-				after = append(after, h)
 			}
 		}
-		b := judge.Decide(attack.BrowserAttempts(), brun.obs, recs[split:], after, inet.Approved)
-		judge.RequireKeyedDenials(attack.BrowserAttempts(), &b)
-		brep = &b
+		for i, ph := range phases {
+			end, until := len(recs), time.Time{}
+			if i+1 < len(phases) {
+				end, until = phases[i+1].recStart, phases[i+1].started
+			}
+			var in []internet.Hit
+			for _, h := range hits {
+				if !h.Time.Before(ph.started) && (until.IsZero() || h.Time.Before(until)) {
+					in = append(in, h)
+				}
+			}
+			b := judge.Decide(ph.cat, ph.obs, recs[ph.recStart:end], in, inet.Approved)
+			judge.RequireKeyedDenials(ph.cat, &b)
+			if brep == nil {
+				brep = &b
+			} else {
+				brep.Results = append(brep.Results, b.Results...)
+				brep.Reasons = append(brep.Reasons, b.Reasons...)
+				brep.StrayHits = append(brep.StrayHits, b.StrayHits...)
+				brep.Unattributed = append(brep.Unattributed, b.Unattributed...)
+			}
+		}
 		recs, hits = recs[:split], before
 		if brun.reported != "" {
 			ev.Audit.Reported = brun.reported
+		}
+		for _, ar := range agents {
+			if ar.reported != "" {
+				ev.Audit.Reported = ar.reported
+			}
 		}
 	}
 	if frun != nil {
@@ -467,6 +522,21 @@ func Run(ctx context.Context, cfg Config) int {
 		}
 		if brun.err != nil || brun.exitCode != 0 {
 			ev.Environment.Notes = append(ev.Environment.Notes, "browser run output (tail): "+judge.LastLines(brun.stderr, 20))
+		}
+	}
+	for _, ar := range agents {
+		switch {
+		case ar.skipped != "" && os.Getenv("NSGATE_REQUIRE_ALL") == "1":
+			ev.Reasons = append(ev.Reasons, "the "+ar.agent+" agent did not run (NSGATE_REQUIRE_ALL=1 refuses skips): "+ar.skipped)
+		case ar.skipped != "":
+		case ar.err != nil || ar.exitCode != 0:
+			if ar.err != nil {
+				ev.Reasons = append(ev.Reasons, ar.agent+" agent: "+ar.err.Error())
+			}
+			if ar.exitCode != 0 {
+				ev.Reasons = append(ev.Reasons, fmt.Sprintf("the %s agent exited %d", ar.agent, ar.exitCode))
+			}
+			ev.Environment.Notes = append(ev.Environment.Notes, ar.agent+" agent output (tail): "+judge.LastLines(ar.stderr, 20))
 		}
 	}
 	ev.Verdict = "pass"

@@ -179,6 +179,13 @@ type Config struct {
 	// the lease is the worker's address, with the gateway and the DNS
 	// address (dhcp.go). Ignored on an L3 link.
 	DHCP bool
+	// BlockPage serves the block page (blockpage.go) on a TCP flow to a
+	// name the policy refused, whatever the policy's dns.block_page
+	// says; Names must answer such names (dns.Config.BlockPage).
+	BlockPage bool
+	// BlockPageTLS, when set, serves the block page over TLS; nil: a
+	// ClientHello to the block page gets a TLS alert.
+	BlockPageTLS BlockPageTLS
 }
 
 // Stats are the gateway's counters. Flow byte counts include finished
@@ -272,6 +279,11 @@ type Gateway struct {
 
 	// Live flow and dial counts, checked against lim.
 	tcpFlows, udpFlows, pendingDials atomic.Int64
+	// blockPage and blockTLS are Config.BlockPage and BlockPageTLS;
+	// blockConns counts the block page's connections (maxBlockConns).
+	blockPage  bool
+	blockTLS   BlockPageTLS
+	blockConns atomic.Int64
 	// bufferedFlows counts the TCP flows holding large buffers
 	// (sizeBuffers).
 	bufferedFlows atomic.Int64
@@ -359,6 +371,8 @@ func New(cfg Config) (*Gateway, error) {
 		udpPending: make(map[stack.TransportEndpointID]*pendingUDP),
 		pool:       newGoroutinePool(keptGoroutines),
 		dnsSlots:   make(chan struct{}, dnsMaxInFlight),
+		blockPage:  cfg.BlockPage,
+		blockTLS:   cfg.BlockPageTLS,
 	}
 	g.own = n.Local()
 	g.hostAddrs = cfg.HostAddrs

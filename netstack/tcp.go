@@ -22,6 +22,10 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 	if ok {
 		up, ok = a.connect("tcp")
 	}
+	if !ok && a.blockable() {
+		g.serveBlockPage(r, a)
+		return
+	}
 	if !ok {
 		a.refuse()
 		r.Complete(true)

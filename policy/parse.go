@@ -748,6 +748,11 @@ func (ps *parser) dns(n *yaml.Node, p *Policy) {
 			}
 		},
 		"hosts": func(k, v *yaml.Node) { ps.hosts(v, p) },
+		"block_page": func(k, v *yaml.Node) {
+			if b, ok := ps.boolean(v, "dns.block_page"); ok {
+				p.blockPage = b
+			}
+		},
 	})
 }
 

@@ -361,7 +361,7 @@ func TestParseErrors(t *testing.T) {
 		{
 			why:  "unknown dns keys are errors",
 			src:  "version: 1\ndns:\n  upstreams: [127.0.0.53]\n",
-			want: []string{`3:3: dns: unknown key "upstreams"; expected hosts or upstream`},
+			want: []string{`3:3: dns: unknown key "upstreams"; expected block_page, hosts or upstream`},
 		},
 		{
 			why:  "booleans are true or false, not yes",
@@ -969,5 +969,19 @@ filesystem:
 				t.Errorf("Filesystem(%q) = %q, want %q", tt.home, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestBlockPageKey(t *testing.T) {
+	p := mustParse(t, "version: 1\ndns: {block_page: true}\n")
+	if !p.BlockPage() || mustParse(t, "version: 1\n").BlockPage() {
+		t.Fatalf("dns.block_page: got %v, and off by default", p.BlockPage())
+	}
+	q, err := Parse("s.yaml", []byte(p.Summary()))
+	if err != nil || !q.BlockPage() || !strings.Contains(p.Summary(), "block_page: true") {
+		t.Fatalf("summary loses dns.block_page (%v):\n%s", err, p.Summary())
+	}
+	if _, err := Parse("b.yaml", []byte("version: 1\ndns: {block_page: 1}\n")); err == nil {
+		t.Error("dns.block_page: 1 accepted, want a boolean")
 	}
 }

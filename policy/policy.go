@@ -40,15 +40,18 @@ type Policy struct {
 	// noRefusalAlert and noRefusalPage turn off what the worker is told
 	// when an L7 check refuses (tls.refusal_alert, http.refusal_page).
 	noRefusalAlert, noRefusalPage bool
-	execAllow                     []string
-	fsWrite                       []string       // filesystem.write, cleaned: "/abs", "~" or "~/rel"
-	fsHide                        []string       // filesystem.hide, the same forms
-	warnings                      []Error        // in file order
-	local                         []netip.Prefix // WithLocal prefixes, masked
-	hostAddrs                     *HostAddrs     // WithHostAddrs: the host's own addresses
-	upstreamCA                    string         // tls.upstream_ca
-	hasTerminate                  bool           // some allow rule has tls: terminate
-	credentials                   []Credential   // credentials, in file order
+	// blockPage: a refused name is answered with a fake address whose
+	// flows get nsgate's block page (dns.block_page).
+	blockPage    bool
+	execAllow    []string
+	fsWrite      []string       // filesystem.write, cleaned: "/abs", "~" or "~/rel"
+	fsHide       []string       // filesystem.hide, the same forms
+	warnings     []Error        // in file order
+	local        []netip.Prefix // WithLocal prefixes, masked
+	hostAddrs    *HostAddrs     // WithHostAddrs: the host's own addresses
+	upstreamCA   string         // tls.upstream_ca
+	hasTerminate bool           // some allow rule has tls: terminate
+	credentials  []Credential   // credentials, in file order
 }
 
 // protoMask is a set of protocols a rule applies to.
@@ -376,6 +379,13 @@ func (p *Policy) VerifyHost() bool { return p.verifyHost }
 // a TLS access_denied alert before the connection closes
 // (tls.refusal_alert, default true); otherwise it is reset.
 func (p *Policy) RefusalAlert() bool { return !p.noRefusalAlert }
+
+// BlockPage reports whether dns.block_page is on: a name the policy
+// refuses (other than a cloud-metadata name) is answered with a fake
+// address, and a TCP flow to it is answered by the gateway itself with a
+// page saying that the policy refused the name, and why, instead of a
+// reset. Nothing is dialled for such a flow either way.
+func (p *Policy) BlockPage() bool { return p.blockPage }
 
 // RefusalPage reports whether a plain HTTP request refused by the L7
 // checks gets a short 403 response naming the reason

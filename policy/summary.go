@@ -20,8 +20,11 @@ func (p *Policy) Summary() string {
 	b.WriteString("version: 1\n")
 	writeRules(&b, "allow", p.allow.rules)
 	writeRules(&b, "deny", p.deny.rules)
-	if p.upstreams != nil || len(p.hosts) > 0 {
+	if p.upstreams != nil || len(p.hosts) > 0 || p.blockPage {
 		b.WriteString("dns:\n")
+		if p.blockPage {
+			b.WriteString("  block_page: true\n")
+		}
 		if p.upstreams != nil {
 			b.WriteString("  upstream: [")
 			for i, u := range p.upstreams {

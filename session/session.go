@@ -133,6 +133,12 @@ type Config struct {
 	Limits netstack.Limits
 	// NoDNS: serve no DNS on the gateway's DNS address.
 	NoDNS bool
+	// BlockPage answers a name the policy refuses with nsgate's block
+	// page (netstack.Config.BlockPage), whatever the policy's
+	// dns.block_page says; BlockPageTLS serves it over TLS (nil: a TLS
+	// alert).
+	BlockPage    bool
+	BlockPageTLS netstack.BlockPageTLS
 	// Dial dials upstream (nil: the gateway's default dialer).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Pcap, when set, receives a pcap of every packet on the link.
@@ -300,12 +306,15 @@ func (s *Session) Attach(link stack.LinkEndpoint) error {
 		Pcap:    s.cfg.Pcap,
 		PcapMax: s.cfg.PcapMax,
 		DHCP:    s.cfg.DHCP,
+
+		BlockPage:    s.cfg.BlockPage,
+		BlockPageTLS: s.cfg.BlockPageTLS,
 	}
 	if s.icpt != nil {
 		ncfg.Intercept = s.icpt
 	}
 	if !s.cfg.NoDNS {
-		dcfg := dns.Config{Policy: s.pol.Load, Audit: s.sink, IPv6: s.cfg.IPv6}
+		dcfg := dns.Config{Policy: s.pol.Load, Audit: s.sink, IPv6: s.cfg.IPv6, BlockPage: s.cfg.BlockPage}
 		if s.icpt != nil && !s.icpt.Vault.Empty() && !s.icpt.NoSubstitute {
 			dcfg.Leak = s.icpt.Vault.FindString
 		}

@@ -39,7 +39,7 @@ type runFlags struct {
 	mtu                               uint
 	maxFlows, maxProcs                int
 	pcapMax                           int64
-	ipv6, quiet                       bool
+	ipv6, quiet, blockPage            bool
 	execGuard                         string
 	// unsafeBreak disables enforcement layers (comma-separated). Hidden:
 	// only tests and `nsgate lab --break` use it, to show that a missing
@@ -69,6 +69,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxProcs, "max-procs", sandbox.DefaultMaxProcs, "processes and threads the worker may run at once (its RLIMIT_NPROC; at most half of the caller's own, and not applied to a root caller's worker)")
 	fs.BoolVar(&f.ipv6, "ipv6", true, "give the worker IPv6 (--ipv6=false: IPv4 only)")
 	fs.BoolVar(&f.quiet, "quiet", false, "no human-readable denial lines on stderr")
+	fs.BoolVar(&f.blockPage, "block-page", false, "answer a refused name with a page saying why (policy dns.block_page); default: NXDOMAIN and a reset")
 	fs.Var(&f.rw, "rw", "host `PATH` (file or directory) the worker may write (repeatable); the rest of the host is read-only")
 	fs.Var(&f.ro, "ro", "host `PATH` the worker may read where the view would hide it: below /tmp, /var/tmp, /dev/shm or $HOME (repeatable)")
 	fs.StringVar(&f.home, "home", "", "host `DIR` to be the worker's $HOME, writable (default: a private, empty tmpfs)")
@@ -115,8 +116,8 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 		Argv: argv,
 		Session: session.Config{
 			PolicyPath: f.policy,
-			AuditPath:  f.auditPath(),
-			AuditCopy:  f.auditCopy(),
+			AuditPath:  f.auditAt(0),
+			AuditCopy:  f.auditAt(1),
 			AuditKey:   f.auditKey,
 			Stderr:     e.stderr,
 			Start:      audit.Start{Version: versionString()},
@@ -124,6 +125,7 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 			IPv6:       f.ipv6,
 			MTU:        uint32(f.mtu),
 			Limits:     netstack.Limits{MaxFlows: f.maxFlows},
+			BlockPage:  f.blockPage,
 		},
 		Pcap:        f.pcap,
 		PcapMax:     f.pcapMax << 20,
@@ -152,20 +154,13 @@ func (f *runFlags) config(e env, argv []string) worker.Config {
 	return cfg
 }
 
-// auditPath is the first --audit: the log ("" none).
-func (f *runFlags) auditPath() string {
-	if len(f.audit) == 0 {
+// auditAt is the i-th --audit ("" none): 0 is the log, 1 where a copy of
+// every line goes.
+func (f *runFlags) auditAt(i int) string {
+	if len(f.audit) <= i {
 		return ""
 	}
-	return f.audit[0]
-}
-
-// auditCopy is the second --audit: where a copy of every line goes.
-func (f *runFlags) auditCopy() string {
-	if len(f.audit) < 2 {
-		return ""
-	}
-	return f.audit[1]
+	return f.audit[i]
 }
 
 // auditOnStderr says the records go to stderr (one --audit is - or

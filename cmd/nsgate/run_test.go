@@ -38,9 +38,9 @@ func TestRunAuditFlags(t *testing.T) {
 			t.Errorf("--audit %q: %v", tc.audit, err)
 			continue
 		}
-		if f.auditPath() != tc.log || f.auditCopy() != tc.copy || f.auditOnStderr() != tc.recordsOnStder {
+		if f.auditAt(0) != tc.log || f.auditAt(1) != tc.copy || f.auditOnStderr() != tc.recordsOnStder {
 			t.Errorf("--audit %q: log %q copy %q on stderr %v, want %q %q %v", tc.audit,
-				f.auditPath(), f.auditCopy(), f.auditOnStderr(), tc.log, tc.copy, tc.recordsOnStder)
+				f.auditAt(0), f.auditAt(1), f.auditOnStderr(), tc.log, tc.copy, tc.recordsOnStder)
 		}
 	}
 }

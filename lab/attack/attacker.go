@@ -71,7 +71,15 @@ type Observation struct {
 	// that may be ended from outside, as audit-fill-volume is): the last
 	// one stands if no final observation follows.
 	Partial bool `json:"partial,omitempty"`
+	// Screenshot is the PNG of what a browser agent saw at the end of the
+	// attempt, as a path relative to the evidence directory
+	// (ScreenshotDir/ID.png); "" for attempts without a browser.
+	Screenshot string `json:"screenshot,omitempty"`
 }
+
+// ScreenshotDir is the evidence directory's folder of the browser
+// attempts' screenshots.
+const ScreenshotDir = "screenshots"
 
 // attacker is the state shared by the attempts of one run. It is used by
 // one goroutine at a time.

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -13,8 +15,11 @@ import (
 
 	"github.com/chromedp/cdproto"
 	"github.com/chromedp/cdproto/browser"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
 	"github.com/chromedp/chromedp/remote"
+
+	"github.com/nsgate/nsgate/lab/internet"
 )
 
 // The scripted agent of the browser attempts (browser.go): it drives a
@@ -24,10 +29,12 @@ import (
 // DriveBrowser attaches to the Chromium whose DevTools answer at base
 // ("http://127.0.0.1:PORT") and runs the browser attempts in order,
 // calling each with the attempt's index, their number, the attempt and
-// its Observation as it completes. It returns the observations, or an
-// error when it could not attach. It leaves the browser running
-// (CloseBrowser ends it).
-func DriveBrowser(ctx context.Context, base string, each func(i, n int, at Attempt, o Observation)) ([]Observation, error) {
+// its Observation as it completes. After each attempt it saves a
+// screenshot of what the agent saw in evidence/ScreenshotDir/ID.png
+// (none when evidence is ""). It returns the observations, or an error
+// when it could not attach. It leaves the browser running (CloseBrowser
+// ends it).
+func DriveBrowser(ctx context.Context, base, evidence string, each func(i, n int, at Attempt, o Observation)) ([]Observation, error) {
 	actx, acancel := remote.NewAllocator(ctx, base+"/")
 	defer acancel()
 	cctx, ccancel := chromedp.NewContext(actx)
@@ -38,7 +45,7 @@ func DriveBrowser(ctx context.Context, base string, each func(i, n int, at Attem
 	var obs []Observation
 	all := browserAttempts()
 	for i, b := range all {
-		o := runBrowserAttempt(cctx, b)
+		o := runBrowserAttempt(cctx, b, evidence)
 		obs = append(obs, o)
 		each(i, len(all), b.Attempt, o)
 	}
@@ -46,13 +53,57 @@ func DriveBrowser(ctx context.Context, base string, each func(i, n int, at Attem
 }
 
 // runBrowserAttempt is the scripted agent's part of one attempt.
-func runBrowserAttempt(cctx context.Context, b browserAttempt) Observation {
+func runBrowserAttempt(cctx context.Context, b browserAttempt, evidence string) Observation {
 	o := Observation{ID: b.ID, Start: time.Now()}
 	ctx, cancel := context.WithTimeout(cctx, 20*time.Second)
 	defer cancel()
 	r := agentStep(ctx, b)
-	o.Observed, o.Detail, o.End = r.out, r.detail, time.Now()
+	o.Observed, o.Detail = r.out, r.detail
+	if evidence != "" {
+		png := r.png
+		if png == nil {
+			sctx, scancel := context.WithTimeout(cctx, 10*time.Second)
+			png, _ = chromedp.Run(sctx, chromedp.CaptureScreenshot())
+			scancel()
+		}
+		if rel, err := SaveScreenshot(evidence, b.ID, png); err == nil {
+			o.Screenshot = rel
+		} else {
+			o.Detail += " (no screenshot: " + err.Error() + ")"
+		}
+	}
+	o.End = time.Now()
 	return o
+}
+
+// SaveScreenshot writes png as evidence/ScreenshotDir/id.png and returns
+// its path relative to evidence. It refuses what is not a PNG image.
+func SaveScreenshot(evidence, id string, png []byte) (string, error) {
+	if len(png) < 8 || string(png[:8]) != "\x89PNG\r\n\x1a\n" {
+		return "", errors.New("the browser gave no PNG image")
+	}
+	rel := filepath.Join(ScreenshotDir, id+".png")
+	if err := os.MkdirAll(filepath.Join(evidence, ScreenshotDir), 0o755); err != nil {
+		return "", err
+	}
+	return rel, os.WriteFile(filepath.Join(evidence, rel), png, 0o644)
+}
+
+// awayFrom waits until the tab's location no longer starts with prefix,
+// or ctx's end, or limit; it returns the last location.
+func awayFrom(ctx context.Context, prefix string, limit time.Duration) string {
+	end := time.Now().Add(limit)
+	var loc string
+	for time.Now().Before(end) && ctx.Err() == nil {
+		loc, _ = chromedp.Run(ctx, chromedp.Location())
+		if loc != "" && !strings.HasPrefix(loc, prefix) {
+			// Let the new page load (or fail) before it is read.
+			time.Sleep(1500 * time.Millisecond)
+			return loc
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return loc
 }
 
 // injected finds the instruction the injection page plants.
@@ -66,6 +117,38 @@ func agentStep(ctx context.Context, b browserAttempt) result {
 	switch b.how {
 	case "load":
 		return openAndLook(ctx, b.url, b.Control())
+	case "follow", "frame":
+		if err := chromedp.Do(ctx, chromedp.Navigate(b.url)); err != nil {
+			return erroredf("open the approved page %s: %v", b.url, err)
+		}
+		if b.how == "follow" {
+			awayFrom(ctx, "http://"+internet.AppName+"/", 6*time.Second)
+		} else {
+			time.Sleep(3 * time.Second) // the frame loads (or fails)
+		}
+		return look(ctx, b.url, nil)
+	case "popup":
+		if err := chromedp.Do(ctx, chromedp.Navigate(b.url)); err != nil {
+			return erroredf("open the approved page %s: %v", b.url, err)
+		}
+		opened := chromedp.WaitNewTarget(ctx, func(i *target.Info) bool { return i.Type == "page" })
+		if err := chromedp.Do(ctx, chromedp.Click("#go")); err != nil {
+			return erroredf("click the page's button: %v", err)
+		}
+		var id target.ID
+		select {
+		case id = <-opened:
+		case <-time.After(8 * time.Second):
+			return blockedf("the click opened no window")
+		}
+		pctx, pcancel := chromedp.NewContext(ctx, chromedp.WithTargetID(id))
+		defer pcancel()
+		awayFrom(pctx, "about:", 6*time.Second)
+		png, _ := chromedp.Run(pctx, chromedp.CaptureScreenshot())
+		r := look(pctx, b.url, nil)
+		r.detail = "in the window the click opened: " + r.detail
+		r.png = png
+		return r
 	case "inject":
 		if err := chromedp.Do(ctx, chromedp.Navigate(b.url)); err != nil {
 			return erroredf("open the approved page %s: %v", b.url, err)
@@ -102,9 +185,18 @@ func agentStep(ctx context.Context, b browserAttempt) result {
 	return erroredf("unknown agent step %q", b.how)
 }
 
+// look reads what the tab shows after the agent opened u (navErr is how
+// that went): the attack got through if it shows a fake target's body.
+func look(ctx context.Context, u string, navErr error) result {
+	return lookAt(ctx, u, navErr, false)
+}
+
 // openAndLook navigates to u and reads what the page shows.
 func openAndLook(ctx context.Context, u string, control bool) result {
-	navErr := chromedp.Do(ctx, chromedp.Navigate(u))
+	return lookAt(ctx, u, chromedp.Do(ctx, chromedp.Navigate(u)), control)
+}
+
+func lookAt(ctx context.Context, u string, navErr error, control bool) result {
 	text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
 	loc, _ := chromedp.Run(ctx, chromedp.Location())
 	text = strings.Join(strings.Fields(text), " ")

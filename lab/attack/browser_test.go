@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -28,7 +29,7 @@ func TestBrowserAttemptsShape(t *testing.T) {
 			t.Errorf("%s: category %q, description %q", b.ID, b.Category, b.Description)
 		}
 		switch b.how {
-		case "load", "inject", "script":
+		case "load", "inject", "script", "follow", "frame", "popup":
 		default:
 			t.Errorf("%s: unknown agent step %q", b.ID, b.how)
 		}
@@ -174,5 +175,43 @@ func TestRelayUpstreamDown(t *testing.T) {
 	c.SetDeadline(time.Now().Add(5 * time.Second))
 	if n, err := c.Read(make([]byte, 1)); err == nil {
 		t.Errorf("read %d bytes from a relay whose upstream is down; want the connection closed", n)
+	}
+}
+
+// TestRedirectPages: each redirect page names its target, escaped, in the
+// form its kind needs, and the kinds and spellings cover what the lab
+// promises (docs/lab.md).
+func TestRedirectPages(t *testing.T) {
+	const to = `http://x.evil.test/a?b=1&c="<"`
+	want := map[string]string{
+		"meta":     `content="0;url=http://x.evil.test/a?b=1&amp;c=&#34;&lt;&#34;"`,
+		"location": `location.href = "http://x.evil.test/a?b=1\u0026c=\"\u003c\""`,
+		"open":     `window.open(&#34;http://x.evil.test/a?b=1\u0026c=\&#34;\u003c\&#34;&#34;, '_blank')`,
+		"form":     `method="POST" action="http://x.evil.test/a?b=1&amp;c=&#34;&lt;&#34;"`,
+		"iframe":   `<iframe id="frame" src="http://x.evil.test/a?b=1&amp;c=&#34;&lt;&#34;"`,
+	}
+	for kind, w := range want {
+		u, _ := url.Parse(redirectURL(kind, to))
+		page, ok := BrowserPage(u)
+		if !ok || !strings.Contains(page, w) {
+			t.Errorf("%s: page lacks %s:\n%s", kind, w, page)
+		}
+	}
+	var kinds, spellings []string
+	for _, k := range redirectKinds {
+		kinds = append(kinds, k.kind)
+	}
+	for _, m := range metadataSpellings {
+		spellings = append(spellings, m.host)
+	}
+	for _, k := range []string{"302", "307", "meta", "location", "open", "form", "iframe"} {
+		if !slices.Contains(kinds, k) {
+			t.Errorf("no redirect by %s", k)
+		}
+	}
+	for _, m := range []string{"169.254.169.254", "2852039166", "0xa9fea9fe", "0251.0376.0251.0376", "[::ffff:169.254.169.254]", "metadata.google.internal"} {
+		if !slices.Contains(spellings, m) {
+			t.Errorf("no redirect to the metadata spelling %s", m)
+		}
 	}
 }

@@ -156,18 +156,21 @@ func (at Attempt) Planned() bool { return at.run == nil }
 type result struct {
 	out    Outcome
 	detail string
+	// png, when set, is the screenshot of what a browser agent saw (one
+	// taken in a window other than the agent's tab).
+	png []byte
 }
 
 func blockedf(format string, args ...any) result {
-	return result{Blocked, fmt.Sprintf(format, args...)}
+	return result{out: Blocked, detail: fmt.Sprintf(format, args...)}
 }
 
 func allowedf(format string, args ...any) result {
-	return result{Allowed, fmt.Sprintf(format, args...)}
+	return result{out: Allowed, detail: fmt.Sprintf(format, args...)}
 }
 
 func erroredf(format string, args ...any) result {
-	return result{Errored, fmt.Sprintf(format, args...)}
+	return result{out: Errored, detail: fmt.Sprintf(format, args...)}
 }
 
 // Catalogue returns every attempt the lab runs, controls first. Each call

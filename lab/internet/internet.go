@@ -53,7 +53,8 @@ type Service struct {
 	// Host (or, over TLS, SNI) is another name is served anyway, the way
 	// a CDN routes by name, but counted as a hit on the target "fronted":
 	// proof that a Host or SNI mismatch got through. Such a service also
-	// answers /redirect?to=URL with a 302 to URL (an open redirect),
+	// answers /redirect?to=URL with a 302 to URL (an open redirect; a 307
+	// with code=307),
 	// /landing with its body and BrowserPagePrefix with the browser
 	// attempts' pages. Empty Names: no routing, no redirects.
 	Names []string
@@ -539,7 +540,11 @@ func (in *Internet) handler(s Service) http.Handler {
 				return
 			}
 			w.Header().Set("Location", to)
-			w.WriteHeader(http.StatusFound)
+			code := http.StatusFound
+			if r.URL.Query().Get("code") == "307" {
+				code = http.StatusTemporaryRedirect
+			}
+			w.WriteHeader(code)
 			return
 		}
 		if target == TargetFronted {

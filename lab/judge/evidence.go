@@ -46,6 +46,8 @@ type Evidence struct {
 	Reasons []string `json:"reasons,omitempty"`
 	// Break names the layer disabled with --break ("" normally).
 	Break string `json:"break,omitempty"`
+	// Invocation is the command line of the lab itself, to reproduce it.
+	Invocation []string `json:"invocation,omitempty"`
 	// Command is the `nsgate run` command line the lab ran.
 	Command     []string               `json:"command"`
 	Policy      PolicyInfo             `json:"policy"`
@@ -60,6 +62,10 @@ type Evidence struct {
 	// the policy, the key, the caller's home and the --rw directory were;
 	// evidence.md writes it as $WORK.
 	WorkDir string `json:"work_dir,omitempty"`
+	// Skipped lists what the run left out and why (a browser agent whose
+	// node or npm packages are missing): evidence.md lists it as not
+	// tested. Under NSGATE_REQUIRE_ALL=1 a skip fails the run instead.
+	Skipped []string `json:"skipped,omitempty"`
 	// Unattributed are audit seqs no attempt claimed.
 	Unattributed []uint64 `json:"unattributed_audit_seqs,omitempty"`
 }
@@ -107,6 +113,9 @@ type Environment struct {
 	// Skipped lists fake services left out (their address could not be
 	// put on lo).
 	Skipped []string `json:"skipped_services,omitempty"`
+	// Tools are the versions of the browser stack the run used
+	// ("chromium: ...", "node: ...", "playwright-core 1.65.1").
+	Tools []string `json:"tools,omitempty"`
 	// Notes hold anything else worth knowing about the run.
 	Notes []string `json:"notes,omitempty"`
 }

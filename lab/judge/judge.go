@@ -46,6 +46,9 @@ type Result struct {
 	// attempt, with its rule and reason; absent when no attributed record
 	// does (see decisionOf).
 	Decision *Decision `json:"decision,omitempty"`
+	// Screenshot is the PNG of what the browser agent saw, relative to
+	// the evidence directory (attack.Observation.Screenshot).
+	Screenshot string `json:"screenshot,omitempty"`
 }
 
 // Report is the outcome of Decide.
@@ -123,6 +126,7 @@ func DecideHost(cat []attack.Attempt, obs []attack.Observation, recs []audit.Rec
 			continue
 		}
 		results[i].Observed, results[i].Detail, results[i].Start, results[i].End = o.Observed, o.Detail, o.Start, o.End
+		results[i].Screenshot = o.Screenshot
 		wins = append(wins, win{start: o.Start, end: o.End, idx: i})
 	}
 	sort.SliceStable(wins, func(a, b int) bool { return wins[a].start.Before(wins[b].start) })

@@ -40,6 +40,7 @@ func (ev *Evidence) WriteMarkdown(w io.Writer) {
 	if ev.Break != "" {
 		p("> Run with `--break %s`: a layer was disabled on purpose, to show that the lab notices.\n\n", mdText(ev.Break))
 	}
+	ev.writeNinePoints(w)
 	e := ev.Environment
 	p("| what was tested | |\n|---|---|\n")
 	p("| nsgate | %s |\n", mdText(ev.Version))
@@ -90,6 +91,7 @@ func (ev *Evidence) WriteMarkdown(w io.Writer) {
 	}
 	p("\n")
 
+	ev.writeScreenshots(w)
 	ev.writeHostChecks(w)
 	writeLegend(w)
 
