@@ -147,7 +147,17 @@ func WatchNetns(path string, interval time.Duration) (gone <-chan struct{}, stop
 
 // WritePIDFile writes the calling process's PID to path (--pid).
 func WritePIDFile(path string) error {
-	if err := os.WriteFile(path, []byte(fmt.Sprintf("%d\n", os.Getpid())), 0o644); err != nil {
+	// O_NOFOLLOW: a link left at the name is refused, never written
+	// through (docs/threat-model.md, "nsgate's own host paths").
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC|syscall.O_NOFOLLOW, 0o644)
+	if err != nil {
+		return fmt.Errorf("--pid: %w", err)
+	}
+	_, err = fmt.Fprintf(f, "%d\n", os.Getpid())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
 		return fmt.Errorf("--pid: %w", err)
 	}
 	return nil
