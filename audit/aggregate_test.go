@@ -288,9 +288,10 @@ func TestHumanLines(t *testing.T) {
 		"nsgate: deny inbound 127.0.0.1:5000 -> 127.0.0.1:8080 -> 10.0.2.100:80",
 		"nsgate: deny dns evil.test A rule=default",
 		"nsgate: deny icmp 10.0.2.100 -> 203.0.113.9",
-		// The second l7 denial folded from its first repeat.
-		"nsgate: deny l7 flow=9 host=app.test sni=evil.test: sni does not match (1 more like this in the last second)",
+		// The repeats folded from the first one, summed in the order of
+		// the records that stand for them.
 		"nsgate: deny tcp 10.0.2.100:2 -> 169.254.169.254:80 rule=builtin:metadata: 169.254.169.254 is a cloud metadata address (2 more like this in the last second)",
+		"nsgate: deny l7 flow=9 host=app.test sni=evil.test: sni does not match (1 more like this in the last second)",
 	}
 	if got := strings.Split(strings.TrimSuffix(human.String(), "\n"), "\n"); strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("human lines:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -2,12 +2,14 @@ package audit
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"github.com/nsgate/nsgate/internal/hostpath"
 	"io"
 	"io/fs"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -184,6 +186,7 @@ type Logger struct {
 	seq        uint64    // last seq assigned
 	pending    []item
 	agg        map[aggKey]*aggEntry
+	due        []aggDue    // the sweep's scratch: windows it closes
 	free       []*aggEntry // entries to reuse
 	burstStart time.Time
 	burstUsed  int
@@ -600,10 +603,24 @@ func (l *Logger) sweepLocked(final bool) {
 		return
 	}
 	now := l.now()
+	// Closed windows are written in the order of the records that stand
+	// for them (then of when they began), not in the map's order: the
+	// log, and the live lines, are the same for the same events.
+	due := l.due[:0]
 	for k, e := range l.agg {
 		if !final && now.Sub(e.start) < l.window {
 			continue
 		}
+		due = append(due, aggDue{k, e})
+	}
+	slices.SortFunc(due, func(a, b aggDue) int {
+		if c := cmp.Compare(a.e.seq, b.e.seq); c != 0 {
+			return c
+		}
+		return a.e.start.Compare(b.e.start)
+	})
+	for _, d := range due {
+		k, e := d.k, d.e
 		if e.count > 0 {
 			if !final && len(l.pending) >= l.hardCap {
 				continue
@@ -614,6 +631,14 @@ func (l *Logger) sweepLocked(final bool) {
 		*e = aggEntry{}
 		l.free = append(l.free, e)
 	}
+	clear(due)
+	l.due = due[:0]
+}
+
+// aggDue is one aggregation window the sweep closes.
+type aggDue struct {
+	k aggKey
+	e *aggEntry
 }
 
 // run is the writer goroutine.
