@@ -53,6 +53,9 @@ func siteImages(tracker bool) []string {
 // sitePages serves the site (the fake internet's Layout.Pages): the page
 // on app.test, its script and its image on the other hosts.
 func sitePages(u *url.URL) (string, bool) {
+	if p, ok := benchPages(u); ok { // BenchmarkPlaywrightPageLoad's page
+		return p, true
+	}
 	switch u.Path {
 	case sitePage, siteTrackerPage:
 		var b strings.Builder
