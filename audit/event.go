@@ -205,6 +205,10 @@ type Exit struct {
 	// Counters are what the gateway counted over the run (absent for a
 	// run without a network, as `nsgate guard`).
 	Counters *Counters `json:"counters,omitempty"`
+	// LogFull, when set, says the log could no longer keep its reserve
+	// (reserve.go): the gateway admitted no new flow from then on and the
+	// worker was stopped; every flow admitted before has its record.
+	LogFull string `json:"log_full,omitempty"`
 }
 
 // Counters are a run's totals, written in its exit record. Flows that

@@ -77,6 +77,10 @@ type Options struct {
 	// second look), Log waiting for room in a full queue, and Close
 	// waiting for the writer. Default 3s.
 	Timeout time.Duration
+	// Reserve is how many bytes a regular log file keeps set aside past
+	// its end for the closing records (reserve.go); default
+	// DefaultReserve, negative for none.
+	Reserve int64
 }
 
 const (
@@ -202,6 +206,15 @@ type Logger struct {
 	err     error  // why the log failed
 	headErr error  // writing the head file failed
 
+	// The reserve (reserve.go). reserve and reserved are set at Open;
+	// fullErr and reserveWarn are guarded by headMu.
+	reserve     int64
+	reserved    bool
+	full        chan struct{}
+	isFull      atomic.Bool
+	fullErr     error
+	reserveWarn error
+
 	closeOnce sync.Once
 	closeHead string
 	closeErr  error
@@ -262,6 +275,11 @@ func Open(path string, opts Options) (*Logger, error) {
 		if st.regular {
 			l.regular = true
 			l.size = st.size
+			if err := l.openReserve(); err != nil {
+				f.Close()
+				hp.Close()
+				return nil, err
+			}
 			l.head1 = openHeadFileIn(hp, HeadFile(path))
 			l.head1.key = append([]byte(nil), opts.Key...)
 			l.headErr = l.head1.writeHead(st.head)
@@ -378,6 +396,8 @@ func newLogger(opts Options) *Logger {
 		done:     make(chan struct{}),
 		finished: make(chan struct{}),
 		failed:   make(chan struct{}),
+		full:     make(chan struct{}),
+		reserve:  opts.Reserve,
 		agg:      make(map[aggKey]*aggEntry),
 		delay:    opts.Delay,
 	}
@@ -405,6 +425,9 @@ func newLogger(opts Options) *Logger {
 	}
 	if l.timeout <= 0 {
 		l.timeout = defaultTimeout
+	}
+	if l.reserve == 0 {
+		l.reserve = DefaultReserve
 	}
 	// End-of-window aggregates may overshoot QueueLen by at most one
 	// record per table entry (plus the overflow entries).
@@ -796,6 +819,7 @@ func (l *Logger) flushJSON() {
 		return
 	}
 	if err == nil {
+		l.keepReserve()
 		if l.copyOut != nil {
 			if err := l.writeCopy(l.buf); err != nil {
 				l.fail(err)
@@ -1022,6 +1046,7 @@ func (l *Logger) Close() (head string, err error) {
 			l.headMu.Unlock()
 		}
 		if !stuck && l.file != nil {
+			l.releaseReserve()
 			if err := l.file.Close(); err != nil {
 				l.fail(fmt.Errorf("close %s: %w", l.name, err))
 			}

@@ -34,3 +34,6 @@ func (t *tee) Log(ev Event) uint64 {
 
 // Failed is s's Failed, or nil (never ready) when s cannot fail.
 func (t *tee) Failed() <-chan struct{} { return FailedOf(t.s) }
+
+// Full is s's Full, or nil (never ready) when s cannot run short of room.
+func (t *tee) Full() <-chan struct{} { return FullOf(t.s) }

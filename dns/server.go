@@ -57,7 +57,8 @@ type Config struct {
 	Policy func() *policy.Policy
 	// Audit receives one dns event per message, refused ones included
 	// (RuleMalformed, RuleOpcode). Nil: no audit. When it can
-	// fail (audit.Failer) and has failed, every query is refused (REFUSED)
+	// fail (audit.Failer) and has failed, or is full (audit.Filler), every
+	// query is refused (REFUSED)
 	// from then on: the audit fails closed.
 	Audit audit.Sink
 	// Upstream overrides the resolvers used by Resolve ("ip:port", tried
@@ -102,6 +103,7 @@ type Server struct {
 	policy   func() *policy.Policy
 	audit    audit.Sink
 	failed   <-chan struct{} // closed when the audit has failed
+	full     <-chan struct{} // closed when the audit log is full (its reserve)
 	upstream []string
 	resolv   string
 	exchange func(ctx context.Context, server string, msg []byte) ([]byte, error)
@@ -164,6 +166,7 @@ func New(cfg Config) (*Server, error) {
 		policy:   cfg.Policy,
 		audit:    cfg.Audit,
 		failed:   audit.FailedOf(cfg.Audit),
+		full:     audit.FullOf(cfg.Audit),
 		upstream: append([]string(nil), cfg.Upstream...),
 		resolv:   cfg.ResolvConfPath,
 		exchange: cfg.Exchange,
@@ -296,8 +299,9 @@ func readEDNS(p *dnsmessage.Parser) (bool, uint16) {
 
 // answer decides one well-formed query and builds the reply.
 func (s *Server) answer(h dnsmessage.Header, q *dnsmessage.Question) reply {
-	if audit.IsFailed(s.failed) {
-		// The audit log cannot record an answer: refuse them all.
+	if audit.IsFailed(s.failed) || audit.IsFailed(s.full) {
+		// The audit log cannot record an answer (or only into the
+		// reserve it keeps for the closing records): refuse them all.
 		s.stats.denied.Add(1)
 		return newReply(h, dnsmessage.RCodeRefused, q)
 	}

@@ -321,11 +321,14 @@ func testLabContainment(t *testing.T, m mode, dir string, ev labEvidence) {
 		t.Errorf("audit verify --key: exit %d %q %q", v.code, v.stdout, v.stderr)
 	}
 	// The log of the run whose audit volume filled up: whole records,
-	// anchored, with their MACs; not closed (nsgate could not write the
-	// exit record).
+	// anchored, with their MACs; and closed: the exit record (log_full)
+	// was written into the reserve the log keeps (docs/audit.md).
 	v = runNsgate(t, m, "audit", "verify", "--key", key, filepath.Join(dir, "audit-fill.jsonl"))
-	if v.code != 0 || !strings.Contains(v.stdout, "anchored") || !strings.Contains(v.stdout, "MACs checked: all") || !strings.Contains(v.stderr, "not closed") {
+	if v.code != 0 || !strings.Contains(v.stdout, "anchored") || !strings.Contains(v.stdout, "MACs checked: all") || strings.Contains(v.stderr, "not closed") {
 		t.Errorf("audit verify --key audit-fill.jsonl: exit %d %q %q", v.code, v.stdout, v.stderr)
+	}
+	if recs := readAudit(t, filepath.Join(dir, "audit-fill.jsonl")); len(recs) == 0 || recs[len(recs)-1].str("event") != "exit" || recs[len(recs)-1].str("log_full") == "" {
+		t.Errorf("audit-fill.jsonl does not end with an exit record carrying log_full")
 	}
 }
 

@@ -15,6 +15,16 @@ import (
 // which ends the worker. The check is a receive without waiting from the
 // sink's Failed channel: two atomic loads on the hot path, no lock.
 
+// The log may also be full (audit.Filler: it can no longer keep the space
+// set aside for the closing records). Then classify refuses every new
+// flow, before anything is dialled, while flows already past it are still
+// admitted and recorded, into that space: so no upstream connection is
+// ever opened without its record.
+
+// auditFullReason is the reason of flows refused because the audit log is
+// full (their deny records fold into the reserve).
+const auditFullReason = "audit log full: no new flows"
+
 // auditFailedReason is the reason of flows refused because the audit log
 // failed (their records are not written: the log cannot take them).
 const auditFailedReason = "audit log failed: no new flows"
@@ -29,6 +39,20 @@ func (g *Gateway) auditRefuses(p *plan) bool {
 		return false
 	}
 	p.d = policy.Decision{Verdict: policy.Deny, Rule: "audit", Reason: auditFailedReason}
+	p.reason, p.targets = "", nil
+	return true
+}
+
+// auditRefusesNew is auditRefuses for a flow not yet classified: it
+// refuses too once the log is full.
+func (g *Gateway) auditRefusesNew(p *plan) bool {
+	if g.auditRefuses(p) {
+		return true
+	}
+	if !audit.IsFailed(g.auditFull) {
+		return false
+	}
+	p.d = policy.Decision{Verdict: policy.Deny, Rule: "audit", Reason: auditFullReason}
 	p.reason, p.targets = "", nil
 	return true
 }

@@ -121,7 +121,7 @@ func (g *Gateway) guardedPolicy() *policy.Policy {
 // then resolve must run before anything is dialed.
 func (a *admission) classify() {
 	p := &a.p
-	if a.g.auditRefuses(p) {
+	if a.g.auditRefusesNew(p) {
 		return
 	}
 	proto, dst := p.proto, p.dst

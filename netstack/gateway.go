@@ -308,6 +308,8 @@ type Gateway struct {
 
 	// auditFailed is closed when the audit log has failed (auditgate.go).
 	auditFailed <-chan struct{}
+	// auditFull is closed when the audit log is full (auditgate.go).
+	auditFull <-chan struct{}
 
 	// pool runs per-flow work on kept goroutines (goroutinepool.go).
 	pool *goroutinePool
@@ -396,6 +398,7 @@ func New(cfg Config) (*Gateway, error) {
 		g.dial = (&net.Dialer{KeepAlive: -1}).DialContext
 	}
 	g.auditFailed = audit.FailedOf(cfg.Audit)
+	g.auditFull = audit.FullOf(cfg.Audit)
 	if err := g.build(cfg); err != nil {
 		cancel()
 		if g.hostWatch != nil {

@@ -220,6 +220,9 @@ func Open(cfg Config) (*Session, error) {
 		s.closePolicy()
 		return nil, fmt.Errorf("audit log: %w", err)
 	}
+	if w := s.log.ReserveWarning(); w != nil {
+		fmt.Fprintf(cfg.Stderr, "nsgate: warning: %v\n", w)
+	}
 	s.sink = audit.Tee(s.log, cfg.Observe)
 	if cfg.AuditPath == "-" || cfg.AuditCopy != "" {
 		// A write to a stderr (or stdout) nobody reads any more must fail
@@ -478,28 +481,31 @@ func (s *Session) StopOnAuditFailure(kill func()) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.kill = kill
-	if s.log.Err() != nil {
+	if s.AuditFailed() {
 		s.killed = true
 		kill()
 	}
 }
 
-// watchAudit ends the worker when the log fails.
+// watchAudit ends the worker when the log fails or is full (it can no
+// longer keep its reserve: the gateway admits no new flow).
 func (s *Session) watchAudit() {
 	select {
 	case <-s.log.Failed():
-		s.mu.Lock()
-		if s.kill != nil && !s.killed {
-			s.killed = true
-			s.kill()
-		}
-		s.mu.Unlock()
+	case <-s.log.Full():
 	case <-s.watched:
+		return
 	}
+	s.mu.Lock()
+	if s.kill != nil && !s.killed {
+		s.killed = true
+		s.kill()
+	}
+	s.mu.Unlock()
 }
 
-// AuditFailed reports whether the audit log has failed.
-func (s *Session) AuditFailed() bool { return s.log.Err() != nil }
+// AuditFailed reports whether the audit log has failed or is full.
+func (s *Session) AuditFailed() bool { return s.log.Err() != nil || s.log.FullErr() != nil }
 
 // Close stops the forwards, the gateway and the exec audits, writes the
 // exit record with code and closes the log, then says on Config.Stderr the
@@ -531,8 +537,16 @@ func (s *Session) Close(code int) int {
 	}
 	close(s.watched)
 
-	s.sink.Log(audit.Exit{Code: code, Counters: s.counters(gw, names, link)})
+	full := s.log.FullErr()
+	exit := audit.Exit{Code: code, Counters: s.counters(gw, names, link)}
+	if full != nil {
+		exit.LogFull = full.Error()
+	}
+	s.sink.Log(exit)
 	head, err := s.log.Close()
+	if err == nil && full != nil {
+		err = full
+	}
 	if err != nil {
 		what := s.cfg.Stopped
 		switch {
@@ -542,7 +556,11 @@ func (s *Session) Close(code int) int {
 		default:
 			what = fmt.Sprintf("the worker exited with status %d", code)
 		}
-		writeBounded(s.cfg.Stderr, fmt.Sprintf("nsgate: audit log failed: %v; %s\n", err, what))
+		if full != nil && s.log.Err() == nil {
+			writeBounded(s.cfg.Stderr, fmt.Sprintf("nsgate: audit log full: %v; no new flow was admitted from then on and %s; every admitted flow has its record (audit head %s)\n", err, what, head))
+		} else {
+			writeBounded(s.cfg.Stderr, fmt.Sprintf("nsgate: audit log failed: %v; %s\n", err, what))
+		}
 		return ExitAuditFailed
 	}
 	if herr := s.log.HeadFileErr(); herr != nil {

@@ -31,11 +31,13 @@ type FillRun struct {
 	Err error
 }
 
-// auditFailLines are the lines of stderr that report the audit failure.
+// auditFailLines are the lines of stderr that report the audit failure:
+// the log failed, or it was full (it could no longer keep the reserve for
+// its closing records, docs/audit.md).
 func auditFailLines(stderr string) []string {
 	var out []string
 	for _, l := range strings.Split(stderr, "\n") {
-		if strings.Contains(l, "audit log failed") {
+		if strings.Contains(l, "audit log failed") || strings.HasPrefix(strings.TrimSpace(l), "nsgate: audit log full:") {
 			out = append(out, strings.TrimSpace(l))
 		}
 	}
