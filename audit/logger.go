@@ -248,7 +248,7 @@ func Open(path string, opts Options) (*Logger, error) {
 		}
 		hp, err := paths.ResolveOutput(path)
 		if err != nil {
-			return nil, fmt.Errorf("audit log: %w", err)
+			return nil, err // it names the path; the caller says it is the log
 		}
 		var f *os.File
 		if hp.IsFIFO() {

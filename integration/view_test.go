@@ -252,7 +252,7 @@ func TestViewRefusesNsgateFilesInWritable(t *testing.T) {
 			t.Errorf("exit %d stderr %q; want 0 and a warning: the policy's folder is shown to the worker", r.code, r.stderr)
 		}
 		r = runNsgate(t, m, "run", "--audit", filepath.Join(dir, "audit.jsonl"), "--rw", dir, "--", "true")
-		if r.code != 125 || !strings.Contains(r.stderr, "lies in the writable path") {
+		if r.code != 125 || !strings.Contains(r.stderr, "which the worker may write") {
 			t.Errorf("exit %d stderr %q; want 125 naming the writable path", r.code, r.stderr)
 		}
 		ran := filepath.Join(dir, "bin")
