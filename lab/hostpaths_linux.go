@@ -1,0 +1,313 @@
+package lab
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/nsgate/nsgate/audit"
+	"github.com/nsgate/nsgate/lab/attack"
+	"github.com/nsgate/nsgate/lab/judge"
+	"github.com/nsgate/nsgate/policy"
+)
+
+// The lab's side of the host-path attempts (attack.PhaseHostPaths): runs
+// of their own whose worker plants or re-points a link, or learns through
+// a dns.hosts loopback name, judged on the host and on their own logs.
+
+// ownRunOut is what one `nsgate run` of a host-path attempt left.
+type ownRunOut struct {
+	obs    *attack.Observation
+	code   int
+	stderr string
+	args   []string
+}
+
+// runOwn runs `nsgate ARGS` with the environment env and returns the
+// final observation of attempt id it printed, if any.
+func runOwn(ctx context.Context, cfg Config, id string, env, args []string) ownRunOut {
+	out := ownRunOut{args: args, code: -1}
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(rctx, cfg.Self, args...)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr := &tail{max: 4 << 10}
+	cmd.Stderr = stderr
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		out.stderr = err.Error()
+		return out
+	}
+	if err := cmd.Start(); err != nil {
+		out.stderr = err.Error()
+		return out
+	}
+	sc := bufio.NewScanner(pipe)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		var o attack.Observation
+		if json.Unmarshal(sc.Bytes(), &o) == nil && o.ID == id && !o.Partial {
+			out.obs = &o
+		}
+	}
+	out.code = attack.ExitCode(cmd.Wait())
+	out.stderr = stderr.String()
+	return out
+}
+
+// attackerArgs is the attacker's command line for attempt id alone.
+func attackerArgs(cfg Config, h *attack.HostEnv, id, rw string) []string {
+	a := append([]string{"--", cfg.Self}, cfg.AttackArgs...)
+	a = append(a, "--json", "--only", id, "--token", h.Token, "--work-dir", h.Work)
+	if rw != "" {
+		a = append(a, "--rw-dir", rw)
+	}
+	return a
+}
+
+// fileSum is the SHA-256 of path's bytes, or the error reading it.
+func fileSum(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "unreadable: " + err.Error()
+	}
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// runHostPath runs attempt at (attack.PhaseHostPaths).
+func runHostPath(ctx context.Context, cfg Config, at attack.Attempt, h *attack.HostEnv, env []string) (res judge.Result) {
+	res = ownRunResult(at)
+	res.HostCheck = at.HostCheck
+	defer func() { res.End = time.Now() }()
+	base := filepath.Join(h.Work, attack.PhaseHostPaths)
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		return erroredResult(res, err.Error())
+	}
+	os.Chmod(base, 0o755)
+	switch at.ID {
+	case "fs-plant-output-links":
+		return plantOutputLinks(ctx, cfg, res, h, env, base)
+	case "fs-relink-policy-reload":
+		return relinkPolicyReload(ctx, cfg, res, h, env, base)
+	case "learn-hosts-loopback":
+		return learnHostsLoopback(ctx, cfg, res, h, env, base)
+	}
+	return erroredResult(res, "the lab has no run for "+at.ID)
+}
+
+func plantOutputLinks(ctx context.Context, cfg Config, res judge.Result, h *attack.HostEnv, env []string, base string) judge.Result {
+	canary := filepath.Join(h.Work, attack.HostPathCanary)
+	if err := os.WriteFile(canary, []byte("the caller's file "+h.Token+"\n"), 0o644); err != nil {
+		return erroredResult(res, err.Error())
+	}
+	before := fileSum(canary)
+	ws := filepath.Join(base, "plant-ws")
+	logs := filepath.Join(base, "plant-audit")
+	for _, d := range []string{ws, logs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return erroredResult(res, err.Error())
+		}
+		os.Chmod(d, 0o777)
+	}
+	// Run 1: the worker plants the links.
+	args := append([]string{"run", "--policy", h.Policy, "--audit", filepath.Join(logs, "plant.jsonl"), "--ro", h.Work, "--rw", ws, "--quiet"},
+		attackerArgs(cfg, h, res.ID, ws)...)
+	r1 := runOwn(ctx, cfg, res.ID, env, args)
+	if r1.obs == nil || r1.obs.Observed != attack.Allowed {
+		why := "the planting run (exit " + strconv.Itoa(r1.code) + ") reported no planted links: " + judge.LastLines(r1.stderr, 3)
+		if r1.obs != nil {
+			why += "; the worker: " + r1.obs.Detail
+		}
+		return erroredResult(res, why)
+	}
+	for _, n := range attack.PlantedOutputs {
+		if fi, err := os.Lstat(filepath.Join(ws, n)); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			return erroredResult(res, "the worker said it planted "+n+" but it is not a link on the host")
+		}
+	}
+	// Run 2: the operator's next runs, one per output, on those names.
+	var refused, through []string
+	for i, o := range [][]string{
+		{"--pcap", filepath.Join(ws, "capture.pcap"), "--audit", filepath.Join(logs, "pcap.jsonl")},
+		{"--learn", filepath.Join(ws, "learned.yaml"), "--audit", filepath.Join(logs, "learn.jsonl")},
+		{"--audit", filepath.Join(ws, "audit.jsonl")},
+	} {
+		a := append(append([]string{"run", "--policy", h.Policy, "--quiet"}, o...), "--", cfg.Self, "version")
+		r := runOwn(ctx, cfg, "", env, a)
+		line := judge.FirstLines(r.stderr, 1)
+		if r.code != 0 && strings.Contains(r.stderr, "link") {
+			refused = append(refused, fmt.Sprintf("%s %s: exit %d, %q", o[0], attack.PlantedOutputs[i], r.code, line))
+		} else {
+			through = append(through, fmt.Sprintf("%s %s: exit %d, %q", o[0], attack.PlantedOutputs[i], r.code, line))
+		}
+	}
+	after := fileSum(canary)
+	res.HostCheck = fmt.Sprintf("%s: canary %s sha256 %s before, %s after; refused: %s; not refused: %s (worker run: %s %s)",
+		res.HostCheck, canary, before, after, strings.Join(refused, "; "), strings.Join(through, "; "), cfg.Self, strings.Join(r1.args, " "))
+	switch {
+	case after != before:
+		res.Observed = attack.Allowed
+		res.Detail = "the caller's file changed through a planted link"
+		res.Why = "got through: " + res.Detail
+	case len(through) > 0:
+		res.Observed = attack.Allowed
+		res.Detail = "a run given a planted link was not refused at start: " + strings.Join(through, "; ")
+		res.Why = "got through: " + res.Detail
+	default:
+		res.Observed, res.Pass = attack.Blocked, true
+		res.Detail = fmt.Sprintf("the worker planted %d links; each later run refused at start naming the link, and the caller's file is unchanged", len(refused))
+	}
+	return res
+}
+
+func relinkPolicyReload(ctx context.Context, cfg Config, res judge.Result, h *attack.HostEnv, env []string, base string) judge.Result {
+	ws := filepath.Join(base, "relink-ws")
+	logs := filepath.Join(base, "relink-audit")
+	for _, d := range []string{ws, logs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return erroredResult(res, err.Error())
+		}
+		os.Chmod(d, 0o777)
+	}
+	link := filepath.Join(ws, attack.RelinkPolicy)
+	os.Remove(link)
+	if err := os.Symlink(h.Policy, link); err != nil {
+		return erroredResult(res, err.Error())
+	}
+	before := fileSum(h.Policy)
+	log := filepath.Join(logs, "relink.jsonl")
+	args := append([]string{"run", "--policy", link, "--audit", log, "--ro", h.Work, "--rw", ws, "--quiet"},
+		attackerArgs(cfg, h, res.ID, ws)...)
+	// The run must refuse to start: one that starts has already lost
+	// (the worker re-points the link before any reload), whatever a
+	// reload would then read.
+	r := runOwn(ctx, cfg, res.ID, env, args)
+	target, _ := os.Readlink(link)
+	after := fileSum(h.Policy)
+	res.HostCheck = fmt.Sprintf("%s: exit %d, %q; the operator's policy sha256 %s before, %s after; the link points to %s (%s %s)",
+		res.HostCheck, r.code, judge.FirstLines(r.stderr, 1), before, after, target, cfg.Self, strings.Join(args, " "))
+	switch {
+	case r.obs != nil || r.code == 0:
+		res.Observed = attack.Allowed
+		res.Detail = "nsgate started with a --policy reached through a link in the worker's --rw tree"
+		if r.obs != nil {
+			res.Detail += "; the worker: " + r.obs.Detail
+		}
+		res.Why = "got through: " + res.Detail
+	case !strings.Contains(r.stderr, "which the worker may write"):
+		return erroredResult(res, fmt.Sprintf("the run exited %d without the refusal naming the writable tree: %s", r.code, judge.LastLines(r.stderr, 3)))
+	case after != before || target != h.Policy:
+		res.Observed = attack.Allowed
+		res.Detail = "the operator's policy or its link changed"
+		res.Why = "got through: " + res.Detail
+	default:
+		res.Observed, res.Pass = attack.Blocked, true
+		res.Detail = "refused at start: " + judge.FirstLines(r.stderr, 1) + "; the worker never ran and the operator's policy is unchanged"
+	}
+	return res
+}
+
+func learnHostsLoopback(ctx context.Context, cfg Config, res judge.Result, h *attack.HostEnv, env []string, base string) judge.Result {
+	var hits atomic.Int64
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(attack.LearnLoopbackPort)))
+	if err != nil {
+		return erroredResult(res, "the loopback server: "+err.Error())
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			hits.Add(1)
+			c.Write([]byte("SSH-2.0-lab\r\n"))
+			c.Close()
+		}
+	}()
+	own := filepath.Join(base, "learn-nsgate")
+	if err := os.MkdirAll(own, 0o755); err != nil {
+		return erroredResult(res, err.Error())
+	}
+	os.Chmod(own, 0o777)
+	pol := filepath.Join(own, "start.yaml")
+	text := "version: 1\nallow:\n  - host: " + attack.LearnLoopbackName + "\n    ports: [8080]\ndns:\n  upstream: [\"127.0.0.53:53\"]\n  hosts:\n    " + attack.LearnLoopbackName + ": [127.0.0.1]\n"
+	if err := os.WriteFile(pol, []byte(text), 0o644); err != nil {
+		return erroredResult(res, err.Error())
+	}
+	learned := filepath.Join(own, "learned.yaml")
+	log := filepath.Join(own, "audit.jsonl")
+	args := append([]string{"run", "--learn", learned, "--policy", pol, "--audit", log, "--quiet"}, attackerArgs(cfg, h, res.ID, "")...)
+	r := runOwn(ctx, cfg, res.ID, env, args)
+	n := hits.Load()
+	data, lerr := os.ReadFile(learned)
+	recs, rerr := audit.ReadRecordsFile(log)
+	var deny json.RawMessage
+	for _, rec := range recs {
+		if rec.Name == "flow" && rec.Action() == "deny" && bytes.Contains(rec.Raw, []byte(`"builtin:special-range"`)) &&
+			bytes.Contains(rec.Raw, []byte(":"+strconv.Itoa(attack.LearnLoopbackPort)+`"`)) {
+			deny = rec.Raw
+			res.AuditSeqs = append(res.AuditSeqs, rec.Seq)
+			res.Audit = append(res.Audit, rec.Raw)
+		}
+	}
+	// The learned file, decided as nsgate would decide under it: does it
+	// allow the name's loopback address on the port?
+	learnedAllows := false
+	if lerr == nil {
+		lp, perr := policy.Parse(learned, data)
+		if perr != nil {
+			return erroredResult(res, "the learned file does not parse: "+perr.Error())
+		}
+		d := lp.Decide(policy.Flow{Proto: policy.TCP, Host: attack.LearnLoopbackName, Addr: netip.MustParseAddr("127.0.0.1"), Port: attack.LearnLoopbackPort})
+		learnedAllows = d.Verdict == policy.Allow
+	}
+	res.HostCheck = fmt.Sprintf("%s: the loopback server counted %d connections; learned file %s (%d bytes; under it 127.0.0.1:%d allowed: %v); %d records in %s (%s %s)",
+		res.HostCheck, n, learned, len(data), attack.LearnLoopbackPort, learnedAllows, len(recs), log, cfg.Self, strings.Join(args, " "))
+	switch {
+	case n > 0 || r.obs != nil && r.obs.Observed == attack.Allowed:
+		res.Observed = attack.Allowed
+		res.Detail = fmt.Sprintf("the loopback server counted %d connections", n)
+		if r.obs != nil {
+			res.Detail += "; the worker: " + r.obs.Detail
+		}
+		res.Why = "got through: " + res.Detail
+	case learnedAllows:
+		res.Observed = attack.Allowed
+		res.Detail = "the learned file allows the loopback port: " + string(data)
+		res.Why = "got through: " + res.Detail
+	case r.obs == nil:
+		return erroredResult(res, fmt.Sprintf("the run (exit %d) reported no observation: %s", r.code, judge.LastLines(r.stderr, 3)))
+	case r.obs.Observed != attack.Blocked:
+		return erroredResult(res, r.obs.Detail)
+	case lerr != nil:
+		return erroredResult(res, "no learned file: "+lerr.Error())
+	case rerr != nil || deny == nil:
+		res.Observed = attack.Blocked
+		res.Detail = r.obs.Detail + "; the loopback server counted no connection"
+		res.Why = "blocked, but the run's log has no deny record with rule builtin:special-range for the port"
+		if rerr != nil {
+			res.Why += ": " + rerr.Error()
+		}
+	default:
+		res.Observed, res.Pass = attack.Blocked, true
+		res.Detail = r.obs.Detail + "; the loopback server counted no connection; the learned file does not allow the port"
+	}
+	return res
+}
