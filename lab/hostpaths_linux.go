@@ -21,6 +21,7 @@ import (
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/lab/attack"
+	"github.com/nsgate/nsgate/lab/internet"
 	"github.com/nsgate/nsgate/lab/judge"
 	"github.com/nsgate/nsgate/policy"
 )
@@ -158,8 +159,12 @@ func plantOutputLinks(ctx context.Context, cfg Config, res judge.Result, h *atta
 		}
 	}
 	after := fileSum(canary)
+	notRefused := "none"
+	if len(through) > 0 {
+		notRefused = strings.Join(through, "; ")
+	}
 	res.HostCheck = fmt.Sprintf("%s: canary %s sha256 %s before, %s after; refused: %s; not refused: %s (worker run: %s %s)",
-		res.HostCheck, canary, before, after, strings.Join(refused, "; "), strings.Join(through, "; "), cfg.Self, strings.Join(r1.args, " "))
+		res.HostCheck, canary, before, after, strings.Join(refused, "; "), notRefused, cfg.Self, strings.Join(r1.args, " "))
 	switch {
 	case after != before:
 		res.Observed = attack.Allowed
@@ -247,7 +252,7 @@ func learnHostsLoopback(ctx context.Context, cfg Config, res judge.Result, h *at
 	}
 	os.Chmod(own, 0o777)
 	pol := filepath.Join(own, "start.yaml")
-	text := "version: 1\nallow:\n  - host: " + attack.LearnLoopbackName + "\n    ports: [8080]\ndns:\n  upstream: [\"127.0.0.53:53\"]\n  hosts:\n    " + attack.LearnLoopbackName + ": [127.0.0.1]\n"
+	text := "version: 1\nallow:\n  - host: " + attack.LearnLoopbackName + "\n    ports: [8080]\ndns:\n  upstream: [\"" + internet.UpstreamDNS + "\"]\n  hosts:\n    " + attack.LearnLoopbackName + ": [127.0.0.1]\n"
 	if err := os.WriteFile(pol, []byte(text), 0o644); err != nil {
 		return erroredResult(res, err.Error())
 	}
