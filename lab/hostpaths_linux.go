@@ -221,11 +221,161 @@ func relinkPolicyReload(ctx context.Context, cfg Config, res judge.Result, h *at
 		res.Observed = attack.Allowed
 		res.Detail = "the operator's policy or its link changed"
 		res.Why = "got through: " + res.Detail
+	}
+	// The reload stage: the policy lies outside the worker's --rw
+	// folder, so the run starts; the worker writes a permissive policy in
+	// its folder, the lab re-points the policy's folder by name to it (as
+	// a worker that could rename it would) and sends SIGHUP.
+	st := relinkReloadStage(ctx, cfg, h, env, base)
+	res.HostCheck += "; reload stage: " + st.hostCheck
+	switch {
+	case st.errored != "":
+		return erroredResult(res, "reload stage: "+st.errored)
+	case !st.blocked:
+		res.Observed = attack.Allowed
+		res.Detail = "reload stage: " + st.detail
+		res.Why = "got through: " + res.Detail
 	default:
 		res.Observed, res.Pass = attack.Blocked, true
-		res.Detail = "refused at start: " + judge.FirstLines(r.stderr, 1) + "; the worker never ran and the operator's policy is unchanged"
+		res.Detail = "refused at start: " + judge.FirstLines(r.stderr, 1) + "; the worker never ran and the operator's policy is unchanged; reload stage: " + st.detail
+		res.AuditSeqs, res.Audit = st.seqs, st.recs
 	}
 	return res
+}
+
+// reloadStage is the outcome of relinkReloadStage.
+type reloadStage struct {
+	blocked                    bool
+	detail, hostCheck, errored string
+	seqs                       []uint64
+	recs                       []json.RawMessage
+}
+
+// relinkReloadStage runs the reload stage of fs-relink-policy-reload.
+func relinkReloadStage(ctx context.Context, cfg Config, h *attack.HostEnv, env []string, base string) (st reloadStage) {
+	var hits atomic.Int64
+	ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(attack.RelinkPort)))
+	if err != nil {
+		st.errored = "the loopback server: " + err.Error()
+		return st
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			hits.Add(1)
+			c.Write([]byte("SSH-2.0-lab\r\n"))
+			c.Close()
+		}
+	}()
+	etc := filepath.Join(base, "reload-etc")
+	ws := filepath.Join(base, "reload-ws")
+	logs := filepath.Join(base, "reload-audit")
+	for _, d := range []string{etc, ws, logs} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			st.errored = err.Error()
+			return st
+		}
+	}
+	os.Chmod(ws, 0o777)
+	text, err := os.ReadFile(h.Policy)
+	if err != nil {
+		st.errored = err.Error()
+		return st
+	}
+	pol := filepath.Join(etc, attack.RelinkPolicy)
+	if err := os.WriteFile(pol, text, 0o644); err != nil {
+		st.errored = err.Error()
+		return st
+	}
+	log := filepath.Join(logs, "reload.jsonl")
+	args := append([]string{"run", "--policy", pol, "--audit", log, "--ro", h.Work, "--rw", ws, "--quiet"}, attackerArgs(cfg, h, "fs-relink-policy-reload", ws)...)
+	rctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(rctx, cfg.Self, args...)
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr := &tail{max: 4 << 10}
+	cmd.Stderr = stderr
+	pipe, err := cmd.StdoutPipe()
+	if err != nil {
+		st.errored = err.Error()
+		return st
+	}
+	if err := cmd.Start(); err != nil {
+		st.errored = err.Error()
+		return st
+	}
+	obsc := make(chan *attack.Observation, 1)
+	go func() {
+		var last *attack.Observation
+		sc := bufio.NewScanner(pipe)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var o attack.Observation
+			if json.Unmarshal(sc.Bytes(), &o) == nil && o.ID == "fs-relink-policy-reload" && !o.Partial {
+				last = &o
+			}
+		}
+		obsc <- last
+	}()
+	// Once the worker has written its policy, re-point the folder.
+	written := filepath.Join(ws, attack.RelinkPolicy)
+	repointed := false
+	for end := time.Now().Add(20 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(written); err == nil && string(b) == attack.RelinkPermissiveText {
+			if os.Rename(etc, etc+".old") == nil && os.Symlink(ws, etc) == nil {
+				repointed = true
+				cmd.Process.Signal(syscall.SIGHUP)
+			}
+			break
+		}
+	}
+	obs := <-obsc
+	code := attack.ExitCode(cmd.Wait())
+	n := hits.Load()
+	recs, rerr := audit.ReadRecordsFile(log)
+	var startSum, reloadSum, reloadAction, reloadErr string
+	for _, rec := range recs {
+		var f struct {
+			Action string `json:"action"`
+			Sum    string `json:"policy_sha256"`
+			Error  string `json:"error"`
+		}
+		json.Unmarshal(rec.Raw, &f)
+		switch rec.Name {
+		case "start":
+			startSum = f.Sum
+		case "policy":
+			reloadSum, reloadAction, reloadErr = f.Sum, f.Action, f.Error
+			st.seqs = append(st.seqs, rec.Seq)
+			st.recs = append(st.recs, rec.Raw)
+		}
+	}
+	st.hostCheck = fmt.Sprintf("policy folder re-pointed to the worker's folder: %v; the loopback server (%s:%d) counted %d connections; start policy sha256 %s, policy record %s sha256 %s %q; exit %d (%s %s)",
+		repointed, attack.RelinkName, attack.RelinkPort, n, startSum, reloadAction, reloadSum, reloadErr, code, cfg.Self, strings.Join(args, " "))
+	switch {
+	case n > 0 || obs != nil && obs.Observed == attack.Allowed:
+		st.detail = fmt.Sprintf("the loopback server counted %d connections after the reload", n)
+		if obs != nil {
+			st.detail += "; the worker: " + obs.Detail
+		}
+	case rerr == nil && reloadSum != "" && reloadSum != startSum:
+		st.detail = "the reload put another policy in force (sha256 " + reloadSum + ")"
+	case !repointed:
+		st.errored = "the worker never wrote its policy, or the folder could not be re-pointed: " + judge.LastLines(stderr.String(), 3)
+	case obs == nil || obs.Observed != attack.Blocked:
+		st.errored = fmt.Sprintf("the run (exit %d) reported no refusal: %s", code, judge.LastLines(stderr.String(), 3))
+	case rerr != nil || reloadSum == "" || startSum == "":
+		st.errored = fmt.Sprintf("the run's log has no start and policy records with a sha256 (%v)", rerr)
+	default:
+		st.blocked = true
+		st.detail = "after the re-point and SIGHUP the policy record carries the start policy's sha256, and the loopback server counted no connection; the worker: " + obs.Detail
+	}
+	return st
 }
 
 func learnHostsLoopback(ctx context.Context, cfg Config, res judge.Result, h *attack.HostEnv, env []string, base string) judge.Result {

@@ -55,10 +55,10 @@ func hostPathAttempts() []Attempt {
 		},
 		{
 			ID: "fs-relink-policy-reload", Category: "host-paths", Layer: LayerView, Phase: PhaseHostPaths,
-			Description: "the operator's --policy is reached through a link in the worker's --rw folder; the worker re-points the link to a permissive policy it wrote (cidr 0.0.0.0/0) and the lab sends SIGHUP",
+			Description: "start: the operator's --policy is reached through a link in the worker's --rw folder, which the worker would re-point to a permissive policy it wrote; reload: the policy lies outside the --rw folder, the worker writes a permissive policy (cidr 0.0.0.0/0, dns.hosts " + RelinkName + " to 127.0.0.1) in its folder, the policy's folder is re-pointed by name to it and the lab sends SIGHUP while the worker tries " + RelinkName + ":" + strconv.Itoa(RelinkPort),
 			Expect:      Blocked, Audit: AuditNone,
-			HostCheck: "nsgate refused to start (the policy's path lies in a tree the worker may write), the worker never ran, the operator's policy and its link are unchanged",
-			NoRecord:  "the run refuses before its log is open: the refusal, the worker that never ran and the unchanged policy are the evidence",
+			HostCheck: "start: nsgate refused to start (the policy's path lies in a tree the worker may write), the worker never ran, the operator's policy and its link are unchanged; reload: the policy record carries the start policy's sha256 and the loopback server saw no connection",
+			NoRecord:  "the start run refuses before its log is open (the refusal and the unchanged policy are the evidence); the reload stage's policy record, from its own log, is in the attempt's audit",
 			run:       relinkPolicy,
 		},
 		{
@@ -92,13 +92,33 @@ func plantOutputLinks(_ context.Context, a *attacker) result {
 	return allowedf("planted %v in %s, each a link to %s", PlantedOutputs, rw, canary)
 }
 
-// relinkPolicy is the worker's step of fs-relink-policy-reload: write a
-// permissive policy and rename a new link to it over the policy's link.
-// The lab expects this never to run (the run refuses to start).
-func relinkPolicy(_ context.Context, a *attacker) result {
+// RelinkName and RelinkPort are what the permissive policy of the
+// reload stage of fs-relink-policy-reload opens (dns.hosts to 127.0.0.1
+// and an allow rule for the port), where the lab listens and counts.
+const (
+	RelinkName = "relink.test"
+	RelinkPort = 2223
+)
+
+// RelinkPermissiveText is the permissive policy the worker writes in the
+// reload stage of fs-relink-policy-reload.
+var RelinkPermissiveText = "version: 1\nallow:\n  - host: " + RelinkName + "\n    ports: [" + strconv.Itoa(RelinkPort) + "]\n  - cidr: 0.0.0.0/0\ndns:\n  hosts:\n    " + RelinkName + ": [127.0.0.1]\n"
+
+// relinkPolicy is the worker's step of fs-relink-policy-reload. With the
+// policy's link in its --rw folder (the start stage, which the lab
+// expects never to run: nsgate refuses to start), it writes a permissive
+// policy and renames a new link to it over the policy's link. Without it
+// (the reload stage: the policy lies outside the --rw folder, and the lab
+// re-points the policy's folder to the worker's folder and reloads), it
+// writes the permissive policy as RelinkPolicy and tries RelinkName:
+// RelinkPort for a few seconds, across the reload.
+func relinkPolicy(ctx context.Context, a *attacker) result {
 	rw, err := a.rwDir()
 	if err != nil {
 		return erroredf("%v", err)
+	}
+	if fi, err := os.Lstat(filepath.Join(rw, RelinkPolicy)); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+		return relinkReload(ctx, rw)
 	}
 	evil := filepath.Join(rw, RelinkPermissive)
 	if err := os.WriteFile(evil, []byte("version: 1\nallow:\n  - cidr: 0.0.0.0/0\n    l7: none\n"), 0o644); err != nil {
@@ -130,4 +150,30 @@ func learnHostsLoopback(ctx context.Context, _ *attacker) result {
 		return blockedf("connect %s: the gateway accepted, then %v (no byte from the server)", addr, err)
 	}
 	return allowedf("connected to %s and read from the server", addr)
+}
+
+// relinkReload is the reload stage of relinkPolicy.
+func relinkReload(ctx context.Context, rw string) result {
+	if err := os.WriteFile(filepath.Join(rw, RelinkPolicy), []byte(RelinkPermissiveText), 0o644); err != nil {
+		return erroredf("%v", err)
+	}
+	addr := net.JoinHostPort(RelinkName, strconv.Itoa(RelinkPort))
+	var last error
+	for end := time.Now().Add(6 * time.Second); time.Now().Before(end); time.Sleep(150 * time.Millisecond) {
+		d := net.Dialer{Timeout: time.Second}
+		c, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil {
+			last = err
+			continue
+		}
+		c.SetReadDeadline(time.Now().Add(time.Second))
+		buf := make([]byte, 1)
+		_, err = c.Read(buf)
+		c.Close()
+		if err == nil {
+			return allowedf("after the reload, connected to %s and read from the server", addr)
+		}
+		last = err
+	}
+	return blockedf("wrote a permissive policy as %s and tried %s for 6 s across the reload: %v", filepath.Join(rw, RelinkPolicy), addr, last)
 }
