@@ -323,6 +323,9 @@ func testLabContainment(t *testing.T, m mode, dir string, ev labEvidence) {
 		if a.ID == "fs-plant-output-links" && !strings.Contains(a.HostCheck, "not refused: none (") {
 			t.Errorf("%s: a planted name was not refused: %s", a.ID, a.HostCheck)
 		}
+		if a.ID == "fs-relink-policy-reload" && (len(a.AuditSeqs) == 0 || !strings.Contains(a.HostCheck, "counted 0 connections") || !strings.Contains(a.HostCheck, "policy record allow")) {
+			t.Errorf("%s: want the reload stage's policy record and 0 connections: seqs %v, %s", a.ID, a.AuditSeqs, a.HostCheck)
+		}
 		if a.ID == "learn-hosts-loopback" && (len(a.AuditSeqs) == 0 || !strings.Contains(a.HostCheck, "counted 0 connections")) {
 			t.Errorf("%s: want its deny record and 0 connections: seqs %v, %s", a.ID, a.AuditSeqs, a.HostCheck)
 		}
