@@ -309,6 +309,32 @@ func testLabContainment(t *testing.T, m mode, dir string, ev labEvidence) {
 			t.Errorf("the evidence has no %s", id)
 		}
 	}
+	// The host-path attempts (issue 27): each blocked and evidenced on
+	// the host, the learning one by its own run's deny record too.
+	for _, a := range ev.Attempts {
+		switch a.ID {
+		case "fs-plant-output-links", "fs-relink-policy-reload", "learn-hosts-loopback":
+		default:
+			continue
+		}
+		if a.Observed != "blocked" || !a.Pass || a.HostCheck == "" {
+			t.Errorf("%s: observed %s, pass %v, host check %q; want blocked with its host check", a.ID, a.Observed, a.Pass, a.HostCheck)
+		}
+		if a.ID == "fs-plant-output-links" && !strings.Contains(a.HostCheck, "not refused: none (") {
+			t.Errorf("%s: a planted name was not refused: %s", a.ID, a.HostCheck)
+		}
+		if a.ID == "fs-relink-policy-reload" && (len(a.AuditSeqs) == 0 || !strings.Contains(a.HostCheck, "counted 0 connections") || !strings.Contains(a.HostCheck, "policy record allow")) {
+			t.Errorf("%s: want the reload stage's policy record and 0 connections: seqs %v, %s", a.ID, a.AuditSeqs, a.HostCheck)
+		}
+		if a.ID == "learn-hosts-loopback" && (len(a.AuditSeqs) == 0 || !strings.Contains(a.HostCheck, "counted 0 connections")) {
+			t.Errorf("%s: want its deny record and 0 connections: seqs %v, %s", a.ID, a.AuditSeqs, a.HostCheck)
+		}
+	}
+	for _, id := range []string{"fs-plant-output-links", "fs-relink-policy-reload", "learn-hosts-loopback"} {
+		if !seen[id] {
+			t.Errorf("the evidence has no %s", id)
+		}
+	}
 	if contained < 20 {
 		t.Errorf("%d containment attempts and file system controls; want at least 20", contained)
 	}

@@ -104,6 +104,7 @@ func Run(ctx context.Context, cfg Config) int {
 	// main run's list.
 	var fill, race *attack.Attempt
 	var socks []attack.Attempt // PhaseSessionBus, PhaseEngineSocket
+	var paths []attack.Attempt // PhaseHostPaths
 	for i := 0; i < len(cat); i++ {
 		if cat[i].Phase == attack.PhaseAuditFill {
 			at := cat[i]
@@ -115,6 +116,9 @@ func Run(ctx context.Context, cfg Config) int {
 		}
 		if cat[i].Phase == attack.PhaseSessionBus || cat[i].Phase == attack.PhaseEngineSocket || cat[i].Phase == attack.PhaseSocketSweep {
 			socks = append(socks, cat[i])
+		}
+		if cat[i].Phase == attack.PhaseHostPaths {
+			paths = append(paths, cat[i])
 		}
 		if cat[i].Phase != "" {
 			cat = append(cat[:i:i], cat[i+1:]...)
@@ -348,6 +352,14 @@ func Run(ctx context.Context, cfg Config) int {
 		sres = append(sres, runUnixPhase(ctx, cfg, at, host, env))
 	}
 
+	// nsgate's own host paths: runs of their own whose worker plants or
+	// re-points a link, or learns through a dns.hosts loopback name.
+	var pres []judge.Result
+	for _, at := range paths {
+		fmt.Fprintf(cfg.Stderr, "nsgate lab: %s: runs of their own on nsgate's host paths\n", at.ID)
+		pres = append(pres, runHostPath(ctx, cfg, at, host, env))
+	}
+
 	// The audit log, checked the way `nsgate audit verify --key` checks
 	// it: the chain, every MAC, and the end against its head file.
 	ev.Audit.File = auditPath
@@ -484,6 +496,9 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	for _, r := range sres {
 		own = append(own, ownRun{"[bus]", r})
+	}
+	for _, r := range pres {
+		own = append(own, ownRun{"[paths]", r})
 	}
 	for _, o := range own {
 		mark := "ok"

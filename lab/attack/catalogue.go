@@ -78,7 +78,7 @@ func Categories() []string {
 	return []string{
 		"control", "metadata", "ip-literal", "ipv6", "local", "unapproved", "dns",
 		"redirect", "l7", "port", "udp", "icmp-raw", "unix", "exec", "namespace",
-		"containment",
+		"containment", "host-paths", "learn",
 	}
 }
 
@@ -463,6 +463,7 @@ func Catalogue() []Attempt {
 	// The worker's file system view and the audit log (containment.go).
 	add(containmentAttempts()...)
 	add(viewAttempts()...)
+	add(hostPathAttempts()...)
 	return c
 }
 

@@ -42,7 +42,7 @@ func TestCatalogueShape(t *testing.T) {
 		if a.Audit == AuditNone && a.Category == "containment" && a.NoRecord == "" && a.Phase == "" {
 			t.Errorf("%s: a containment attempt without an audit record must say why (NoRecord)", a.ID)
 		}
-		if a.Phase != "" && a.Phase != PhaseAuditFill && a.Phase != PhaseInitRace && a.Phase != PhaseSessionBus && a.Phase != PhaseEngineSocket && a.Phase != PhaseSocketSweep {
+		if a.Phase != "" && a.Phase != PhaseAuditFill && a.Phase != PhaseInitRace && a.Phase != PhaseSessionBus && a.Phase != PhaseEngineSocket && a.Phase != PhaseSocketSweep && a.Phase != PhaseHostPaths {
 			t.Errorf("%s: unknown phase %q", a.ID, a.Phase)
 		}
 		if a.Control() {
