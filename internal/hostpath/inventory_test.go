@@ -82,6 +82,8 @@ var hostOpens = map[string]struct {
 	"lab/judge/evidence.go":                  {2, "lab: evidence.json and evidence.md, after the old ones are unlinked"},
 	"lab/run_linux.go":                       {11, "lab: the evidence folder, its private work folder, /dev/ptmx"},
 	"lab/sessionbus_linux.go":                {2, "lab: private runtime folders in its work folder"},
+	"lab/hostpaths_linux.go":                 {12, "lab: the host-path attempts' canary, policies and folders, in its private work folder"},
+	"lab/attack/hostpaths.go":                {2, "the attacker: runs as the worker, writes in its --rw folder"},
 	"lab/attack/attacker.go":                 {1, "the attacker: runs as the worker, inside its view"},
 	"lab/attack/attacker_linux.go":           {8, "the attacker: runs as the worker, inside its view"},
 	"lab/attack/auditvolume_linux.go":        {2, "the attacker: runs as the worker, inside its view"},
