@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -273,5 +274,56 @@ func TestCredentialsChromium(t *testing.T) {
 			}
 		}
 		t.Errorf("no allowed request record for /echo")
+	})
+}
+
+// TestCredentialsPlaceholderFile: a credential's placeholder_file lands in
+// the worker's private home; a request that reads it there gets the real
+// secret added upstream, and the worker never sees the secret. With
+// --home DIR the run refuses to start instead of starting without it.
+func TestCredentialsPlaceholderFile(t *testing.T) {
+	up := startCredUpstream(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		up.reset()
+		dir := workDir(t, m)
+		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
+		text := strings.Replace(credPolicy(caFile), "    placeholder_env: API_TOKEN\n", "    placeholder_file: ~/.config/api/token\n", 1)
+		if !strings.Contains(text, "placeholder_file") {
+			t.Fatal("credPolicy changed: no placeholder_env line to replace")
+		}
+		pol := writeFile(t, dir, "policy.yaml", text)
+		log := filepath.Join(dir, "audit.jsonl")
+		base := "https://api.example.test:" + fmt.Sprint(credPort)
+		py := `import os,urllib.request as u; tok=open(os.path.expanduser('~/.config/api/token')).read().strip(); print('tok', tok); r=u.Request('` + base + `/echo', headers={'Authorization': 'Bearer '+tok}); print('py', u.urlopen(r).read().decode())`
+		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--", "/usr/bin/python3", "-c", py)
+		cmd.Env = append(cmd.Env, "NSGATE_IT_SECRET="+credSecret)
+		r := runBounded(t, cmd, 60*time.Second, "nsgate run (placeholder_file)", nil)
+		t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		if r.code != 0 || !strings.Contains(r.stdout, "tok nsgph") || !strings.Contains(r.stdout, "py echo") {
+			t.Errorf("exit %d: the worker did not read its placeholder file and get its echo:\n%s", r.code, r.stdout)
+		}
+		if strings.Contains(r.stdout, credSecret) || strings.Contains(r.stderr, credSecret) {
+			t.Errorf("the worker saw the secret")
+		}
+		auths, _, _ := up.seen()
+		if len(auths) != 1 || auths[0] != "Bearer "+credSecret {
+			t.Errorf("upstream got Authorization %q; want the secret once", auths)
+		}
+
+		up.reset()
+		home := filepath.Join(dir, "home")
+		os.Mkdir(home, 0o755)
+		if m.uid >= 0 {
+			os.Chown(home, m.uid, m.gid)
+		}
+		cmd = nsgateCmd(m, "run", "--policy", pol, "--home", home, "--", "/usr/bin/python3", "-c", py)
+		cmd.Env = append(cmd.Env, "NSGATE_IT_SECRET="+credSecret)
+		r = runBounded(t, cmd, 60*time.Second, "nsgate run (placeholder_file, --home)", nil)
+		if r.code != 125 || !strings.Contains(r.stderr, "placeholder_file ~/.config/api/token needs nsgate's private home") {
+			t.Errorf("with --home: exit %d stderr %q; want 125 naming placeholder_file", r.code, r.stderr)
+		}
+		if auths, _, _ := up.seen(); len(auths) != 0 {
+			t.Errorf("with --home the upstream got %d requests, want 0", len(auths))
+		}
 	})
 }

@@ -24,6 +24,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"os/signal"
@@ -372,6 +373,16 @@ func (r *run) run() int {
 			r.errorf("warning: %v", err)
 		} else {
 			spec.View.HomeFiles = append(spec.View.HomeFiles, nss...)
+		}
+		// A placeholder_file lands in the private home; with --home DIR
+		// (the caller's own folder) nsgate writes nothing there, so the
+		// run stops rather than start a worker without its placeholder.
+		files := eng.Vault.WorkerFiles()
+		for _, p := range slices.Sorted(maps.Keys(files)) {
+			if view.HomeFrom != "" {
+				return r.fail(fmt.Errorf("credentials: placeholder_file %s needs nsgate's private home; with --home it cannot be written (use placeholder_env)", p))
+			}
+			spec.View.HomeFiles = append(spec.View.HomeFiles, sandbox.HomeFile{Rel: strings.TrimPrefix(p, "~/"), Data: []byte(files[p])})
 		}
 	}
 	starttrace.Mark("planned")
