@@ -238,8 +238,16 @@ const fs = require('fs'), path = require('path');
     const err = (t.match(/net::ERR_[A-Z_]+/) || [''])[0];
     const [obs, detail] = verdict(step, t.replace(/^[\s\S]*?### Snapshot/, ''), err);
     rep.observed = obs; rep.detail = said + detail;
-    const s = await client.callTool({name: 'browser_take_screenshot', arguments: {type: 'png'}}, undefined, {timeout: 60000});
-    const img = (s.content || []).find(c => c.type === 'image');
+    // A page still settling (an error page loading) can give a result
+    // without an image: try again a few times.
+    let img;
+    for (let i = 0; i < 4 && !img; i++) {
+      if (i > 0) await new Promise(r => setTimeout(r, 500));
+      try {
+        const s = await client.callTool({name: 'browser_take_screenshot', arguments: {type: 'png'}}, undefined, {timeout: 60000});
+        img = (s.content || []).find(c => c.type === 'image');
+      } catch (e) { if (i === 3) throw e; }
+    }
     rep.shot = '';
     if (img) { rep.shot = path.join(dir, step.id + '.png'); fs.writeFileSync(rep.shot, Buffer.from(img.data, 'base64')); }
     rep.end = new Date().toISOString();
