@@ -2,7 +2,6 @@ package netstack
 
 import (
 	"bufio"
-	"crypto/tls"
 	"encoding/json"
 	"html"
 	"io"
@@ -29,9 +28,10 @@ import (
 //     navigation), JSON when it asks for application/json, text
 //     otherwise; X-Nsgate-Refused, X-Nsgate-Rule and X-Nsgate-Reason
 //     headers carry the same for a program;
-//   - a TLS ClientHello with the same page over TLS when the run has a CA
-//     (Config.BlockPageTLS returns a config for the name), else with a
-//     TLS access_denied alert;
+//   - a TLS ClientHello with a TLS access_denied alert: nsgate draws no
+//     page over TLS, because a certificate for a refused name would need
+//     a CA the worker trusts for every name (the run's CA is
+//     name-constrained to the terminated hosts; docs/chromium.md);
 //   - anything else (or nothing within blockPageWait) with a close.
 //
 // One request per connection (Connection: close). The page quotes only
@@ -48,13 +48,6 @@ const (
 	// blockPageRead bounds what the gateway reads of one connection.
 	blockPageRead = 64 << 10
 )
-
-// BlockPageTLS returns the TLS configuration that serves the block page
-// for name over TLS (a certificate for name from the run's CA), or nil
-// when there is none: the ClientHello then gets an access_denied alert.
-// It is called once per TLS connection to the block page and must be
-// safe for concurrent use.
-type BlockPageTLS func(name string) *tls.Config
 
 // blockInfo is what a block page says.
 type blockInfo struct {
@@ -108,36 +101,21 @@ func (g *Gateway) serveBlockPage(r *tcp.ForwarderRequest, a *admission) {
 		defer g.blockConns.Add(-1)
 		defer conn.Close()
 		conn.SetDeadline(time.Now().Add(blockPageWait))
-		serveBlock(conn, info, g.blockTLS)
+		serveBlock(conn, info)
 	}()
 }
 
 // serveBlock answers one connection to the block page (see the top of
 // this file). It does not close conn.
-func serveBlock(conn net.Conn, info blockInfo, tlsFor BlockPageTLS) {
+func serveBlock(conn net.Conn, info blockInfo) {
 	br := bufio.NewReader(io.LimitReader(conn, blockPageRead))
 	first, err := br.Peek(1)
 	if err != nil {
 		return
 	}
 	if first[0] == 0x16 { // a TLS handshake record
-		var cfg *tls.Config
-		if tlsFor != nil {
-			cfg = tlsFor(info.host)
-		}
-		if cfg == nil {
-			conn.Write(tlsAccessDenied)
-			closeWrite(conn)
-			return
-		}
-		cfg = cfg.Clone()
-		cfg.NextProtos = []string{"http/1.1"}
-		tc := tls.Server(&readConn{Conn: conn, r: br}, cfg)
-		if tc.Handshake() != nil {
-			return
-		}
-		answerBlock(tc, bufio.NewReader(tc), info)
-		tc.Close()
+		conn.Write(tlsAccessDenied)
+		closeWrite(conn)
 		return
 	}
 	if answerBlock(conn, br, info) {
@@ -218,15 +196,6 @@ func headerSafe(s string) string {
 	}
 	return string(out)
 }
-
-// readConn is a net.Conn whose reads come through r (which holds the
-// bytes already peeked from the Conn).
-type readConn struct {
-	net.Conn
-	r io.Reader
-}
-
-func (c *readConn) Read(b []byte) (int, error) { return c.r.Read(b) }
 
 // closeWrite half-closes conn where it can, so the worker reads an end
 // after the answer rather than a reset.

@@ -183,9 +183,6 @@ type Config struct {
 	// name the policy refused, whatever the policy's dns.block_page
 	// says; Names must answer such names (dns.Config.BlockPage).
 	BlockPage bool
-	// BlockPageTLS, when set, serves the block page over TLS; nil: a
-	// ClientHello to the block page gets a TLS alert.
-	BlockPageTLS BlockPageTLS
 }
 
 // Stats are the gateway's counters. Flow byte counts include finished
@@ -279,10 +276,9 @@ type Gateway struct {
 
 	// Live flow and dial counts, checked against lim.
 	tcpFlows, udpFlows, pendingDials atomic.Int64
-	// blockPage and blockTLS are Config.BlockPage and BlockPageTLS;
+	// blockPage is Config.BlockPage;
 	// blockConns counts the block page's connections (maxBlockConns).
 	blockPage  bool
-	blockTLS   BlockPageTLS
 	blockConns atomic.Int64
 	// bufferedFlows counts the TCP flows holding large buffers
 	// (sizeBuffers).
@@ -374,7 +370,6 @@ func New(cfg Config) (*Gateway, error) {
 		pool:       newGoroutinePool(keptGoroutines),
 		dnsSlots:   make(chan struct{}, dnsMaxInFlight),
 		blockPage:  cfg.BlockPage,
-		blockTLS:   cfg.BlockPageTLS,
 	}
 	g.own = n.Local()
 	g.hostAddrs = cfg.HostAddrs

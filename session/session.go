@@ -135,10 +135,8 @@ type Config struct {
 	NoDNS bool
 	// BlockPage answers a name the policy refuses with nsgate's block
 	// page (netstack.Config.BlockPage), whatever the policy's
-	// dns.block_page says; BlockPageTLS serves it over TLS (nil: a TLS
-	// alert).
-	BlockPage    bool
-	BlockPageTLS netstack.BlockPageTLS
+	// dns.block_page says. A TLS ClientHello to it gets an alert.
+	BlockPage bool
 	// Dial dials upstream (nil: the gateway's default dialer).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Pcap, when set, receives a pcap of every packet on the link.
@@ -310,8 +308,7 @@ func (s *Session) Attach(link stack.LinkEndpoint) error {
 		PcapMax: s.cfg.PcapMax,
 		DHCP:    s.cfg.DHCP,
 
-		BlockPage:    s.cfg.BlockPage,
-		BlockPageTLS: s.cfg.BlockPageTLS,
+		BlockPage: s.cfg.BlockPage,
 	}
 	if s.icpt != nil {
 		ncfg.Intercept = s.icpt
