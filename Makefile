@@ -37,8 +37,17 @@ vet:
 	CGO_ENABLED=0 $(GO) vet ./...
 	CGO_ENABLED=0 $(GO) vet -tags integration ./integration/
 
+# Every unit test that skipped is listed by name and reason (from a user
+# shell some need root; under NSGATE_REQUIRE_ALL=1 a missing prerequisite
+# fails instead). The whole log goes to unit.log.
 unit:
-	$(GO) test -race -count=1 ./...
+	@echo "unit tests (-race); the whole log goes to unit.log"
+	@$(GO) test -race -count=1 -v ./... 2>&1 | tee unit.log | grep -E '^(ok|FAIL|panic|\s*--- FAIL)' ; st=$${PIPESTATUS[0]}; \
+	  skip=$$(grep -cE '^\s*--- SKIP' unit.log); \
+	  echo "unit: $$(grep -cE '^\s*--- PASS' unit.log) passed, $$(grep -cE '^\s*--- FAIL' unit.log) failed, $$skip skipped"; \
+	  if [ "$$skip" != 0 ]; then echo "skipped:"; grep -E -B1 '^\s*--- SKIP' unit.log | grep -vE '^(--|=== RUN.*)$$' | sed 's/^ */  /'; fi; \
+	  if [ "$$st" != 0 ]; then echo "failures (with the 15 lines before each):"; grep -E -B15 '^\s*--- FAIL' unit.log; fi; \
+	  exit $$st
 
 integration:
 	@echo "integration tests (NSGATE_REQUIRE_ALL=$${NSGATE_REQUIRE_ALL:-0}); the whole log goes to integration.log"
@@ -81,4 +90,4 @@ gobench:
 	$(GO) test -run '^$$' -bench . -benchmem ./policy/ ./dns/ ./audit/ ./l7/ ./relay/ ./tun/
 
 clean:
-	rm -rf bin integration.log
+	rm -rf bin integration.log unit.log
