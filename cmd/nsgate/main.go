@@ -12,7 +12,7 @@ import (
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/audit/auditcli"
 	"github.com/nsgate/nsgate/guard"
-	"github.com/nsgate/nsgate/internal/diag/profile"
+	"github.com/nsgate/nsgate/internal/diag/pprofenv"
 	"github.com/nsgate/nsgate/lab"
 	"github.com/nsgate/nsgate/lab/attack"
 	"github.com/nsgate/nsgate/learn"
@@ -34,7 +34,7 @@ func main() {
 		args = append([]string{b}, args...)
 	}
 	setProcs()
-	stop := profile.Start()
+	stop := pprofenv.Start()
 	code := Main(args, os.Stdin, os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)

@@ -1,7 +1,7 @@
-// Package profile writes CPU and heap profiles of a running nsgate, asked
+// Package pprofenv writes CPU and heap profiles of a running nsgate, asked
 // for through the environment, for the measurements in
 // docs/performance.md.
-package profile
+package pprofenv
 
 import (
 	"fmt"
