@@ -38,37 +38,63 @@ type ownRunOut struct {
 	args   []string
 }
 
-// runOwn runs `nsgate ARGS` with the environment env and returns the
-// final observation of attempt id it printed, if any.
-func runOwn(ctx context.Context, cfg Config, id string, env, args []string) ownRunOut {
-	out := ownRunOut{args: args, code: -1}
+// ownRun is one `nsgate run` of a host-path attempt, started by startOwn.
+type ownRun struct {
+	cmd    *exec.Cmd
+	cancel context.CancelFunc
+	stderr *tail
+	obs    chan *attack.Observation
+	args   []string
+}
+
+// startOwn starts `nsgate ARGS` with the environment env (killed after a
+// minute, or with the lab) and reads the final observation of attempt id
+// from its output as it runs.
+func startOwn(ctx context.Context, cfg Config, id string, env, args []string) (*ownRun, error) {
 	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
 	cmd := exec.CommandContext(rctx, cfg.Self, args...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr := &tail{max: 4 << 10}
-	cmd.Stderr = stderr
+	r := &ownRun{cmd: cmd, cancel: cancel, stderr: &tail{max: 4 << 10}, obs: make(chan *attack.Observation, 1), args: args}
+	cmd.Stderr = r.stderr
 	pipe, err := cmd.StdoutPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
 	if err != nil {
-		out.stderr = err.Error()
-		return out
+		cancel()
+		return nil, err
 	}
-	if err := cmd.Start(); err != nil {
-		out.stderr = err.Error()
-		return out
-	}
-	sc := bufio.NewScanner(pipe)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		var o attack.Observation
-		if json.Unmarshal(sc.Bytes(), &o) == nil && o.ID == id && !o.Partial {
-			out.obs = &o
+	go func() {
+		var last *attack.Observation
+		sc := bufio.NewScanner(pipe)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var o attack.Observation
+			if json.Unmarshal(sc.Bytes(), &o) == nil && o.ID == id && !o.Partial {
+				last = &o
+			}
 		}
+		r.obs <- last
+	}()
+	return r, nil
+}
+
+// wait waits for the run to end and returns what it left.
+func (r *ownRun) wait() ownRunOut {
+	defer r.cancel()
+	obs := <-r.obs
+	return ownRunOut{obs: obs, code: attack.ExitCode(r.cmd.Wait()), stderr: r.stderr.String(), args: r.args}
+}
+
+// runOwn runs `nsgate ARGS` with the environment env and returns the
+// final observation of attempt id it printed, if any.
+func runOwn(ctx context.Context, cfg Config, id string, env, args []string) ownRunOut {
+	r, err := startOwn(ctx, cfg, id, env, args)
+	if err != nil {
+		return ownRunOut{args: args, code: -1, stderr: err.Error()}
 	}
-	out.code = attack.ExitCode(cmd.Wait())
-	out.stderr = stderr.String()
-	return out
+	return r.wait()
 }
 
 // attackerArgs is the attacker's command line for attempt id alone.
@@ -293,35 +319,11 @@ func relinkReloadStage(ctx context.Context, cfg Config, h *attack.HostEnv, env [
 	}
 	log := filepath.Join(logs, "reload.jsonl")
 	args := append([]string{"run", "--policy", pol, "--audit", log, "--ro", h.Work, "--rw", ws, "--quiet"}, attackerArgs(cfg, h, "fs-relink-policy-reload", ws)...)
-	rctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(rctx, cfg.Self, args...)
-	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stderr := &tail{max: 4 << 10}
-	cmd.Stderr = stderr
-	pipe, err := cmd.StdoutPipe()
+	run, err := startOwn(ctx, cfg, "fs-relink-policy-reload", env, args)
 	if err != nil {
 		st.errored = err.Error()
 		return st
 	}
-	if err := cmd.Start(); err != nil {
-		st.errored = err.Error()
-		return st
-	}
-	obsc := make(chan *attack.Observation, 1)
-	go func() {
-		var last *attack.Observation
-		sc := bufio.NewScanner(pipe)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
-			var o attack.Observation
-			if json.Unmarshal(sc.Bytes(), &o) == nil && o.ID == "fs-relink-policy-reload" && !o.Partial {
-				last = &o
-			}
-		}
-		obsc <- last
-	}()
 	// Once the worker has written its policy, re-point the folder.
 	written := filepath.Join(ws, attack.RelinkPolicy)
 	repointed := false
@@ -329,13 +331,13 @@ func relinkReloadStage(ctx context.Context, cfg Config, h *attack.HostEnv, env [
 		if b, err := os.ReadFile(written); err == nil && string(b) == attack.RelinkPermissiveText {
 			if os.Rename(etc, etc+".old") == nil && os.Symlink(ws, etc) == nil {
 				repointed = true
-				cmd.Process.Signal(syscall.SIGHUP)
+				run.cmd.Process.Signal(syscall.SIGHUP)
 			}
 			break
 		}
 	}
-	obs := <-obsc
-	code := attack.ExitCode(cmd.Wait())
+	out := run.wait()
+	obs, code := out.obs, out.code
 	n := hits.Load()
 	recs, rerr := audit.ReadRecordsFile(log)
 	var startSum, reloadSum, reloadAction, reloadErr string
@@ -366,9 +368,9 @@ func relinkReloadStage(ctx context.Context, cfg Config, h *attack.HostEnv, env [
 	case rerr == nil && reloadSum != "" && reloadSum != startSum:
 		st.detail = "the reload put another policy in force (sha256 " + reloadSum + ")"
 	case !repointed:
-		st.errored = "the worker never wrote its policy, or the folder could not be re-pointed: " + judge.LastLines(stderr.String(), 3)
+		st.errored = "the worker never wrote its policy, or the folder could not be re-pointed: " + judge.LastLines(out.stderr, 3)
 	case obs == nil || obs.Observed != attack.Blocked:
-		st.errored = fmt.Sprintf("the run (exit %d) reported no refusal: %s", code, judge.LastLines(stderr.String(), 3))
+		st.errored = fmt.Sprintf("the run (exit %d) reported no refusal: %s", code, judge.LastLines(out.stderr, 3))
 	case rerr != nil || reloadSum == "" || startSum == "":
 		st.errored = fmt.Sprintf("the run's log has no start and policy records with a sha256 (%v)", rerr)
 	default:
