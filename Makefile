@@ -42,7 +42,7 @@ vet:
 # fails instead). The whole log goes to unit.log.
 unit:
 	@echo "unit tests (-race); the whole log goes to unit.log"
-	@$(GO) test -race -count=1 -v ./... 2>&1 | tee unit.log | grep -E '^(ok|FAIL|panic|\s*--- FAIL)' ; st=$${PIPESTATUS[0]}; \
+	@$(GO) test -race -count=1 -v ./... 2>&1 | tee unit.log | grep -E '^(ok|FAIL|panic|\s*--- FAIL|#|\S+\.go:[0-9]+:)' ; st=$${PIPESTATUS[0]}; \
 	  skip=$$(grep -cE '^\s*--- SKIP' unit.log); \
 	  echo "unit: $$(grep -cE '^\s*--- PASS' unit.log) passed, $$(grep -cE '^\s*--- FAIL' unit.log) failed, $$skip skipped"; \
 	  if [ "$$skip" != 0 ]; then echo "skipped:"; grep -E -B1 '^\s*--- SKIP' unit.log | grep -vE '^(--|=== RUN.*)$$' | sed 's/^ */  /'; fi; \
