@@ -118,6 +118,38 @@ const cp = require('child_process');
 })().catch(e => { console.log('FAILED ' + e.message); process.exit(1); });
 `
 
+// checkPlaywrightAgent checks what profPlaywrightScript's run r left:
+// the approved page loaded, every refusedURLs was refused and reached no
+// fake server (before: hitsOf before the run), and the shell, curl and
+// python3 were blocked, each with an exec deny record in log and no shell
+// ran. TestProfilePlaywright and the Playwright recipe of docs/agents.md
+// (TestDocRecipes) share it.
+func checkPlaywrightAgent(t *testing.T, r result, log string, before map[string]int64) {
+	t.Helper()
+	if !strings.Contains(r.stdout, "LOADED http://app.test:8080/ hello from app") {
+		t.Fatalf("the approved page did not load")
+	}
+	for _, u := range refusedURLs {
+		if !strings.Contains(r.stdout, "REFUSED "+u) {
+			t.Errorf("%s: not refused", u)
+		}
+	}
+	checkNoHits(t, before)
+	for _, what := range []string{"execSync id", "shell", "curl", "python3"} {
+		if !strings.Contains(r.stdout, "BLOCKED "+what) {
+			t.Errorf("%s: not blocked", what)
+		}
+	}
+	recs := readAudit(t, log)
+	_, refused := execPaths(recs)
+	for _, p := range []string{"/bin/sh", "/usr/bin/curl", "/usr/bin/python3"} {
+		if !slices.Contains(refused, p) {
+			t.Errorf("no exec deny record for %s (refused: %v)", p, refused)
+		}
+	}
+	checkNoShellRan(t, recs)
+}
+
 // TestProfilePlaywright: playwright-core driving Debian's Chromium under
 // --profile playwright alone.
 func TestProfilePlaywright(t *testing.T) {
@@ -132,31 +164,10 @@ func TestProfilePlaywright(t *testing.T) {
 		args := append([]string{"run", "--policy", pol, "--audit", log, "--profile", "playwright", "--ro", js, "--", "/usr/bin/node", js, "http://app.test:8080/"}, refusedURLs...)
 		r := runBounded(t, nsgateCmd(m, args...), 150*time.Second, "playwright under nsgate", nil)
 		t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-		if !strings.Contains(r.stdout, "LOADED http://app.test:8080/ hello from app") {
-			t.Fatalf("the approved page did not load")
-		}
 		if targetAt("203.0.113.10:8080/tcp").count() == app {
 			t.Error("the app server saw no connection")
 		}
-		for _, u := range refusedURLs {
-			if !strings.Contains(r.stdout, "REFUSED "+u) {
-				t.Errorf("%s: not refused", u)
-			}
-		}
-		checkNoHits(t, before)
-		for _, what := range []string{"execSync id", "shell", "curl", "python3"} {
-			if !strings.Contains(r.stdout, "BLOCKED "+what) {
-				t.Errorf("%s: not blocked", what)
-			}
-		}
-		recs := readAudit(t, log)
-		_, refused := execPaths(recs)
-		for _, p := range []string{"/bin/sh", "/usr/bin/curl", "/usr/bin/python3"} {
-			if !slices.Contains(refused, p) {
-				t.Errorf("no exec deny record for %s (refused: %v)", p, refused)
-			}
-		}
-		checkNoShellRan(t, recs)
+		checkPlaywrightAgent(t, r, log, before)
 		if !strings.Contains(r.stderr, "deny exec /bin/sh") {
 			t.Errorf("no live line for the refused shell")
 		}
@@ -180,6 +191,30 @@ for (const u of argv.slice(at + 1)) {
 await client.close();
 `
 
+// checkMCPAgent checks what mcpClient's run r left: the client
+// succeeded, the approved page's snapshot shows it, the first two
+// refusedURLs were refused and reached no fake server (before: hitsOf
+// before the run), and no shell ran. It returns log's records.
+// TestProfilePlaywrightMCP and the MCP recipe share it.
+func checkMCPAgent(t *testing.T, r result, log string, before map[string]int64) []record {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("the client failed")
+	}
+	if !strings.Contains(r.stdout, "SNAPSHOT http://app.test:8080/ ") || !strings.Contains(r.stdout, "hello from app") {
+		t.Errorf("the snapshot of the approved page does not show it")
+	}
+	for _, u := range refusedURLs[:2] {
+		if !strings.Contains(r.stdout, "NAVIGATE "+u+` "### Error`) {
+			t.Errorf("%s: the navigation was not refused", u)
+		}
+	}
+	checkNoHits(t, before)
+	recs := readAudit(t, log)
+	checkNoShellRan(t, recs)
+	return recs
+}
+
 // TestProfilePlaywrightMCP: the MCP SDK's client drives @playwright/mcp
 // over stdio, the server under nsgate run --profile playwright-mcp.
 func TestProfilePlaywrightMCP(t *testing.T) {
@@ -196,20 +231,7 @@ func TestProfilePlaywrightMCP(t *testing.T) {
 		cmd := nsgateCmdAt(m, "/usr/bin/node", args...)
 		r := runBounded(t, cmd, 180*time.Second, "the MCP client", nil)
 		t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-		if r.code != 0 {
-			t.Fatalf("the client failed")
-		}
-		if !strings.Contains(r.stdout, "SNAPSHOT http://app.test:8080/ ") || !strings.Contains(r.stdout, "hello from app") {
-			t.Errorf("the snapshot of the approved page does not show it")
-		}
-		for _, u := range refusedURLs[:2] {
-			if !strings.Contains(r.stdout, "NAVIGATE "+u+` "### Error`) {
-				t.Errorf("%s: the navigation was not refused", u)
-			}
-		}
-		checkNoHits(t, before)
-		recs := readAudit(t, log)
-		checkNoShellRan(t, recs)
+		recs := checkMCPAgent(t, r, log, before)
 		if _, refused := execPaths(recs); len(refused) != 0 {
 			t.Errorf("the profile is incomplete: refused execs %v", refused)
 		}

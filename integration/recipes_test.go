@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -111,23 +110,7 @@ func recipePlaywright(t *testing.T, m mode, body string) {
 	before := hitsOf()
 	r := runBounded(t, nsgateCmdAt(m, argv[0], argv[1:]...), 150*time.Second, "the Playwright recipe", nil)
 	t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-	if !strings.Contains(r.stdout, "LOADED http://app.test:8080/ hello from app") {
-		t.Fatalf("the approved page did not load")
-	}
-	for _, u := range refusedURLs {
-		if !strings.Contains(r.stdout, "REFUSED "+u) {
-			t.Errorf("%s: not refused", u)
-		}
-	}
-	checkNoHits(t, before)
-	recs := readAudit(t, log)
-	_, refused := execPaths(recs)
-	for _, p := range []string{"/bin/sh", "/usr/bin/curl", "/usr/bin/python3"} {
-		if !slices.Contains(refused, p) {
-			t.Errorf("no exec deny record for %s (refused: %v)", p, refused)
-		}
-	}
-	checkNoShellRan(t, recs)
+	checkPlaywrightAgent(t, r, log, before)
 }
 
 func recipeMCP(t *testing.T, m mode, body string) {
@@ -155,19 +138,7 @@ func recipeMCP(t *testing.T, m mode, body string) {
 	args = append(args, refusedURLs[:2]...)
 	r := runBounded(t, nsgateCmdAt(m, "/usr/bin/node", args...), 180*time.Second, "the MCP client with the recipe's server", nil)
 	t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
-	if r.code != 0 {
-		t.Fatalf("the client failed")
-	}
-	if !strings.Contains(r.stdout, "SNAPSHOT http://app.test:8080/ ") || !strings.Contains(r.stdout, "hello from app") {
-		t.Errorf("the snapshot of the approved page does not show it")
-	}
-	for _, u := range refusedURLs[:2] {
-		if !strings.Contains(r.stdout, "NAVIGATE "+u+` "### Error`) {
-			t.Errorf("%s: the navigation was not refused", u)
-		}
-	}
-	checkNoHits(t, before)
-	checkNoShellRan(t, readAudit(t, log))
+	checkMCPAgent(t, r, log, before)
 }
 
 func recipeDesktop(t *testing.T, m mode, body string) {
