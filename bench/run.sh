@@ -37,7 +37,13 @@
 # (idle_held_rss_mib, sampled 1 s after all are open) and the peak over
 # that whole run, including the end when the worker exits with all of
 # them open and the helper tears them down (idle_rss_mib); and
-# the start-up time of `nsgate run -- true` (and `pasta -- true`). The
+# the start-up time of `nsgate run -- true` (and `pasta -- true`); and
+# the latency one request feels (`connbench latency` against `connbench
+# lserve`, which answers a 64-byte request with a 100-byte head and then a
+# 1,000-byte body, written separately): lat_keep_* is one request's round
+# trip on a kept-alive connection, lat_fresh_* a fresh connection's dial,
+# request and first byte, each as p50/p99/p999 over BENCH_LAT_N requests
+# in µs (the table shows the median of the reps' percentiles). The
 # "nsgate ratios" column divides nsgate's medians by those of loopback,
 # proxy, slirp4netns and pasta.
 #
@@ -47,6 +53,11 @@
 #   BENCH_CHURN_SECS=30   seconds of the churn run (0 skips it)
 #   BENCH_IDLE_FLOWS=10000 idle TCP flows held (0 skips the idle run)
 #   BENCH_STARTS=20       start-up samples
+#   BENCH_LAT_N=2000      requests per latency run (each mode, case, rep)
+#   BENCH_ONLY=""         run only these sections, comma-separated, of:
+#                         bulk (iperf3 and connection rate), mem (churn and
+#                         idle flows), start, latency; empty runs all. A
+#                         short quiet run: BENCH_ONLY=latency,start
 #   BENCH_CASES="loopback proxy nsgate slirp4netns pasta"
 #   BENCH_NSGATE=bin/nsgate   the nsgate binary under test
 #   BENCH_NSGATE_ARGS=""      extra `nsgate run` flags
@@ -64,12 +75,19 @@ SECS=${BENCH_SECS:-10}
 CHURN_SECS=${BENCH_CHURN_SECS:-30}
 IDLE_FLOWS=${BENCH_IDLE_FLOWS:-10000}
 STARTS=${BENCH_STARTS:-20}
+LAT_N=${BENCH_LAT_N:-2000}
+ONLY=${BENCH_ONLY:-}
 CASES=${BENCH_CASES:-"loopback proxy nsgate slirp4netns pasta"}
 NSGATE=${BENCH_NSGATE:-$root/bin/nsgate}
 NSGATE_ARGS=${BENCH_NSGATE_ARGS:-}
 
 die() { echo "bench: $*" >&2; exit 1; }
 say() { echo "bench: $*" >&2; }
+# want SECTION: whether BENCH_ONLY selects SECTION (empty selects all).
+want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
+for sect in ${ONLY//,/ }; do
+	case $sect in bulk | mem | start | latency) ;; *) die "BENCH_ONLY: unknown section $sect (bulk, mem, start, latency)" ;; esac
+done
 
 # ---------------------------------------------------------------- outside
 if [ "${1:-}" != "--inside" ]; then
@@ -125,6 +143,8 @@ iperf3 -s -B 127.0.0.1 -p 5201 >"$out/iperf3-server.log" 2>&1 &
 pids+=($!)
 "$cb" serve -addr 127.0.0.1:8080 >"$out/connbench-server.log" 2>&1 &
 pids+=($!)
+"$cb" lserve -addr 127.0.0.1:8081 >"$out/connbench-lserve.log" 2>&1 &
+pids+=($!)
 
 # pasta needs a template interface with a default route: a veth pair whose
 # ends both stay in this namespace (nothing routes anywhere else).
@@ -136,7 +156,8 @@ if [[ " $CASES " == *" pasta "* ]]; then
 	ip route add default via 192.0.2.2 dev nsbench0
 fi
 for _ in $(seq 50); do
-	(exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null && (exec 3<>/dev/tcp/127.0.0.1/5201) 2>/dev/null && break
+	(exec 3<>/dev/tcp/127.0.0.1/8080) 2>/dev/null && (exec 3<>/dev/tcp/127.0.0.1/5201) 2>/dev/null &&
+		(exec 3<>/dev/tcp/127.0.0.1/8081) 2>/dev/null && break
 	sleep 0.1
 done
 
@@ -216,7 +237,7 @@ run_client() {
 		"$@" >"$log" 2>&1 || true
 		;;
 	proxy)
-		"$cb" proxy -map 127.0.0.2:5201=127.0.0.1:5201 -map 127.0.0.2:8080=127.0.0.1:8080 >"$log.proxy" 2>&1 &
+		"$cb" proxy -map 127.0.0.2:5201=127.0.0.1:5201 -map 127.0.0.2:8080=127.0.0.1:8080 -map 127.0.0.2:8081=127.0.0.1:8081 >"$log.proxy" 2>&1 &
 		helper_pid=$!
 		for _ in $(seq 100); do grep -qx listening "$log.proxy" 2>/dev/null && break; sleep 0.02; done
 		watch_proc "$helper_pid" "$log" &
@@ -332,18 +353,50 @@ measure_start() { # REP
 	fi
 }
 
-say "sealed namespace ready; $REPS repetitions of: $CASES (iperf3 ${SECS}s, churn ${CHURN_SECS}s, $IDLE_FLOWS idle flows)"
+# measure_latency CASE REP: the kept-alive and the fresh-connection
+# latency runs (see the header), one helper each.
+measure_latency() {
+	local c=$1 rep=$2 tgt log mode p k v
+	tgt=$(target_of "$c")
+	for mode in keep fresh; do
+		log=$out/$c.lat-$mode.$rep.log
+		run_client "$c" "$log" "$cb" latency -4 -addr "$tgt:8081" -mode "$mode" -n "$LAT_N"
+		if ! grep -q '^mode=' "$log"; then
+			say "$c latency $mode: no result (see $log)"
+			continue
+		fi
+		for p in p50 p99 p999; do
+			k=${p}_us
+			v=$(sed -n "s/^mode=.* $k=\([0-9.]*\).*/\1/p" "$log" | tail -1)
+			[ -n "$v" ] && record "$c" "lat_${mode}_${k}" "$v"
+		done
+	done
+}
+
+say "sealed namespace ready; $REPS repetitions of: $CASES (sections: ${ONLY:-all}; iperf3 ${SECS}s, churn ${CHURN_SECS}s, $IDLE_FLOWS idle flows, $LAT_N latency requests)"
 for rep in $(seq "$REPS"); do
-	for c in $CASES; do
-		say "rep $rep/$REPS: $c"
-		measure "$c" "$rep"
-	done
-	for c in $CASES; do
-		[ "$c" = loopback ] && continue
-		say "rep $rep/$REPS: $c memory"
-		measure_mem "$c" "$rep"
-	done
-	measure_start "$rep"
+	if want bulk; then
+		for c in $CASES; do
+			say "rep $rep/$REPS: $c"
+			measure "$c" "$rep"
+		done
+	fi
+	if want mem; then
+		for c in $CASES; do
+			[ "$c" = loopback ] && continue
+			say "rep $rep/$REPS: $c memory"
+			measure_mem "$c" "$rep"
+		done
+	fi
+	if want latency; then
+		for c in $CASES; do
+			say "rep $rep/$REPS: $c latency"
+			measure_latency "$c" "$rep"
+		done
+	fi
+	if want start; then
+		measure_start "$rep"
+	fi
 done
 
 # ---------------------------------------------------------------- summary
@@ -358,8 +411,11 @@ summarize() {
 	}
 	{ v[$1 SUBSEP $2] = v[$1 SUBSEP $2] " " $3 }
 	END {
-		nm = split("up down conn1 conn4 up_rss_mib down_rss_mib conn1_rss_mib conn4_rss_mib churn_rss_mib idle_held idle_held_rss_mib idle_rss_mib up_cpu_pct down_cpu_pct conn1_cpu_pct conn4_cpu_pct conn1_user_us conn1_sys_us conn4_user_us conn4_sys_us start_ms", ms, " ")
+		nm = split("up down conn1 conn4 up_rss_mib down_rss_mib conn1_rss_mib conn4_rss_mib churn_rss_mib idle_held idle_held_rss_mib idle_rss_mib up_cpu_pct down_cpu_pct conn1_cpu_pct conn4_cpu_pct conn1_user_us conn1_sys_us conn4_user_us conn4_sys_us start_ms lat_keep_p50_us lat_keep_p99_us lat_keep_p999_us lat_fresh_p50_us lat_fresh_p99_us lat_fresh_p999_us", ms, " ")
 		unit["up"] = "Gbit/s"; unit["down"] = "Gbit/s"; unit["conn1"] = "conn/s"; unit["conn4"] = "conn/s"
+		# Latencies: lower is better, so a ratio under 1 is nsgate ahead.
+		unit["lat_keep_p50_us"] = "µs"; unit["lat_keep_p99_us"] = "µs"; unit["lat_keep_p999_us"] = "µs"
+		unit["lat_fresh_p50_us"] = "µs"; unit["lat_fresh_p99_us"] = "µs"; unit["lat_fresh_p999_us"] = "µs"
 		nc = split(cases, cs, " ")
 		printf "%-18s", "metric"
 		for (i = 1; i <= nc; i++) printf "  %-22s", cs[i]
@@ -368,7 +424,7 @@ summarize() {
 			m = ms[k]; any = 0
 			for (i = 1; i <= nc; i++) if ((cs[i] SUBSEP m) in v) any = 1
 			if (!any) continue
-			label = m; if (m in unit) label = m " (" unit[m] ")"
+			label = m; if (m in unit && unit[m] != "µs") label = m " (" unit[m] ")"
 			printf "%-18s", label
 			for (i = 1; i <= nc; i++) {
 				key = cs[i] SUBSEP m

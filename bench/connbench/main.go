@@ -24,6 +24,20 @@
 //	    directions are done (at once if either fails). A failed dial closes
 //	    the accepted connection. Prints "listening" once every LISTEN is
 //	    bound; runs until killed. No policy, no TUN.
+//	connbench lserve -addr 127.0.0.1:8081
+//	    The latency server, HTTP/1.1 with keep-alive: on each connection,
+//	    for every request head it reads, writes a 100-byte response head
+//	    and then a 1,000-byte body as two separate writes (the pattern
+//	    Nagle's algorithm and delayed ACK can stall), until the peer
+//	    closes.
+//	connbench latency -addr HOST:PORT [-mode keep|fresh] [-n 2000] [-4]
+//	    The request is a 64-byte HTTP/1.1 GET (Host: the host part of
+//	    -addr), so a gateway's HTTP checks see a real request.
+//	    keep: one connection, -n request/response round trips on it, each
+//	    timed from the request's write to the last byte of the response.
+//	    fresh: -n times dial, send a request, time to the response's first
+//	    byte (then read the rest and close). The name is resolved once.
+//	    Prints "mode=M n=N p50_us=A p99_us=B p999_us=C max_us=D".
 //
 // Exit status: 0 on success, 1 when a run failed entirely, 2 on usage.
 package main
@@ -38,6 +52,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -60,6 +75,10 @@ func main() {
 		err = hold(os.Args[2:])
 	case "proxy":
 		err = proxy(os.Args[2:])
+	case "lserve":
+		err = lserve(os.Args[2:])
+	case "latency":
+		err = latency(os.Args[2:])
 	default:
 		usage()
 	}
@@ -70,7 +89,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: connbench serve|rate|hold|proxy [flags] (see the package comment)")
+	fmt.Fprintln(os.Stderr, "usage: connbench serve|rate|hold|proxy|lserve|latency [flags] (see the package comment)")
 	os.Exit(2)
 }
 
@@ -358,4 +377,179 @@ func pipe(dst, src *net.TCPConn) {
 		return
 	}
 	dst.CloseWrite()
+}
+
+// The latency exchange's sizes (see lserve).
+const (
+	latReqSize  = 64
+	latHeadSize = 100
+	latBodySize = 1000
+)
+
+func lserve(args []string) error {
+	fs := flag.NewFlagSet("lserve", flag.ExitOnError)
+	addr := fs.String("addr", "127.0.0.1:8081", "listen address")
+	fs.Parse(args)
+	ln, err := net.Listen("tcp", *addr)
+	if err != nil {
+		return err
+	}
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return err
+		}
+		go serveLatency(c)
+	}
+}
+
+// padded returns start + an X-Pad header + "\r\n" such that the whole,
+// with end appended, is size bytes (or as short as it can be).
+func padded(start, end string, size int) []byte {
+	pad := size - len(start) - len(end) - len("X-Pad: \r\n")
+	if pad < 0 {
+		return []byte(start + end)
+	}
+	return []byte(start + "X-Pad: " + strings.Repeat("p", pad) + "\r\n" + end)
+}
+
+// latRequest is the latency client's request for host.
+func latRequest(host string) []byte {
+	return padded("GET / HTTP/1.1\r\nHost: "+host+"\r\n", "\r\n", latReqSize)
+}
+
+// serveLatency answers each request head on c with a response head and a
+// body, written separately, until c ends.
+func serveLatency(c net.Conn) {
+	defer c.Close()
+	head := padded("HTTP/1.1 200 OK\r\nContent-Length: "+strconv.Itoa(latBodySize)+"\r\n", "\r\n", latHeadSize)
+	body := bytes.Repeat([]byte("b"), latBodySize)
+	br := bufio.NewReaderSize(c, 1024)
+	for {
+		for {
+			line, err := br.ReadSlice('\n')
+			if err != nil {
+				return
+			}
+			if len(bytes.TrimSpace(line)) == 0 {
+				break
+			}
+		}
+		if _, err := c.Write(head); err != nil {
+			return
+		}
+		if _, err := c.Write(body); err != nil {
+			return
+		}
+	}
+}
+
+func latency(args []string) error {
+	fs := flag.NewFlagSet("latency", flag.ExitOnError)
+	addr := fs.String("addr", "", "server HOST:PORT (connbench lserve)")
+	mode := fs.String("mode", "keep", "keep (one kept-alive connection) or fresh (a connection per request)")
+	n := fs.Int("n", 2000, "requests")
+	warm := fs.Int("warm", 20, "requests made first and not counted")
+	v4 := fs.Bool("4", false, "resolve and connect over IPv4 only")
+	fs.Parse(args)
+	if *addr == "" || *n <= 0 || (*mode != "keep" && *mode != "fresh") {
+		usage()
+	}
+	target, err := resolveOnce(*addr, *v4)
+	if err != nil {
+		return err
+	}
+	host, _, _ := net.SplitHostPort(*addr)
+	req := latRequest(host)
+	var samples []time.Duration
+	switch *mode {
+	case "keep":
+		samples, err = latencyKeep(target, req, *warm, *n)
+	case "fresh":
+		samples, err = latencyFresh(target, req, *warm, *n)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Println(latencySummary(*mode, samples))
+	return nil
+}
+
+// latencyKeep times n round trips (request written to the response's last
+// byte read) on one connection, after warm uncounted ones.
+func latencyKeep(target string, req []byte, warm, n int) ([]time.Duration, error) {
+	c, err := net.DialTimeout("tcp", target, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Close()
+	resp := make([]byte, latHeadSize+latBodySize)
+	samples := make([]time.Duration, 0, n)
+	for i := range warm + n {
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		t0 := time.Now()
+		if _, err := c.Write(req); err != nil {
+			return nil, err
+		}
+		if _, err := io.ReadFull(c, resp); err != nil {
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+		if i >= warm {
+			samples = append(samples, time.Since(t0))
+		}
+	}
+	return samples, nil
+}
+
+// latencyFresh times n fresh connections from the dial to the response's
+// first byte, after warm uncounted ones. Each reads its whole response
+// before it closes, so the server never sees a reset.
+func latencyFresh(target string, req []byte, warm, n int) ([]time.Duration, error) {
+	resp := make([]byte, latHeadSize+latBodySize)
+	samples := make([]time.Duration, 0, n)
+	for i := range warm + n {
+		t0 := time.Now()
+		c, err := net.DialTimeout("tcp", target, 5*time.Second)
+		if err != nil {
+			return nil, fmt.Errorf("dial %d: %w", i, err)
+		}
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		if _, err := c.Write(req); err != nil {
+			c.Close()
+			return nil, err
+		}
+		got, err := io.ReadAtLeast(c, resp, 1)
+		if err != nil {
+			c.Close()
+			return nil, fmt.Errorf("request %d: %w", i, err)
+		}
+		d := time.Since(t0)
+		// The rest of the response; then close.
+		for got < len(resp) {
+			m, err := c.Read(resp[got:])
+			got += m
+			if err != nil {
+				break
+			}
+		}
+		c.Close()
+		if i >= warm {
+			samples = append(samples, d)
+		}
+	}
+	return samples, nil
+}
+
+// latencySummary sorts samples and formats their percentiles in µs.
+func latencySummary(mode string, samples []time.Duration) string {
+	slices.Sort(samples)
+	q := func(p float64) float64 {
+		if len(samples) == 0 {
+			return 0
+		}
+		i := int(p * float64(len(samples)-1))
+		return float64(samples[i]) / 1e3
+	}
+	return fmt.Sprintf("mode=%s n=%d p50_us=%.1f p99_us=%.1f p999_us=%.1f max_us=%.1f",
+		mode, len(samples), q(0.50), q(0.99), q(0.999), q(1))
 }
