@@ -761,3 +761,67 @@ type dispatchFunc func()
 
 func (f dispatchFunc) DeliverNetworkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer) { f() }
 func (f dispatchFunc) DeliverLinkPacket(tcpip.NetworkProtocolNumber, *stack.PacketBuffer)    {}
+
+// TestTxQueueInlineWhenIdle: on an idle link a small packet is written by
+// its producer before WritePackets returns (no hand-off to the writer);
+// while a write is in progress it is queued behind it instead, so the
+// order on the device stays the order of the writes.
+func TestTxQueueInlineWhenIdle(t *testing.T) {
+	ours, peer := socketpair(t)
+	e := mustEndpoint(t, ours, endpointConfig{})
+	e.Attach(newSink(1))
+	if e.txq == nil {
+		t.Fatal("no transmit queue")
+	}
+	write := func(seed byte) {
+		t.Helper()
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{Payload: buffer.MakeWithData(ipv4Packet(100, seed))})
+		var l stack.PacketBufferList
+		l.PushBack(pkt)
+		if k, err := e.WritePackets(l); k != 1 || err != nil {
+			t.Fatalf("WritePackets = %d, %v", k, err)
+		}
+		pkt.DecRef()
+	}
+	read := func(seed byte) {
+		t.Helper()
+		buf := make([]byte, 2000)
+		r, err := unix.Read(peer, buf)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(buf[:r], ipv4Packet(100, seed)) {
+			t.Fatalf("peer read a packet other than %d (out of order?)", seed)
+		}
+	}
+	write(1)
+	if st := e.Stats(); st.TxPackets != 1 {
+		t.Fatalf("TxPackets = %d right after an idle write, want 1 (written inline)", st.TxPackets)
+	}
+	read(1)
+
+	// A write in progress (as the writer goroutine marks it): the next
+	// small packet must wait in the queue.
+	q := e.txq
+	q.mu.Lock()
+	q.busy = true
+	q.mu.Unlock()
+	write(2)
+	q.mu.Lock()
+	queued := len(q.q)
+	q.mu.Unlock()
+	if queued != 1 || e.Stats().TxPackets != 1 {
+		t.Fatalf("queued %d, TxPackets %d while busy; want the packet queued, not written", queued, e.Stats().TxPackets)
+	}
+	q.mu.Lock()
+	q.busy = false
+	q.room.Broadcast()
+	q.mu.Unlock()
+	q.kick()
+	read(2)
+	write(3)
+	read(3)
+	if st := waitTx(t, e, 3); st.TxPackets != 3 {
+		t.Errorf("TxPackets = %d, want 3", st.TxPackets)
+	}
+}

@@ -27,6 +27,11 @@ const (
 // dropping queue). The writer takes the whole queue at once, so producers
 // wait only while it is writing a full batch and the next one is full too;
 // at most about twice the bound is held.
+//
+// When the link is idle (nothing queued, nobody writing) a small batch
+// is written by its producer at once (inlineMax): the wake-up of the
+// writer goroutine was one of the hand-offs on a small response's way to
+// the worker. Busy or bulk traffic still goes through the queue.
 type txQueue struct {
 	e *Endpoint
 
@@ -35,6 +40,9 @@ type txQueue struct {
 	q      []*stack.PacketBuffer
 	bytes  int
 	closed bool
+	// busy is set while a producer writes inline or the writer writes a
+	// batch: at most one of them writes at a time, in queue order.
+	busy bool
 	// room is signalled (with mu) when the writer has taken the queue or
 	// the queue is closed.
 	room sync.Cond
@@ -60,6 +68,22 @@ func newTxQueue(e *Endpoint) *txQueue {
 // false when the queue is closed; packets not queued by then are dropped.
 func (q *txQueue) enqueue(pkts []*stack.PacketBuffer) bool {
 	q.mu.Lock()
+	if !q.closed && !q.busy && len(q.q) == 0 && smallBatch(pkts) {
+		q.busy = true
+		q.mu.Unlock()
+		for _, pkt := range pkts {
+			q.e.writeCounted(pkt)
+		}
+		q.mu.Lock()
+		q.busy = false
+		more := len(q.q) > 0
+		q.room.Broadcast()
+		q.mu.Unlock()
+		if more {
+			q.kick()
+		}
+		return true
+	}
 	for i, pkt := range pkts {
 		size := pkt.Size()
 		for !q.closed && len(q.q) > 0 && (len(q.q) >= txQueueLen || q.bytes+size > txQueueBytes) {
@@ -79,6 +103,24 @@ func (q *txQueue) enqueue(pkts []*stack.PacketBuffer) bool {
 	return true
 }
 
+// inlineMax bounds a batch a producer writes itself on an idle link: a
+// few small packets (ACKs, a small response), never bulk.
+const (
+	inlineMaxPackets = 2
+	inlineMaxBytes   = 4096
+)
+
+func smallBatch(pkts []*stack.PacketBuffer) bool {
+	if len(pkts) > inlineMaxPackets {
+		return false
+	}
+	n := 0
+	for _, pkt := range pkts {
+		n += pkt.Size()
+	}
+	return n <= inlineMaxBytes
+}
+
 // kick wakes the writer if it sleeps.
 func (q *txQueue) kick() {
 	select {
@@ -94,9 +136,15 @@ func (q *txQueue) run() {
 	var batch []*stack.PacketBuffer
 	for range q.wake {
 		q.mu.Lock()
+		for q.busy {
+			// A producer writes inline; it kicks again if it
+			// finds packets queued when done.
+			q.room.Wait()
+		}
 		batch, q.q = q.q, batch[:0]
 		q.bytes = 0
 		closed := q.closed
+		q.busy = !closed
 		q.room.Broadcast()
 		q.mu.Unlock()
 		for i, pkt := range batch {
@@ -110,6 +158,14 @@ func (q *txQueue) run() {
 		}
 		if closed {
 			return
+		}
+		q.mu.Lock()
+		q.busy = false
+		more := len(q.q) > 0
+		q.room.Broadcast()
+		q.mu.Unlock()
+		if more {
+			q.kick()
 		}
 	}
 }
