@@ -26,6 +26,8 @@
 package relay
 
 import (
+	"github.com/nsgate/nsgate/internal/diag/hoptrace"
+
 	"context"
 	"errors"
 	"io"
@@ -478,7 +480,9 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 			}
 			if n > 0 {
 				r.touch()
+				hoptrace.Mark(readHop(srcSide))
 				w, werr := r.write(dst, buf[:n])
+				hoptrace.Mark(writtenHop(dstSide))
 				total += int64(w)
 				if werr != nil {
 					r.writeFailed(werr, dstSide)
@@ -543,6 +547,7 @@ func (r *relay) pumpFiltered(src, dst net.Conn, dstSide Side, held []byte, f Fil
 	for {
 		if fresh {
 			n, err := f.Next(buf[:kept])
+			hoptrace.Mark(hoptrace.Filtered)
 			if err == nil && kept-n > MaxKeep {
 				err = errFilterKept
 			}
@@ -552,6 +557,7 @@ func (r *relay) pumpFiltered(src, dst net.Conn, dstSide Side, held []byte, f Fil
 			}
 			if n > 0 {
 				w, werr := r.write(dst, buf[:n])
+				hoptrace.Mark(writtenHop(dstSide))
 				total += int64(w)
 				if werr != nil {
 					r.writeFailed(werr, dstSide)
@@ -562,6 +568,7 @@ func (r *relay) pumpFiltered(src, dst net.Conn, dstSide Side, held []byte, f Fil
 		}
 		n, rerr := src.Read(buf[kept:])
 		if n > 0 {
+			hoptrace.Mark(hoptrace.RelayFromWork)
 			r.touch()
 			kept += n
 		}
@@ -585,6 +592,21 @@ func (r *relay) pumpFiltered(src, dst net.Conn, dstSide Side, held []byte, f Fil
 			return total
 		}
 	}
+}
+
+// readHop and writtenHop name the hoptrace hops of a direction.
+func readHop(src Side) hoptrace.Hop {
+	if src == SideWorker {
+		return hoptrace.RelayFromWork
+	}
+	return hoptrace.RelayFromUp
+}
+
+func writtenHop(dst Side) hoptrace.Hop {
+	if dst == SideUpstream {
+		return hoptrace.UpWritten
+	}
+	return hoptrace.WorkWritten
 }
 
 // writeFailed records a failed write to dstSide.

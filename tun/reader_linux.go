@@ -1,6 +1,8 @@
 package tun
 
 import (
+	"github.com/nsgate/nsgate/internal/diag/hoptrace"
+
 	"sync/atomic"
 
 	"golang.org/x/sys/unix"
@@ -63,6 +65,9 @@ func (r *reader) read(fd uintptr) bool {
 			return false
 		}
 		r.n, r.errno = n, errno
+		if errno == 0 {
+			hoptrace.Mark(hoptrace.TunRead)
+		}
 		return true
 	}
 }

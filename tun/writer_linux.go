@@ -1,6 +1,8 @@
 package tun
 
 import (
+	"github.com/nsgate/nsgate/internal/diag/hoptrace"
+
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -116,6 +118,12 @@ func smallBatch(pkts []*stack.PacketBuffer) bool {
 	}
 	n := 0
 	for _, pkt := range pkts {
+		if pkt.Data().Size() == 0 {
+			// A bare ACK (or SYN, FIN) is not what anyone waits
+			// for: written inline it would delay the wake-up of
+			// the reader of the data it acknowledges.
+			return false
+		}
 		n += pkt.Size()
 	}
 	return n <= inlineMaxBytes
@@ -192,6 +200,7 @@ func (e *Endpoint) writeCounted(pkt *stack.PacketBuffer) unix.Errno {
 	size, super, errno := e.writePacket(pkt)
 	switch errno {
 	case 0:
+		hoptrace.Mark(hoptrace.TunWritten)
 		e.stats.txPackets.Add(1)
 		e.stats.txBytes.Add(uint64(size))
 		if super {

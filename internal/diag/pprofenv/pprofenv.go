@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/nsgate/nsgate/internal/diag/hoptrace"
 	"github.com/nsgate/nsgate/internal/diag/starttrace"
 )
 
@@ -52,6 +53,7 @@ func Start() (stop func()) {
 		}()
 	}
 	return func() {
+		hoptrace.Flush()
 		if f != nil {
 			pprof.StopCPUProfile()
 			f.Close()
