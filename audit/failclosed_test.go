@@ -499,30 +499,3 @@ func TestTornLogMessages(t *testing.T) {
 		t.Errorf("Check after the cut: %v", err)
 	}
 }
-
-// TestWatchLooksAgain: the watch on a write fails the log only when the
-// write has not returned a grace after the timeout. A write that returned
-// while its goroutine waited for a CPU (the timer's goroutine ran first)
-// is not a stall; one that is still under way when the timeout fires
-// gets the grace; one still under way after that fails the log.
-func TestWatchLooksAgain(t *testing.T) {
-	l := startMem(Options{Timeout: time.Hour, Delay: -1}, io.Discard)
-	defer l.Close()
-	l.arm(&l.name)
-	l.returned.Add(1) // returned; the writer has not disarmed yet
-	l.stalled()
-	if err := l.Err(); err != nil {
-		t.Fatalf("a write that returned failed the log: %v", err)
-	}
-	l.arm(&l.name)
-	l.armedAt.Store(time.Now().Add(-l.timeout).UnixNano()) // the timeout is up
-	l.stalled()
-	if err := l.Err(); err != nil {
-		t.Fatalf("failed without the grace: %v", err)
-	}
-	l.armedAt.Store(time.Now().Add(-l.timeout - stallGrace).UnixNano()) // and the grace
-	l.stalled()
-	if err := l.Err(); err == nil || !strings.Contains(err.Error(), "blocked for") {
-		t.Fatalf("a write stuck past the timeout and the grace: Err() = %v, want the log failed", err)
-	}
-}
