@@ -391,7 +391,15 @@ func (r *run) run() int {
 		return r.fail(err)
 	}
 	r.child = child
-	r.cleanup = append(r.cleanup, func() { syscall.Close(child.TunFD) })
+	r.cleanup = append(r.cleanup, func() {
+		if r.ran {
+			// The worker and its init have exited: nothing is left in
+			// the namespace (see tun.CloseDead).
+			tun.CloseDead(child.TunFD)
+			return
+		}
+		syscall.Close(child.TunFD)
+	})
 	r.s.StopOnAuditFailure(func() { child.Signal(syscall.SIGKILL) }) // the audit fails closed
 	child.ExecListener = r.s.ExecAudit(plan)
 
