@@ -267,8 +267,9 @@ func TestDiskFullOnTmpfs(t *testing.T) {
 }
 
 // TestFIFOWithoutReader: a FIFO that its reader holds open but never reads
-// fills up; the blocked write returns at its deadline and the log has
-// failed, within the bound. (A FIFO with no reader at all is refused by
+// fills up; the watch finds the writer asleep on it for the timeout, the
+// log has failed, and the forced deadline gets the write back, within
+// the bound. (A FIFO with no reader at all is refused by
 // Open: TestFIFOLogNeedsAReader.)
 func TestFIFOWithoutReader(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.fifo")
