@@ -1,0 +1,322 @@
+//go:build integration
+
+package integration
+
+// Attacks on the credential broker (docs/credentials.md), written by an
+// independent tester. Each subcase is one attempt; a FINDING error means
+// the attempt got through (the secret reached the worker, the placeholder
+// went somewhere it may not, a refused request reached the upstream).
+// Run: make build && go test -tags integration -count=1 -run TestAttackCreds -v ./integration/
+
+import (
+	"bytes"
+	"compress/zlib"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nsgate/nsgate/lab/internet"
+	"github.com/nsgate/nsgate/tlsca"
+)
+
+const attackPort = 9461
+
+// attackUpstream is a hostile-but-plausible api.example.test: each path is
+// one way an upstream can echo what it received.
+type attackUpstream struct {
+	ca *tlsca.CA
+	mu sync.Mutex
+	// got is every request: "METHOD path | header dump | trailer dump".
+	got []string
+}
+
+func (u *attackUpstream) seen() []string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return append([]string(nil), u.got...)
+}
+
+func startAttackUpstream(t *testing.T) *attackUpstream {
+	t.Helper()
+	ca, err := tlsca.New(tlsca.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &attackUpstream{ca: ca}
+	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(attackPort)))
+	if err != nil {
+		t.Fatalf("listen: %v", err)
+	}
+	srv := &http.Server{
+		Handler:           http.HandlerFunc(u.serve),
+		ReadHeaderTimeout: 5 * time.Second,
+		TLSConfig: &tls.Config{NextProtos: []string{"h2", "http/1.1"}, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+			return ca.Leaf("api.example.test")
+		}},
+	}
+	go srv.ServeTLS(ln, "", "")
+	t.Cleanup(func() { srv.Close() })
+	return u
+}
+
+func (u *attackUpstream) serve(w http.ResponseWriter, r *http.Request) {
+	var body bytes.Buffer
+	body.ReadFrom(r.Body)
+	var hd strings.Builder
+	for k, vs := range r.Header {
+		fmt.Fprintf(&hd, "%s=%q ", k, vs)
+	}
+	var tr strings.Builder
+	for k, vs := range r.Trailer {
+		fmt.Fprintf(&tr, "%s=%q ", k, vs)
+	}
+	u.mu.Lock()
+	u.got = append(u.got, fmt.Sprintf("%s %s | %s| trailers: %s| body %q", r.Method, r.RequestURI, hd.String(), tr.String(), clip(body.String(), 200)))
+	u.mu.Unlock()
+	auth := r.Header.Get("Authorization")
+	switch r.URL.Path {
+	case "/trailer":
+		// The echo in a declared and an undeclared trailer.
+		w.Header().Set("Trailer", "X-Echo-Trailer")
+		w.WriteHeader(200)
+		fmt.Fprintln(w, "body without the secret")
+		w.(http.Flusher).Flush()
+		w.Header().Set("X-Echo-Trailer", auth)
+		w.Header().Set(http.TrailerPrefix+"X-Late", auth)
+	case "/early":
+		// 103 Early Hints carrying the echo, then a clean 200.
+		w.Header().Set("Link", "</x?"+auth+">; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		w.Header().Del("Link")
+		w.WriteHeader(200)
+		fmt.Fprintln(w, "clean")
+	case "/deflate":
+		// Compressed with an encoding the gateway did not ask for.
+		var b bytes.Buffer
+		zw := zlib.NewWriter(&b)
+		fmt.Fprintf(zw, "echo %s\n", auth)
+		zw.Close()
+		w.Header().Set("Content-Encoding", "deflate")
+		w.Write(b.Bytes())
+	case "/range":
+		// A static-looking document that holds the echo; Range honoured.
+		http.ServeContent(w, r, "x.txt", time.Time{}, strings.NewReader("echo: "+auth+"\n"))
+	case "/redir":
+		w.Header().Set("Location", "https://elsewhere.test/cb?tok="+strings.ReplaceAll(auth, " ", "%20"))
+		w.WriteHeader(302)
+	case "/hname":
+		// The echo in a header name.
+		w.Header().Set("X-"+strings.ReplaceAll(auth, " ", "-"), "1")
+		fmt.Fprintln(w, "clean")
+	default:
+		w.Header().Set("X-Echo", auth)
+		fmt.Fprintf(w, "echo %s %s %s\n", r.Proto, r.URL.Path, auth)
+	}
+}
+
+func clip(s string, n int) string {
+	if len(s) > n {
+		return s[:n]
+	}
+	return s
+}
+
+func attackPolicy(caFile string) string {
+	return fmt.Sprintf(`version: 1
+allow:
+  - host: api.example.test
+    ports: [%d]
+    tls: terminate
+    requests:
+      - methods: [GET]
+        paths: ["/repos/acme/*", "/echo", "/trailer", "/early", "/deflate", "/range", "/redir", "/hname"]
+dns:
+  upstream: ["%s"]
+  hosts:
+    api.example.test: [%s]
+tls:
+  upstream_ca: %s
+credentials:
+  - name: api
+    from: {env: NSGATE_IT_SECRET}
+    placeholder_env: API_TOKEN
+    hosts: [api.example.test]
+    header: Authorization
+    format: "Bearer {}"
+`, attackPort, internet.UpstreamDNS, internet.AppV4, caFile)
+}
+
+// attackScript is the worker: Python over raw TLS sockets, so that every
+// byte of each request is the attacker's. Each attempt prints one line
+// "NAME: result".
+const attackScript = `
+import os, ssl, socket, zlib, glob
+PH = os.environ['API_TOKEN']
+HOST = 'api.example.test'
+PORT = %d
+ctx = ssl.create_default_context()
+def raw(data, alpn=None, timeout=8):
+    c = ctx.wrap_socket(socket.create_connection((HOST, PORT), timeout=timeout), server_hostname=HOST)
+    c.sendall(data)
+    out = b''
+    try:
+        while True:
+            b = c.recv(65536)
+            if not b: break
+            out += b
+    except Exception as e:
+        out += ('<<%%s>>' %% e).encode()
+    c.close()
+    return out
+def req(path, extra='', method='GET', body=b'', ver='HTTP/1.1', host=HOST):
+    h = '%%s %%s %%s\r\n' %% (method, path, ver)
+    if host is not None: h += 'Host: %%s\r\n' %% host
+    h += 'Authorization: Bearer %%s\r\nConnection: close\r\n%%s\r\n' %% (PH, extra)
+    return raw(h.encode() + body)
+def show(name, r):
+    print(name + ': ' + repr(r[:600]))
+
+# --- secret into the worker's hands ---
+show('echo', req('/echo'))
+show('trailer', req('/trailer', 'TE: trailers\r\n'))
+show('early', req('/early'))
+r = req('/deflate', 'Accept-Encoding: deflate\r\n')
+try:
+    body = r.split(b'\r\n\r\n', 1)[1]
+    if b'chunked' in r.split(b'\r\n\r\n',1)[0].lower():
+        # de-chunk
+        out = b''; rest = body
+        while rest:
+            ln, rest = rest.split(b'\r\n', 1); n = int(ln.split(b';')[0], 16)
+            if n == 0: break
+            out += rest[:n]; rest = rest[n+2:]
+        body = out
+    show('deflate', zlib.decompress(body))
+except Exception as e:
+    show('deflate', r + (' <<%%s>>' %% e).encode())
+a = req('/range', 'Range: bytes=0-19\r\n').split(b'\r\n\r\n', 1)[-1]
+b = req('/range', 'Range: bytes=20-\r\n').split(b'\r\n\r\n', 1)[-1]
+show('range', a + b)
+show('redir', req('/redir'))
+show('hname', req('/hname'))
+show('head', req('/echo', method='HEAD'))
+# Pipelined: two requests on one connection.
+p = ('GET /echo HTTP/1.1\r\nHost: %%s\r\nAuthorization: Bearer %%s\r\n\r\nGET /echo HTTP/1.1\r\nHost: other.test\r\nAuthorization: Bearer %%s\r\nConnection: close\r\n\r\n' %% (HOST, PH, PH)).encode()
+show('pipeline', raw(p))
+
+# --- the worker's own view: init's environment, every process's ---
+found = []
+for f in glob.glob('/proc/*/environ') + glob.glob('/proc/*/cmdline'):
+    try:
+        d = open(f, 'rb').read()
+    except Exception as e:
+        continue
+    if b'NSGATE_IT_SECRET' in d:
+        found.append(f + ' ' + repr(d[d.find(b'NSGATE_IT_SECRET'):][:60]))
+print('procenv: ' + repr(found))
+for f in ['/proc/1/environ', '/proc/1/cmdline', '/proc/1/status']:
+    try:
+        d = open(f, 'rb').read()
+        print('proc1 %%s: readable %%d bytes, secret var %%s' %% (f, len(d), b'NSGATE_IT_SECRET' in d))
+    except Exception as e:
+        print('proc1 %%s: %%s' %% (f, e))
+print('proc1 ls: %%r' %% sorted(os.listdir('/proc'))[:40])
+
+# --- the placeholder elsewhere ---
+show('cookie', req('/echo', 'Cookie: a=%%s\r\n' %% PH))
+show('xhdr', req('/echo', 'X-Api: %%s\r\n' %% PH))
+show('dupauth', req('/echo', 'Authorization: Basic %%s\r\n' %% PH))
+chunked = ('5\r\nhello\r\n0\r\nX-T: %%s\r\n\r\n' %% PH).encode()
+show('reqtrailer', req('/echo', 'Transfer-Encoding: chunked\r\nTrailer: X-T\r\n', body=chunked))
+chunked = ('5\r\nhello\r\n0\r\nAuthorization: Bearer %%s\r\n\r\n' %% PH).encode()
+show('reqtrailer-auth', req('/echo', 'Transfer-Encoding: chunked\r\n', body=chunked))
+show('body-lower', req('/echo', 'Content-Length: %%d\r\n' %% len(PH), body=PH.lower().encode()))
+show('absform', req('https://other.test/echo'))
+show('absform-same', req('https://api.example.test:%%d/echo' %% PORT))
+show('http10-nohost', req('/echo', ver='HTTP/1.0', host=None))
+show('expect', req('/echo', 'Expect: 100-continue\r\nContent-Length: 3\r\n', body=b'abc'))
+show('h2c', req('/echo', 'Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQAAP__\r\nConnection: Upgrade, HTTP2-Settings\r\n'))
+show('connect', raw(('CONNECT other.test:443 HTTP/1.1\r\nHost: other.test:443\r\nAuthorization: Bearer %%s\r\n\r\n' %% PH).encode()))
+show('connect-same', raw(('CONNECT api.example.test:%%d HTTP/1.1\r\nHost: api.example.test:%%d\r\n\r\n' %% (PORT, PORT)).encode()))
+
+# --- refused paths through the rules ---
+for i, path in enumerate(['/admin', '/repos/acme/../admin', '/repos/acme/%%2e%%2e/admin', '/repos/acme/%%2E%%2E/admin',
+        '/repos/acme/x%%2f..%%2f..%%2fadmin', '/repos/acme/x%%2fadmin', '//admin', '/repos//acme/x', '/repos/acme/x;/../../admin',
+        '/repos/acme/..;/admin', '/repos/acme/x\\..\\..\\admin', '/repos/acme/%%c0%%ae%%c0%%ae/admin', '/repos/acme/%%u002e%%u002e/admin',
+        '/echo#/../admin', '/echo/../admin', '/echo%%00/../admin', '/ECHO', '/echo/', '/echo?x=/../admin', '*', '/repos/acme/%%252e%%252e/admin',
+        '/repos/acme/\xef\xbc\x8e\xef\xbc\x8e/admin', '/repos/acme/x/%%2e/', '/./admin', '/echo%%20']):
+    r = raw(('GET %%s HTTP/1.1\r\nHost: %%s\r\nConnection: close\r\n\r\n' %% (path, HOST)).encode('latin-1'))
+    print('path %%d %%r: %%r' %% (i, path, r.split(b'\r\n')[0]))
+for m, extra in [('OPTIONS', ''), ('DELETE', ''), ('GET', 'X-HTTP-Method-Override: delete\r\n'), ('GET', 'x-http-method: DELETE\r\n'),
+        ('GET', 'X-Method-Override: DELETE\r\n'), ('get', ''), ('GET ', ''), ('POST', 'X-HTTP-Method-Override: GET\r\nContent-Length: 0\r\n')]:
+    r = raw(('%%s /echo HTTP/1.1\r\nHost: %%s\r\nConnection: close\r\n%%s\r\n' %% (m, HOST, extra)).encode())
+    print('method %%r %%r: %%r' %% (m, extra.strip(), r.split(b'\r\n')[0]))
+# Smuggling: CL and TE together; a second request hidden in the body.
+sm = ('GET /echo HTTP/1.1\r\nHost: %%s\r\nContent-Length: 44\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nGET /admin HTTP/1.1\r\nHost: %%s\r\n\r\n' %% (HOST, HOST)).encode()
+show('smuggle-clte', raw(sm))
+sm = ('GET /echo HTTP/1.1\r\nHost: %%s\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\n0\r\n\r\n' %% HOST).encode()
+show('smuggle-te2', raw(sm))
+show('folding', raw(('GET /echo HTTP/1.1\r\nHost: %%s\r\nX-A: a\r\n %%s\r\nConnection: close\r\n\r\n' %% (HOST, PH)).encode()))
+show('hdr-space', raw(('GET /echo HTTP/1.1\r\nHost: %%s\r\nX-A : %%s\r\nConnection: close\r\n\r\n' %% (HOST, PH)).encode()))
+print('DONE')
+`
+
+// TestAttackCreds runs every attempt of attackScript in one worker and
+// judges the results from the worker's output, the upstream's log and the
+// audit log.
+func TestAttackCreds(t *testing.T) {
+	up := startAttackUpstream(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
+		pol := writeFile(t, dir, "policy.yaml", attackPolicy(caFile))
+		log := filepath.Join(dir, "audit.jsonl")
+		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--", "/usr/bin/python3", "-c", fmt.Sprintf(attackScript, attackPort))
+		cmd.Env = append(cmd.Env, "NSGATE_IT_SECRET="+credSecret)
+		r := runBounded(t, cmd, 170*time.Second, "nsgate run (attack)", nil)
+		t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
+		lines := map[string]string{}
+		for _, l := range strings.Split(r.stdout, "\n") {
+			if k, v, ok := strings.Cut(l, ": "); ok {
+				lines[k] = v
+			}
+		}
+		for k, v := range lines {
+			if strings.Contains(v, credSecret) || strings.Contains(v, credSecret[:20]) {
+				t.Errorf("FINDING: attempt %q: the worker saw the secret (or its prefix): %s", k, v)
+			}
+		}
+		if rng := lines["range"]; strings.Contains(rng, credSecret[:7]) && strings.Contains(rng, credSecret[7:]) {
+			t.Errorf("FINDING: range: the secret came back in two Range pieces: %s", rng)
+		}
+		for _, s := range up.seen() {
+			t.Logf("upstream got: %s", s)
+			if strings.Contains(strings.ToLower(s), "nsgph") {
+				t.Errorf("FINDING: the placeholder reached the upstream: %s", s)
+			}
+			if target, _, _ := strings.Cut(strings.SplitN(s, " ", 3)[1], "?"); strings.Contains(target, "admin") {
+				t.Errorf("FINDING: a refused path reached the upstream: %s", s)
+			}
+			if strings.HasPrefix(s, "DELETE") || strings.HasPrefix(s, "OPTIONS") || strings.HasPrefix(s, "POST") {
+				t.Errorf("FINDING: a refused method reached the upstream: %s", s)
+			}
+		}
+		for _, ar := range readAudit(t, log) {
+			if ev := ar.str("event"); ev == "request" || ev == "credential" {
+				t.Logf("audit: %v", ar)
+			}
+			if strings.Contains(fmt.Sprint(ar), credSecret) {
+				t.Errorf("FINDING: audit record holds the secret: %v", ar)
+			}
+		}
+		if !strings.Contains(r.stdout, "DONE") {
+			t.Errorf("the attack script did not finish")
+		}
+	})
+}
