@@ -83,6 +83,18 @@ func (u *attackUpstream) serve(w http.ResponseWriter, r *http.Request) {
 	u.got = append(u.got, fmt.Sprintf("%s %s | %s| trailers: %s| body %q (%d bytes, tail %q)", r.Method, r.RequestURI, hd.String(), tr.String(), clip(body.String(), 200), body.Len(), tail))
 	u.mu.Unlock()
 	auth := r.Header.Get("Authorization")
+	if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+		// After the upgrade, the echo goes over the raw stream.
+		c, rw, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+		rw.WriteString("ws-echo " + auth + "\n")
+		rw.Flush()
+		return
+	}
 	switch r.URL.Path {
 	case "/trailer":
 		// The echo in a declared and an undeclared trailer.
@@ -267,6 +279,15 @@ sm = ('GET /echo HTTP/1.1\r\nHost: %%s\r\nTransfer-Encoding: chunked\r\nTransfer
 show('smuggle-te2', raw(sm))
 show('folding', raw(('GET /echo HTTP/1.1\r\nHost: %%s\r\nX-A: a\r\n %%s\r\nConnection: close\r\n\r\n' %% (HOST, PH)).encode()))
 show('hdr-space', raw(('GET /echo HTTP/1.1\r\nHost: %%s\r\nX-A : %%s\r\nConnection: close\r\n\r\n' %% (HOST, PH)).encode()))
+ws = raw(('GET /repos/acme/ws HTTP/1.1\r\nHost: %%s\r\nAuthorization: Bearer %%s\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n' %% (HOST, PH)).encode(), timeout=3)
+show('ws', ws)
+import subprocess
+base = 'https://%%s:%%d' %% (HOST, PORT)
+for name, path in [('h2-trailer', '/trailer'), ('h2-early', '/early'), ('h2-echo', '/echo')]:
+    r = subprocess.run(['/usr/bin/curl', '-sS', '--http2', '-i', '-H', 'Authorization: Bearer ' + PH, base + path], capture_output=True)
+    show(name, r.stdout + r.stderr)
+r = subprocess.run(['/usr/bin/curl', '-sS', '--http2', '-i', '-H', 'Host: other.test', '-H', 'Authorization: Bearer ' + PH, base + '/echo'], capture_output=True)
+show('h2-host-vs-authority', r.stdout + r.stderr)
 print('DONE')
 `
 
@@ -280,7 +301,7 @@ func TestAttackCreds(t *testing.T) {
 		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
 		pol := writeFile(t, dir, "policy.yaml", attackPolicy(caFile))
 		log := filepath.Join(dir, "audit.jsonl")
-		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--", "/usr/bin/python3", "-c", fmt.Sprintf(attackScript, attackPort))
+		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", log, "--exec-allow", "/usr/bin/curl", "--", "/usr/bin/python3", "-c", fmt.Sprintf(attackScript, attackPort))
 		cmd.Env = append(cmd.Env, "NSGATE_IT_SECRET="+credSecret)
 		r := runBounded(t, cmd, 170*time.Second, "nsgate run (attack)", nil)
 		t.Logf("exit %d\nstdout:\n%s\nstderr:\n%s", r.code, r.stdout, r.stderr)
@@ -405,6 +426,9 @@ func TestAttackCredsHold(t *testing.T) {
 		polFile := writeFile(t, dir, "policy.yaml", pol)
 		log := filepath.Join(dir, "audit.jsonl")
 		n := 120
+		if v := os.Getenv("NSGATE_ATTACK_HOLD"); v != "" {
+			fmt.Sscan(v, &n)
+		}
 		cmd := nsgateCmd(m, "run", "--policy", polFile, "--audit", log, "--ro", sdir, "--", "/usr/bin/python3", "-c", fmt.Sprintf(holdScript, attackPort), secretFile, fmt.Sprint(n))
 		var out, errb bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &errb
