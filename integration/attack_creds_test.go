@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -502,4 +503,65 @@ func rssKB(pid int) int64 {
 		}
 	}
 	return 0
+}
+
+// TestAttackCredsH2Hold: one h2 connection, 100 streams, each holding
+// almost a MiB of body in nsgate (testdata/h2hold).
+func TestAttackCredsH2Hold(t *testing.T) {
+	up := startAttackUpstream(t)
+	bdir, err := os.MkdirTemp("/var/tmp", "nsgate-attack-bin-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(bdir)
+	os.Chmod(bdir, 0o755)
+	bin := filepath.Join(bdir, "h2hold")
+	if out, err := exec.Command("go", "build", "-o", bin, "./testdata/h2hold").CombinedOutput(); err != nil {
+		t.Fatalf("build h2hold: %v\n%s", err, out)
+	}
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
+		polFile := writeFile(t, dir, "policy.yaml", attackPolicy(caFile))
+		cmd := nsgateCmd(m, "run", "--policy", polFile, "--audit", filepath.Join(dir, "a.jsonl"), "--ro", bdir, "--exec-allow", bin, "--",
+			bin, fmt.Sprintf("api.example.test:%d", attackPort), "100", "6")
+		cmd.Env = append(cmd.Env, "NSGATE_IT_SECRET="+credSecret)
+		out, errb, peak := runSampled(t, cmd)
+		t.Logf("stdout:\n%s\nstderr:\n%s", out, clip(errb, 3000))
+		t.Logf("nsgate peak RSS %d MiB, one h2 connection", peak/1024)
+		if peak > 100*1024 {
+			t.Errorf("FINDING: one h2 connection grew nsgate to %d MiB", peak/1024)
+		}
+	})
+}
+
+// runSampled runs cmd, sampling its RSS; it returns stdout, stderr and the
+// peak RSS in KiB.
+func runSampled(t *testing.T, cmd *exec.Cmd) (string, string, int64) {
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var peak int64
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	timeout := time.After(170 * time.Second)
+	for {
+		select {
+		case <-done:
+			return out.String(), errb.String(), peak
+		case <-timeout:
+			cmd.Process.Kill()
+			<-done
+			t.Errorf("nsgate run hung")
+			return out.String(), errb.String(), peak
+		case <-tick.C:
+			if kb := rssKB(cmd.Process.Pid); kb > peak {
+				peak = kb
+			}
+		}
+	}
 }
