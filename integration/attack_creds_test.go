@@ -252,6 +252,8 @@ chunked = ('5\r\nhello\r\n0\r\nX-T: %%s\r\n\r\n' %% PH).encode()
 show('reqtrailer', req('/echo', 'Transfer-Encoding: chunked\r\nTrailer: X-T\r\n', body=chunked))
 chunked = ('5\r\nhello\r\n0\r\nAuthorization: Bearer %%s\r\n\r\n' %% PH).encode()
 show('reqtrailer-auth', req('/echo', 'Transfer-Encoding: chunked\r\n', body=chunked))
+show('url-pct', req('/echo?t=%%6e' + PH[1:]))
+show('form-pct', req('/echo', 'Content-Type: application/x-www-form-urlencoded\r\nContent-Length: %%d\r\n' %% (len(PH) + 4), body=('t=%%6e' + PH[1:]).encode()))
 show('body-lower', req('/echo', 'Content-Length: %%d\r\n' %% len(PH), body=PH.lower().encode()))
 show('absform', req('https://other.test/echo'))
 show('absform-same', req('https://api.example.test:%%d/echo' %% PORT))
@@ -322,7 +324,7 @@ func TestAttackCreds(t *testing.T) {
 		}
 		for _, s := range up.seen() {
 			t.Logf("upstream got: %s", s)
-			if strings.Contains(strings.ToLower(s), "nsgph") {
+			if strings.Contains(strings.ToLower(s), "nsgph") || strings.Contains(strings.ToLower(s), "%6esgph") {
 				t.Errorf("FINDING: the placeholder reached the upstream: %s", s)
 			}
 			if target, _, _ := strings.Cut(strings.SplitN(s, " ", 3)[1], "?"); strings.Contains(target, "admin") {
