@@ -368,6 +368,7 @@ func (r *run) run() int {
 		// The worker trusts the run's CA with no flags, and holds
 		// placeholders, never the secrets (docs/credentials.md).
 		spec.Env = eng.WorkerEnv(os.Environ())
+		spec.InitEnvDrop = eng.Vault.SourceEnv()
 		spec.View.Files = append(spec.View.Files, sandbox.File{Path: intercept.BundlePath, Content: string(eng.Bundle())})
 		if nss, err := nssDB(eng.CA.PEM()); err != nil {
 			r.errorf("warning: %v", err)
