@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg Config) int {
 	var fill, race *attack.Attempt
 	var socks []attack.Attempt // PhaseSessionBus, PhaseEngineSocket
 	var paths []attack.Attempt // PhaseHostPaths
+	var creds []attack.Attempt // PhaseCredentials
 	for i := 0; i < len(cat); i++ {
 		if cat[i].Phase == attack.PhaseAuditFill {
 			at := cat[i]
@@ -119,6 +120,9 @@ func Run(ctx context.Context, cfg Config) int {
 		}
 		if cat[i].Phase == attack.PhaseHostPaths {
 			paths = append(paths, cat[i])
+		}
+		if cat[i].Phase == attack.PhaseCredentials {
+			creds = append(creds, cat[i])
 		}
 		if cat[i].Phase != "" {
 			cat = append(cat[:i:i], cat[i+1:]...)
@@ -224,6 +228,8 @@ func Run(ctx context.Context, cfg Config) int {
 		breakArgs = append(breakArgs, "--unsafe-break", "metadata")
 	case BreakExecGuard:
 		breakArgs = append(breakArgs, "--exec-guard=best-effort", "--unsafe-break", guard.LayerLandlock+","+guard.LayerSeccomp)
+	case BreakCredentials, BreakRequestRules:
+		breakArgs = append(breakArgs, "--unsafe-break", cfg.Break)
 	}
 	args = append(args, breakArgs...)
 	ev.Environment.Notes = append(ev.Environment.Notes, "nsgate run was started with HOME="+host.Home+" (the caller's home for the containment attempts: a directory the lab made, holding its canary "+attack.HomeCanary+" and a fake SSH key), --rw "+host.RW+", --audit-key "+host.AuditKey+" and XDG_RUNTIME_DIR="+host.Runtime+" (a private runtime directory outside /run/user, where nsgate keeps its start gate)")
@@ -358,6 +364,14 @@ func Run(ctx context.Context, cfg Config) int {
 	for _, at := range paths {
 		fmt.Fprintf(cfg.Stderr, "nsgate lab: %s: runs of their own on nsgate's host paths\n", at.ID)
 		pres = append(pres, runHostPath(ctx, cfg, at, host, env))
+	}
+
+	// The credential attempts: one run of their own with their own fake
+	// upstreams, secret and log.
+	var cres []judge.Result
+	if len(creds) > 0 {
+		fmt.Fprintf(cfg.Stderr, "nsgate lab: %d credential attempts: a run of their own terminating TLS for %s and %s, with a secret only the lab knows\n", len(creds), attack.CredAPIName, attack.CredOtherName)
+		cres = runCredentials(ctx, cfg, creds, host, env, breakArgs, inet)
 	}
 
 	// The audit log, checked the way `nsgate audit verify --key` checks
@@ -499,6 +513,9 @@ func Run(ctx context.Context, cfg Config) int {
 	}
 	for _, r := range pres {
 		own = append(own, ownRun{"[paths]", r})
+	}
+	for _, r := range cres {
+		own = append(own, ownRun{"[creds]", r})
 	}
 	for _, o := range own {
 		mark := "ok"
