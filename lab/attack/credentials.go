@@ -118,11 +118,18 @@ func credentialAttempts() []Attempt {
 				r := &net.Resolver{PreferGo: true}
 				lctx, cancel := context.WithTimeout(ctx, a.cfg.Timeout)
 				defer cancel()
-				addrs, err := r.LookupHost(lctx, p+"."+CredLeakZone)
+				name := p + "." + CredLeakZone
+				addrs, err := r.LookupHost(lctx, name)
 				if err != nil {
 					return blockedf("lookup refused: %v", err)
 				}
-				return allowedf("resolved to %v", addrs)
+				// nsgate answers an approved name with an address of its
+				// own and resolves it upstream when a flow to it starts.
+				c, err := a.dialer().DialContext(lctx, "tcp", net.JoinHostPort(name, "443"))
+				if err == nil {
+					c.Close()
+				}
+				return allowedf("resolved to %v; a connection to it: %v", addrs, err)
 			}),
 		{
 			ID: "creds-read-source", Category: CategoryCredentials, Layer: LayerView, Phase: PhaseCredentials,
