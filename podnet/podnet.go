@@ -55,6 +55,11 @@ const (
 	// EnvCABundle names a file the helper writes the host's system bundle
 	// plus the run's CA certificate to, for a container's SSL_CERT_FILE.
 	EnvCABundle = "NSGATE_CA_BUNDLE"
+	// EnvPlaceholders names a file the helper writes the credentials'
+	// placeholders to, one NAME=placeholder line for each placeholder_env
+	// (a container sources it: the engine, not nsgate, makes the
+	// container's environment).
+	EnvPlaceholders = "NSGATE_PLACEHOLDERS"
 )
 
 // AuditLockWait is how long a helper waits for the previous helper of
@@ -178,6 +183,9 @@ type Config struct {
 	// says it is ready; "" takes $NSGATE_CA_CERT and $NSGATE_CA_BUNDLE
 	// (a container engine passes no nsgate flags).
 	CACert, CABundle string
+	// Placeholders is the file the credentials' placeholders are written
+	// to ("" takes $NSGATE_PLACEHOLDERS).
+	Placeholders string
 }
 
 // Helper is one running helper.
@@ -230,11 +238,14 @@ func Start(cfg Config) (h *Helper, err error) {
 	if cfg.CABundle == "" {
 		cfg.CABundle = os.Getenv(EnvCABundle)
 	}
+	if cfg.Placeholders == "" {
+		cfg.Placeholders = os.Getenv(EnvPlaceholders)
+	}
 	paths := scfg.Paths
 	if paths == nil {
 		paths = hostpath.Default()
 	}
-	if err := WriteCA(h.s.Intercept(), paths, cfg.CACert, cfg.CABundle); err != nil {
+	if err := WriteCA(h.s.Intercept(), paths, cfg.CACert, cfg.CABundle, cfg.Placeholders); err != nil {
 		return h, err
 	}
 	if cfg.TapFD >= 0 {
@@ -350,25 +361,33 @@ func (h *Helper) Close(code int) int {
 	return code
 }
 
-// WriteCA writes the run's CA certificate (PEM) to cert and the host's
-// system bundle plus that certificate to bundle ("" for neither), each
+// WriteCA writes the run's CA certificate (PEM) to cert, the host's
+// system bundle plus that certificate to bundle, and the credentials'
+// placeholders (NAME=placeholder lines) to placeholders ("" for none), each
 // through paths' output rules: created with O_EXCL|O_NOFOLLOW, or, when
 // it exists, the same regular file of the caller's, rewritten in place
 // (so that a directory or a file bind-mounted into a container shows the
 // new CA). The CA's key is never written. A file asked for when the
 // policy terminates no TLS (e is nil: there is no run CA) is an error:
 // the container would otherwise trust something that is not there.
-func WriteCA(e *intercept.Engine, paths *hostpath.Checker, cert, bundle string) error {
-	if cert == "" && bundle == "" {
+func WriteCA(e *intercept.Engine, paths *hostpath.Checker, cert, bundle, placeholders string) error {
+	if cert == "" && bundle == "" && placeholders == "" {
 		return nil
 	}
 	if e == nil || e.CA == nil {
-		return fmt.Errorf("%s/%s is set, but the policy terminates no TLS (no tls: terminate rule), so this helper has no CA to write", EnvCACert, EnvCABundle)
+		return fmt.Errorf("%s, %s or %s is set, but the policy terminates no TLS (no tls: terminate rule), so this helper has no CA or placeholder to write", EnvCACert, EnvCABundle, EnvPlaceholders)
+	}
+	env := func() []byte {
+		var b []byte
+		for _, kv := range e.Vault.WorkerEnv() {
+			b = append(b, kv+"\n"...)
+		}
+		return b
 	}
 	for _, f := range []struct {
 		what, path string
 		data       func() []byte
-	}{{"the run's CA certificate", cert, e.CA.PEM}, {"the CA bundle", bundle, e.Bundle}} {
+	}{{"the run's CA certificate", cert, e.CA.PEM}, {"the CA bundle", bundle, e.Bundle}, {"the placeholders", placeholders, env}} {
 		if f.path == "" {
 			continue
 		}

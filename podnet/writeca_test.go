@@ -16,11 +16,17 @@ import (
 
 func testEngine(t *testing.T) *intercept.Engine {
 	t.Helper()
-	p, err := policy.Parse("p.yaml", []byte("version: 1\nallow:\n  - host: api.example.test\n    ports: [443]\n    tls: terminate\n"))
+	p, err := policy.Parse("p.yaml", []byte("version: 1\nallow:\n  - host: api.example.test\n    ports: [443]\n    tls: terminate\n"+
+		"credentials:\n  - name: api\n    from: {env: IT_SECRET}\n    placeholder_env: API_TOKEN\n    hosts: [api.example.test]\n    header: Authorization\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	e, err := intercept.NewEngine(p, nil, nil)
+	e, err := intercept.NewEngine(p, func(k string) string {
+		if k == "IT_SECRET" {
+			return "s3cret-value-0123"
+		}
+		return ""
+	}, nil)
 	if err != nil || e == nil {
 		t.Fatalf("engine: %v %v", e, err)
 	}
@@ -40,7 +46,7 @@ func TestWriteCA(t *testing.T) {
 		t.Fatal(err)
 	}
 	before, _ := os.Stat(bundle)
-	if err := WriteCA(e, hostpath.Default(), cert, bundle); err != nil {
+	if err := WriteCA(e, hostpath.Default(), cert, bundle, ""); err != nil {
 		t.Fatal(err)
 	}
 	c, _ := os.ReadFile(cert)
@@ -72,16 +78,23 @@ func TestWriteCA(t *testing.T) {
 	if err := os.Symlink(filepath.Join(dir, "target"), link); err != nil {
 		t.Fatal(err)
 	}
-	if err := WriteCA(e, hostpath.Default(), link, ""); err == nil {
+	if err := WriteCA(e, hostpath.Default(), link, "", ""); err == nil {
 		t.Errorf("a link at the certificate's name was followed")
 	}
 	if _, err := os.Lstat(filepath.Join(dir, "target")); err == nil {
 		t.Errorf("the link's target was created")
 	}
-	if err := WriteCA(nil, hostpath.Default(), filepath.Join(dir, "none.pem"), ""); err == nil || !strings.Contains(err.Error(), "terminates no TLS") {
+	if err := WriteCA(nil, hostpath.Default(), filepath.Join(dir, "none.pem"), "", ""); err == nil || !strings.Contains(err.Error(), "terminates no TLS") {
 		t.Errorf("no CA: %v, want an error saying the policy terminates no TLS", err)
 	}
-	if err := WriteCA(nil, hostpath.Default(), "", ""); err != nil {
+	ph := filepath.Join(dir, "placeholders.env")
+	if err := WriteCA(e, hostpath.Default(), "", "", ph); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(ph); !strings.HasPrefix(string(b), "API_TOKEN=nsgph") || strings.Contains(string(b), "s3cret") {
+		t.Errorf("placeholders file %q, want API_TOKEN=<placeholder> and no secret", b)
+	}
+	if err := WriteCA(nil, hostpath.Default(), "", "", ""); err != nil {
 		t.Errorf("nothing asked: %v", err)
 	}
 }
