@@ -3,7 +3,9 @@
 package integration
 
 import (
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -45,6 +47,18 @@ func TestLabCredentials(t *testing.T) {
 			if !a.Control && a.Category != "credentials" {
 				t.Errorf("%s: category %q", a.ID, a.Category)
 			}
+		}
+		// The secret is in no evidence file, and the phase's own log
+		// verifies with the lab's key.
+		files, _ := filepath.Glob(filepath.Join(dir, "*"))
+		for _, f := range files {
+			if b, err := os.ReadFile(f); err == nil && regexp.MustCompile(`labsecret-[0-9a-f]{32}`).Match(b) {
+				t.Errorf("%s holds the secret", f)
+			}
+		}
+		v := runNsgate(t, m, "audit", "verify", "--key", filepath.Join(dir, "audit.key"), filepath.Join(dir, "audit-credentials.jsonl"))
+		if v.code != 0 || !strings.Contains(v.stdout, "MACs checked: all") {
+			t.Errorf("audit verify --key audit-credentials.jsonl: exit %d %q %q", v.code, v.stdout, v.stderr)
 		}
 		if seen != strings.Count(labCredIDs, ",")+1 {
 			t.Errorf("%d attempts in the evidence, want %d", seen, strings.Count(labCredIDs, ",")+1)

@@ -195,16 +195,17 @@ func credRecord(id string, rec audit.Record) bool {
 }
 
 // runCredentials runs the credential attempts (attack.PhaseCredentials)
-// in one `nsgate run` of their own and judges each.
-func runCredentials(ctx context.Context, cfg Config, ats []attack.Attempt, h *attack.HostEnv, env, breakArgs []string, inet *internet.Internet) []judge.Result {
+// in one `nsgate run` of their own and judges each. It also returns the
+// run's audit log (in the evidence folder), or "" if the run never began.
+func runCredentials(ctx context.Context, cfg Config, ats []attack.Attempt, h *attack.HostEnv, env, breakArgs []string, inet *internet.Internet) ([]judge.Result, string) {
 	var out []judge.Result
-	failAll := func(why string) []judge.Result {
+	failAll := func(why string) ([]judge.Result, string) {
 		for _, at := range ats {
 			r := ownRunResult(at)
 			r.Control, r.End = at.Control(), time.Now()
 			out = append(out, erroredResult(r, why))
 		}
-		return out
+		return out, ""
 	}
 	base := filepath.Join(h.Work, filepath.Dir(attack.CredSecretFile))
 	own := filepath.Join(labNsgateDir(h.Work), "credentials")
@@ -236,12 +237,12 @@ func runCredentials(ctx context.Context, cfg Config, ats []attack.Attempt, h *at
 	if err := os.WriteFile(pol, []byte(credPolicy(secretFile, caFile)), 0o644); err != nil {
 		return failAll(err.Error())
 	}
-	logFile := filepath.Join(own, "audit.jsonl")
+	logFile := filepath.Join(cfg.Evidence, judge.EvidenceAuditCredentials)
 	var ids []string
 	for _, at := range ats {
 		ids = append(ids, at.ID)
 	}
-	args := append([]string{"run", "--policy", pol, "--audit", logFile, "--ro", h.Work, "--quiet"}, breakArgs...)
+	args := append([]string{"run", "--policy", pol, "--audit", logFile, "--audit-key", h.AuditKey, "--ro", h.Work, "--quiet"}, breakArgs...)
 	args = append(args, "--", cfg.Self)
 	args = append(args, cfg.AttackArgs...)
 	args = append(args, "--json", "--only", strings.Join(ids, ","), "--token", h.Token, "--work-dir", h.Work)
@@ -273,7 +274,7 @@ func runCredentials(ctx context.Context, cfg Config, ats []attack.Attempt, h *at
 		}
 		out = append(out, judgeCred(at, o, res, secret, hits, dnsHits, recs, rerr, until, command))
 	}
-	return out
+	return out, logFile
 }
 
 // judgeCred judges one credential attempt.

@@ -147,7 +147,8 @@ func Run(ctx context.Context, cfg Config) int {
 		return errorf("evidence directory: %v", err)
 	}
 	for _, name := range []string{judge.EvidenceJSON, judge.EvidenceMarkdown, judge.EvidenceAudit, audit.HeadFile(judge.EvidenceAudit),
-		judge.EvidenceKey, judge.EvidenceAuditFill, audit.HeadFile(judge.EvidenceAuditFill)} {
+		judge.EvidenceKey, judge.EvidenceAuditFill, audit.HeadFile(judge.EvidenceAuditFill),
+		judge.EvidenceAuditCredentials, audit.HeadFile(judge.EvidenceAuditCredentials)} {
 		if err := os.Remove(filepath.Join(cfg.Evidence, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return errorf("replace old evidence: %v", err)
 		}
@@ -369,9 +370,10 @@ func Run(ctx context.Context, cfg Config) int {
 	// The credential attempts: one run of their own with their own fake
 	// upstreams, secret and log.
 	var cres []judge.Result
+	var credsLog string
 	if len(creds) > 0 {
 		fmt.Fprintf(cfg.Stderr, "nsgate lab: %d credential attempts: a run of their own terminating TLS for %s and %s, with a secret only the lab knows\n", len(creds), attack.CredAPIName, attack.CredOtherName)
-		cres = runCredentials(ctx, cfg, creds, host, env, breakArgs, inet)
+		cres, credsLog = runCredentials(ctx, cfg, creds, host, env, breakArgs, inet)
 	}
 
 	// The audit log, checked the way `nsgate audit verify --key` checks
@@ -525,6 +527,11 @@ func Run(ctx context.Context, cfg Config) int {
 		}
 		fmt.Fprintf(cfg.Stderr, "%-9s %-26s %-8s %-10s %s\n", o.tag, o.res.ID, o.res.Observed, mark, shorten(o.res.Detail, 90))
 		rep.Results = append(rep.Results, o.res)
+	}
+	if credsLog != "" {
+		if _, err := audit.Check(credsLog, key, ""); err != nil {
+			rep.Reasons = append(rep.Reasons, "the credential attempts' audit log does not verify: "+err.Error())
+		}
 	}
 	ev.Attempts = rep.Results
 	ev.StrayHits = rep.StrayHits
