@@ -86,19 +86,41 @@ func (pm *podmanEnv) testCredentials(t *testing.T) {
 	if err := chownR(cdir, pm.uid, pm.gid); err != nil {
 		t.Fatal(err)
 	}
+	cmd := pm.cmd(adir, "run", "--rm", "--network", "slirp4netns", "-v", out+":/nsgate:ro", podmanImage, "sh", "-c", credContainerScript())
+	cmd.Env = append(cmd.Env, credHelperEnv(pol, out)...)
+	r := runBounded(t, cmd, 90*time.Second, "podman run (credentials)", dropShareWarning)
+	t.Logf("podman run (credentials) -> %d\nstdout: %s\nstderr: %s", r.code, r.stdout, dropShareWarning(r.stderr))
+	checkCredContainer(t, r, up, out)
+	_, recs := onlyAudit(t, adir)
+	checkCredRecords(t, recs)
+}
+
+// credContainerScript is the container's side of the credential tests:
+// source the placeholders, then GET the terminated host's echo trusting
+// the mounted bundle, the mounted CA alone, and nothing.
+func credContainerScript() string {
 	u := fmt.Sprintf("https://api.example.test:%d/echo", credPort)
-	script := strings.Join([]string{
+	return strings.Join([]string{
 		"set -a; . /nsgate/placeholders.env; set +a",
 		"SSL_CERT_FILE=/nsgate/bundle.pem nsgate __probe https " + u + " API_TOKEN",
 		"SSL_CERT_FILE=/nsgate/ca.pem nsgate __probe https " + u + " API_TOKEN",
 		"nsgate __probe https " + u + " API_TOKEN; echo noca=$?",
 	}, "; ")
-	cmd := pm.cmd(adir, "run", "--rm", "--network", "slirp4netns", "-v", out+":/nsgate:ro", podmanImage, "sh", "-c", script)
-	cmd.Env = append(cmd.Env, "NSGATE_POLICY="+pol, "NSGATE_IT_SECRET="+credSecret,
-		"NSGATE_CA_CERT="+filepath.Join(out, "ca.pem"), "NSGATE_CA_BUNDLE="+filepath.Join(out, "bundle.pem"),
-		"NSGATE_PLACEHOLDERS="+filepath.Join(out, "placeholders.env"))
-	r := runBounded(t, cmd, 90*time.Second, "podman run (credentials)", dropShareWarning)
-	t.Logf("podman run (credentials) -> %d\nstdout: %s\nstderr: %s", r.code, r.stdout, dropShareWarning(r.stderr))
+}
+
+// credHelperEnv is the helper's environment for the credential tests
+// (paths as the helper sees them): the policy, the secret, and the files
+// it writes into out.
+func credHelperEnv(pol, out string) []string {
+	return []string{"NSGATE_POLICY=" + pol, "NSGATE_IT_SECRET=" + credSecret,
+		"NSGATE_CA_CERT=" + out + "/ca.pem", "NSGATE_CA_BUNDLE=" + out + "/bundle.pem",
+		"NSGATE_PLACEHOLDERS=" + out + "/placeholders.env"}
+}
+
+// checkCredContainer checks the container's output, the upstream's
+// record and the files the helper wrote (out, on the host).
+func checkCredContainer(t *testing.T, r result, up *credUpstream, out string) {
+	t.Helper()
 	if r.code != 0 {
 		t.Fatalf("podman run: exit %d", r.code)
 	}
@@ -121,7 +143,11 @@ func (pm *podmanEnv) testCredentials(t *testing.T) {
 			t.Errorf("%s: %v; holds a key or the secret: %v", n, err, err == nil)
 		}
 	}
-	_, recs := onlyAudit(t, adir)
+}
+
+// checkCredRecords wants a request allow record for the echo.
+func checkCredRecords(t *testing.T, recs []record) {
+	t.Helper()
 	var allowed int
 	for _, rec := range recs {
 		if rec.str("event") == "request" && rec.str("action") == "allow" && rec.str("path") == "/echo" {
