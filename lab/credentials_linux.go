@@ -194,6 +194,28 @@ func credRecord(id string, rec audit.Record) bool {
 	return false
 }
 
+// credDecision is the Decision a request or credential record carries,
+// read from the record as written (package audit's reader leaves these
+// events undecoded).
+func credDecision(rec audit.Record) *judge.Decision {
+	var f struct {
+		Action, Rule, Reason, Method, Host, Path, Where, Credential string
+		Status                                                      int
+	}
+	json.Unmarshal(rec.Raw, &f)
+	d := &judge.Decision{Seq: rec.Seq, Event: rec.Name, Action: f.Action, Rule: f.Rule, Reason: f.Reason}
+	if rec.Name == "request" {
+		d.Reason = fmt.Sprintf("%s %s%s %d", f.Method, f.Host, f.Path, f.Status)
+		if f.Reason != "" {
+			d.Reason += ": " + f.Reason
+		}
+	}
+	if d.Reason == "" {
+		d.Reason = "credential " + f.Credential + " seen in " + f.Where
+	}
+	return d
+}
+
 // runCredentials runs the credential attempts (attack.PhaseCredentials)
 // in one `nsgate run` of their own and judges each. It also returns the
 // run's audit log (in the evidence folder), or "" if the run never began.
@@ -309,6 +331,11 @@ func judgeCred(at attack.Attempt, o attack.Observation, res judge.Result, secret
 		if credRecord(at.ID, rec) && !rec.Time.Before(o.Start) && rec.Time.Before(until) {
 			res.AuditSeqs = append(res.AuditSeqs, rec.Seq)
 			res.Audit = append(res.Audit, rec.Raw)
+			// The decision: a credential deny before the request record
+			// it refused.
+			if res.Decision == nil || rec.Name == "credential" && res.Decision.Event != "credential" {
+				res.Decision = credDecision(rec)
+			}
 		}
 	}
 	res.HostCheck = fmt.Sprintf("%s: %d requests at the fake upstreams during the attempt, %d carrying the secret (%d in Authorization), %d carrying a placeholder; %d records of the run's log attributed (%s)",
