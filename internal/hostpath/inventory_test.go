@@ -84,6 +84,8 @@ var hostOpens = map[string]struct {
 	"lab/sessionbus_linux.go":                {2, "lab: private runtime folders in its work folder"},
 	"lab/hostpaths_linux.go":                 {12, "lab: the host-path attempts' canary, policies and folders, in its private work folder"},
 	"lab/attack/hostpaths.go":                {2, "the attacker: runs as the worker, writes in its --rw folder"},
+	"lab/credentials_linux.go":               {4, "lab: the credential attempts' secret, upstream CA and policy, in its private work folder"},
+	"lab/attack/credentials.go":              {4, "the attacker: runs as the worker, reads what it may see (the attempt is that it finds no secret)"},
 	"lab/attack/attacker.go":                 {1, "the attacker: runs as the worker, inside its view"},
 	"lab/attack/attacker_linux.go":           {8, "the attacker: runs as the worker, inside its view"},
 	"lab/attack/auditvolume_linux.go":        {2, "the attacker: runs as the worker, inside its view"},
