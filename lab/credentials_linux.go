@@ -24,7 +24,6 @@ import (
 	"time"
 
 	"github.com/nsgate/nsgate/audit"
-	"github.com/nsgate/nsgate/intercept"
 	"github.com/nsgate/nsgate/lab/attack"
 	"github.com/nsgate/nsgate/lab/internet"
 	"github.com/nsgate/nsgate/lab/judge"
@@ -213,17 +212,6 @@ func credDecision(rec audit.Record) *judge.Decision {
 		d.Reason = "credential " + f.Credential + " seen in " + f.Where
 	}
 	return d
-}
-
-// credentialsSkip says why the credential attempts cannot run here, or
-// "": `nsgate run` binds the host's system bundle plus the run's CA over
-// the bundle's path in the worker's view, and refuses to terminate TLS on
-// a host without one (a minimal container image).
-func credentialsSkip() string {
-	if _, err := os.Stat(intercept.BundlePath); err != nil {
-		return "the host has no system CA bundle at " + intercept.BundlePath + " (package ca-certificates), which nsgate run needs to terminate TLS: " + err.Error()
-	}
-	return ""
 }
 
 // runCredentials runs the credential attempts (attack.PhaseCredentials)

@@ -371,18 +371,9 @@ func Run(ctx context.Context, cfg Config) int {
 	// upstreams, secret and log.
 	var cres []judge.Result
 	var credsLog string
-	var skipReasons []string
 	if len(creds) > 0 {
-		if why := credentialsSkip(); why != "" {
-			ev.Skipped = append(ev.Skipped, fmt.Sprintf("the %d credential attempts: %s", len(creds), why))
-			fmt.Fprintf(cfg.Stderr, "nsgate lab: SKIPPED the credential attempts: %s\n", why)
-			if os.Getenv("NSGATE_REQUIRE_ALL") == "1" {
-				skipReasons = append(skipReasons, "the credential attempts did not run (NSGATE_REQUIRE_ALL=1 refuses skips): "+why)
-			}
-		} else {
-			fmt.Fprintf(cfg.Stderr, "nsgate lab: %d credential attempts: a run of their own terminating TLS for %s and %s, with a secret only the lab knows\n", len(creds), attack.CredAPIName, attack.CredOtherName)
-			cres, credsLog = runCredentials(ctx, cfg, creds, host, env, breakArgs, inet)
-		}
+		fmt.Fprintf(cfg.Stderr, "nsgate lab: %d credential attempts: a run of their own terminating TLS for %s and %s, with a secret only the lab knows\n", len(creds), attack.CredAPIName, attack.CredOtherName)
+		cres, credsLog = runCredentials(ctx, cfg, creds, host, env, breakArgs, inet)
 	}
 
 	// The audit log, checked the way `nsgate audit verify --key` checks
@@ -547,7 +538,7 @@ func Run(ctx context.Context, cfg Config) int {
 	ev.Unattributed = rep.Unattributed
 	ev.Targets = inet.Counts()
 	ev.Summary = judge.Summarize(rep.Results)
-	ev.Reasons = append(rep.Reasons, skipReasons...)
+	ev.Reasons = rep.Reasons
 	switch {
 	case !ev.Audit.Verified:
 		ev.Reasons = append(ev.Reasons, "the audit log does not verify: "+ev.Audit.Error)

@@ -369,7 +369,8 @@ func (r *run) run() int {
 		// placeholders, never the secrets (docs/credentials.md).
 		spec.Env = eng.WorkerEnv(os.Environ())
 		spec.InitEnvDrop = eng.Vault.SourceEnv()
-		spec.View.Files = append(spec.View.Files, sandbox.File{Path: intercept.BundlePath, Content: string(eng.Bundle())})
+		bundle, create := intercept.BundleTarget()
+		spec.View.Files = append(spec.View.Files, sandbox.File{Path: bundle, Content: string(eng.Bundle()), Create: create})
 		if nss, err := nssDB(eng.CA.PEM()); err != nil {
 			r.errorf("warning: %v", err)
 		} else {
