@@ -533,10 +533,10 @@ func (h *handler) checkBody(w http.ResponseWriter, r *http.Request) (*countBody,
 	whole := int64(len(held)) < want
 	if scan {
 		if name, found := h.e.Vault.Find(held); found {
-			return cb, &leakError{name, "the body"}
+			return cb, &leakError{name, "body"}
 		}
 		if name, found := h.e.Vault.Find(unpct(held)); found {
-			return cb, &leakError{name, "the body (percent-encoded)"}
+			return cb, &leakError{name, "body (percent-encoded)"}
 		}
 		if whole {
 			if le := trailerLeak(h.e.Vault, r.Trailer); le != nil {
@@ -659,7 +659,7 @@ type scanner struct {
 func newScanner(v *Vault) *scanner {
 	return &scanner{keep: len(placeholderPrefix) + 40 - 1, find: func(b []byte) *leakError {
 		if name, found := v.Find(b); found {
-			return &leakError{name, "the body"}
+			return &leakError{name, "body"}
 		}
 		return nil
 	}}

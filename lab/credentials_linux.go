@@ -179,7 +179,7 @@ func credRecord(id string, rec audit.Record) bool {
 	case "creds-other-host":
 		return cred && f.Host == attack.CredOtherName
 	case "creds-in-body":
-		return cred && f.Where == "body"
+		return cred && strings.HasPrefix(f.Where, "body")
 	case "creds-in-query":
 		return cred && f.Where == "the URL"
 	case "creds-in-dns":
