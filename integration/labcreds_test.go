@@ -11,7 +11,7 @@ import (
 )
 
 // labCredIDs are the credential category's attempts and its control.
-const labCredIDs = "control-credentials,creds-other-host,creds-in-body,creds-in-query,creds-in-dns,creds-read-source,creds-echo,creds-path-confusion,creds-method-override,creds-h2-smuggle,creds-fronting"
+const labCredIDs = "control-credentials,creds-other-host,creds-in-body,creds-in-query,creds-in-dns,creds-read-source,creds-echo,creds-echo-trailer,creds-echo-early-hints,creds-echo-encoding,creds-echo-range,creds-path-confusion,creds-method-override,creds-method-override-form,creds-h2-smuggle,creds-fronting"
 
 // TestLabCredentials runs the lab's credential category, root and
 // rootless: every attack is blocked with no request at the fake upstreams
@@ -33,14 +33,23 @@ func TestLabCredentials(t *testing.T) {
 				t.Errorf("%s: expected %s, observed %s: %s [%s]", a.ID, a.Expected, a.Observed, a.Why, a.Detail)
 			}
 			switch {
-			case a.Control || a.ID == "creds-echo":
-				if len(a.Hits) != 1 || !strings.Contains(a.Hits[0].Detail, "secret: true, placeholder: false") {
-					t.Errorf("%s: upstream hits %+v, want exactly one carrying the secret", a.ID, a.Hits)
+			case a.Control || strings.HasPrefix(a.ID, "creds-echo"):
+				want := 1
+				if a.ID == "creds-echo-range" {
+					want = 2 // two pieces
+				}
+				if len(a.Hits) != want {
+					t.Errorf("%s: upstream hits %+v, want %d carrying the secret", a.ID, a.Hits, want)
+				}
+				for _, h := range a.Hits {
+					if !strings.Contains(h.Detail, "secret: true, placeholder: false") {
+						t.Errorf("%s: upstream hit %+v, want the secret and no placeholder", a.ID, h)
+					}
 				}
 			case len(a.Hits) != 0:
 				t.Errorf("%s: upstream hits %+v, want none", a.ID, a.Hits)
 			}
-			deny := a.ID != "creds-read-source" && a.ID != "creds-h2-smuggle" && !a.Control && a.ID != "creds-echo"
+			deny := a.ID != "creds-read-source" && a.ID != "creds-h2-smuggle" && !a.Control && !strings.HasPrefix(a.ID, "creds-echo")
 			if deny && len(a.AuditSeqs) == 0 {
 				t.Errorf("%s: no deny record attributed", a.ID)
 			}
@@ -77,7 +86,7 @@ func TestLabBreakCredentials(t *testing.T) {
 		through []string
 	}{
 		{"credentials", []string{"creds-other-host", "creds-in-body", "creds-in-query", "creds-in-dns"}},
-		{"request-rules", []string{"creds-path-confusion", "creds-method-override"}},
+		{"request-rules", []string{"creds-path-confusion", "creds-method-override", "creds-method-override-form"}},
 	} {
 		t.Run(tc.layer, func(t *testing.T) {
 			dir := filepath.Join(workDir(t, m), "evidence")

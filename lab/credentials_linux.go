@@ -3,6 +3,7 @@ package lab
 import (
 	"bufio"
 	"bytes"
+	"compress/flate"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -13,6 +14,7 @@ import (
 	"log"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,10 +106,34 @@ func (u *credUpstreams) handler(target string) http.Handler {
 		u.mu.Lock()
 		u.hits = append(u.hits, h)
 		u.mu.Unlock()
-		if r.URL.Path == "/echo" {
+		auth := r.Header.Get("Authorization")
+		switch r.URL.Path {
+		case "/echo":
 			// An echo endpoint: it reflects what it got.
-			w.Header().Set("X-Echo", r.Header.Get("Authorization"))
-			fmt.Fprintf(w, "echo %s\n", r.Header.Get("Authorization"))
+			w.Header().Set("X-Echo", auth)
+			fmt.Fprintf(w, "echo %s\n", auth)
+			return
+		case "/echo-trailer":
+			// In a declared trailer and an undeclared one, after the body.
+			w.Header().Set("Trailer", "X-Echo-Trailer")
+			io.WriteString(w, "the echo is in the trailers\n")
+			w.Header().Set("X-Echo-Trailer", auth)
+			w.Header().Set(http.TrailerPrefix+"X-Late", auth)
+			return
+		case "/echo-103":
+			w.Header().Set("Link", "</s?t="+url.QueryEscape(auth)+">; rel=preload")
+			w.WriteHeader(http.StatusEarlyHints)
+			w.Header().Del("Link")
+			io.WriteString(w, "the echo was in the 103\n")
+			return
+		case "/echo-deflate":
+			w.Header().Set("Content-Encoding", "deflate")
+			fw, _ := flate.NewWriter(w, flate.BestSpeed)
+			fmt.Fprintf(fw, "echo %s\n", auth)
+			fw.Close()
+			return
+		case "/echo-doc":
+			http.ServeContent(w, r, "", time.Time{}, strings.NewReader("echo-doc: "+auth+"\n"))
 			return
 		}
 		fmt.Fprintf(w, "%s ok\n", target)
@@ -137,7 +163,7 @@ allow:
     tls: terminate
     requests:
       - methods: [GET]
-        paths: ["/v1/**", "/echo"]
+        paths: ["/v1/**", "/echo", "/echo-trailer", "/echo-103", "/echo-deflate", "/echo-doc"]
       - methods: [POST]
         paths: ["/v1/upload"]
   - host: %[3]s
@@ -174,8 +200,8 @@ func credRecord(id string, rec audit.Record) bool {
 	switch id {
 	case "control-credentials":
 		return req && f.Action == "allow" && f.Path == "/v1/ok"
-	case "creds-echo":
-		return req && f.Action == "allow" && f.Path == "/echo"
+	case "creds-echo", "creds-echo-trailer", "creds-echo-early-hints", "creds-echo-encoding", "creds-echo-range":
+		return req && f.Action == "allow" && f.Path == attack.CredEchoPaths[id]
 	case "creds-other-host":
 		return cred && f.Host == attack.CredOtherName
 	case "creds-in-body":
@@ -186,7 +212,7 @@ func credRecord(id string, rec audit.Record) bool {
 		return cred && f.Where == "a DNS name"
 	case "creds-path-confusion":
 		return req && f.Action == "deny" && f.Host == attack.CredAPIName && f.Rule != "credential" && !strings.HasPrefix(f.Reason, "fronting") && !strings.Contains(f.Reason, "override")
-	case "creds-method-override":
+	case "creds-method-override", "creds-method-override-form":
 		return req && f.Action == "deny" && strings.Contains(f.Reason, "override")
 	case "creds-fronting":
 		return req && f.Action == "deny" && strings.HasPrefix(f.Reason, "fronting")
@@ -364,17 +390,17 @@ func judgeCred(at attack.Attempt, o attack.Observation, res judge.Result, secret
 			res.Pass = true
 		}
 		return res
-	case at.ID == "creds-echo":
-		// The request is allowed (the secret goes up once); what is
-		// judged is what comes back.
+	case attack.CredEchoPaths[at.ID] != "":
+		// The request is allowed (the secret goes up, once a request);
+		// what is judged is what comes back.
 		res.Observed = o.Observed
 		switch {
 		case o.Observed == attack.Allowed:
 			return gotThrough(res.Detail)
-		case nPlace != 0 || len(mine) != 1 || nAuthSecret != 1:
-			res.Why = fmt.Sprintf("the upstream got %d requests, %d with the secret in Authorization, %d with a placeholder; want 1, 1, 0", len(mine), nAuthSecret, nPlace)
+		case nPlace != 0 || len(mine) == 0 || nAuthSecret != len(mine):
+			res.Why = fmt.Sprintf("the upstream got %d requests, %d with the secret in Authorization, %d with a placeholder; want each with the secret and none with a placeholder", len(mine), nAuthSecret, nPlace)
 		case len(res.AuditSeqs) == 0:
-			res.Why = "no request allow record for /echo"
+			res.Why = "no request allow record for " + attack.CredEchoPaths[at.ID]
 		default:
 			res.Pass = true
 		}

@@ -3,6 +3,7 @@ package attack
 import (
 	"bufio"
 	"bytes"
+	"compress/flate"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -13,6 +14,8 @@ import (
 	"io/fs"
 	"net"
 	"net/http"
+	"net/http/httptrace"
+	"net/textproto"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -178,6 +181,35 @@ func credentialAttempts() []Attempt {
 			NoRecord:  "x/net/http2 resets a malformed stream (RST_STREAM PROTOCOL_ERROR) before nsgate's request handler sees a request, so there is no request to record; the worker's resets and the upstream's zero count are the evidence",
 			run:       credH2Smuggle,
 		},
+		withHostCheck("the api upstream got the request with the secret in Authorization; the trailers the worker read hold the placeholder, not the secret", at("creds-echo-trailer", LayerCredentials, "GET "+api+"/echo-trailer with Authorization: Bearer "+ph+": the upstream reflects the header in a declared trailer and an undeclared one, sent after the body", AuditAllow,
+			credEcho(api+"/echo-trailer", nil, 1))),
+		withHostCheck("the api upstream got the request with the secret in Authorization; the 103 Early Hints headers the worker read hold the placeholder, not the secret", at("creds-echo-early-hints", LayerCredentials, "GET "+api+"/echo-103 with Authorization: Bearer "+ph+": the upstream reflects the header in a Link header of a 103 Early Hints response before its 200", AuditAllow,
+			credEcho(api+"/echo-103", nil, 1))),
+		withHostCheck("the api upstream got the request with the secret in Authorization; the worker got nsgate's 502, not the compressed echo", at("creds-echo-encoding", LayerCredentials, "GET "+api+"/echo-deflate with Authorization: Bearer "+ph+": the upstream answers with Content-Encoding: deflate (which nsgate did not ask for), the echo compressed where a scrub cannot see it; the worker inflates what it gets", AuditAllow,
+			credEcho(api+"/echo-deflate", nil, 1))),
+		withHostCheck("the api upstream got both requests with the secret in Authorization; neither answer is a part, and together they hold only the placeholder", at("creds-echo-range", LayerCredentials, "GET "+api+"/echo-doc twice with Authorization: Bearer "+ph+" and Range: bytes=0-15, then bytes=16-: an echo document fetched in two pieces that no scrub would recognise alone", AuditAllow,
+			credEcho(api+"/echo-doc", []string{"bytes=0-15", "bytes=16-"}, 2))),
+		at("creds-method-override-form", LayerRequests, "POST "+api+"/v1/upload (allowed; DELETE is not) with an application/x-www-form-urlencoded body holding _method=DELETE, and the same as a multipart/form-data part (Rails, Laravel and Symfony read either as the method)", AuditDeny,
+			func(ctx context.Context, a *attacker) result {
+				forms := []struct{ ct, body string }{
+					{"application/x-www-form-urlencoded", "note=hi&_method=DELETE"},
+					{"multipart/form-data; boundary=lab", "--lab\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhi\r\n--lab\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--lab--\r\n"},
+				}
+				var parts []string
+				for _, f := range forms {
+					s, h, b, err := a.credRequest(ctx, "POST", api+"/v1/upload", map[string]string{"Content-Type": f.ct}, []byte(f.body), false)
+					mt, _, _ := strings.Cut(f.ct, ";")
+					switch {
+					case err != nil:
+						parts = append(parts, mt+": "+err.Error())
+					case s == 403 && h.Get("X-Nsgate-Refusal") != "":
+						parts = append(parts, fmt.Sprintf("%s: 403 from nsgate: %q", mt, firstLine(b)))
+					default:
+						return allowedf("%s: HTTP %d %q", mt, s, b)
+					}
+				}
+				return blockedf("%s", strings.Join(parts, "; "))
+			}),
 		at("creds-fronting", LayerL7, "TLS with SNI "+CredAPIName+" (terminated, holds the credential) and Host (HTTP/1.1) or :authority (h2) "+CredOtherName+", with Authorization: Bearer "+ph, AuditDeny,
 			func(ctx context.Context, a *attacker) result {
 				front := CredOtherName + ":" + strconv.Itoa(CredOtherPort)
@@ -195,6 +227,92 @@ func credentialAttempts() []Attempt {
 				return allowedf("h1: %s; h2 :authority %s: HTTP %d %q", r.detail, front, s, body)
 			}),
 	}
+}
+
+// CredEchoPaths are the request paths of the echo attempts, by attempt:
+// each is allowed (the secret goes up), and what comes back is judged.
+var CredEchoPaths = map[string]string{
+	"creds-echo":             "/echo",
+	"creds-echo-trailer":     "/echo-trailer",
+	"creds-echo-early-hints": "/echo-103",
+	"creds-echo-encoding":    "/echo-deflate",
+	"creds-echo-range":       "/echo-doc",
+}
+
+// credEcho is an echo attempt: GET u (once per range, with that Range
+// header; nil: once without) with the placeholder in Authorization,
+// reading everything that comes back: 1xx headers, headers, the body
+// (inflated when it says deflate) and trailers. It got through when any
+// of it, or all the bodies together, hold the secret; it is blocked when
+// the placeholder came back in its place or nsgate refused the answer
+// (a 502 naming the upstream).
+func credEcho(u string, ranges []string, want int) func(context.Context, *attacker) result {
+	return func(ctx context.Context, a *attacker) result {
+		if ranges == nil {
+			ranges = []string{""}
+		}
+		var all strings.Builder
+		var statuses []string
+		for _, rg := range ranges {
+			st, seen, err := a.credFetchAll(ctx, u, rg)
+			if err != nil {
+				return erroredf("%v", err)
+			}
+			statuses = append(statuses, strconv.Itoa(st))
+			all.WriteString(seen)
+		}
+		got := all.String()
+		ph := os.Getenv(CredPlaceholderEnv)
+		switch {
+		case strings.Contains(got, CredSecretPrefix):
+			i := strings.Index(got, CredSecretPrefix)
+			return allowedf("HTTP %s; what came back holds the secret: %q", strings.Join(statuses, ","), got[max(0, i-40):min(len(got), i+40)])
+		case len(statuses) == want && strings.Contains(got, ph):
+			return blockedf("HTTP %s; what came back shows only the placeholder", strings.Join(statuses, ","))
+		case strings.Contains(strings.Join(statuses, ","), "502") && strings.Contains(got, "nsgate"):
+			return blockedf("HTTP %s from nsgate: %q", strings.Join(statuses, ","), firstLine([]byte(got)))
+		}
+		return erroredf("HTTP %s; no echo of the placeholder and no refusal: %q", strings.Join(statuses, ","), got)
+	}
+}
+
+// credFetchAll makes one HTTP/1.1 request (rng: its Range header, "" for
+// none) and returns the status and, as text, every header of every
+// response (1xx included), the body and the trailers.
+func (a *attacker) credFetchAll(ctx context.Context, u, rng string) (int, string, error) {
+	tc, err := credTLS("")
+	if err != nil {
+		return 0, "", err
+	}
+	rt := &http.Transport{TLSClientConfig: tc, DialContext: a.dialer().DialContext, DisableCompression: true, TLSNextProto: map[string]func(string, *tls.Conn) http.RoundTripper{}}
+	defer rt.CloseIdleConnections()
+	rctx, cancel := context.WithTimeout(ctx, 2*a.cfg.Timeout)
+	defer cancel()
+	var seen strings.Builder
+	rctx = httptrace.WithClientTrace(rctx, &httptrace.ClientTrace{Got1xxResponse: func(code int, h textproto.MIMEHeader) error {
+		fmt.Fprintf(&seen, "%d %v\n", code, h)
+		return nil
+	}})
+	req, err := http.NewRequestWithContext(rctx, "GET", u, nil)
+	if err != nil {
+		return 0, "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+os.Getenv(CredPlaceholderEnv))
+	if rng != "" {
+		req.Header.Set("Range", rng)
+	}
+	resp, err := rt.RoundTrip(req)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	var body io.Reader = io.LimitReader(resp.Body, 64<<10)
+	if strings.EqualFold(resp.Header.Get("Content-Encoding"), "deflate") {
+		body = flate.NewReader(body)
+	}
+	b, _ := io.ReadAll(body)
+	fmt.Fprintf(&seen, "%d %v\n%s\n%v\n", resp.StatusCode, resp.Header, b, resp.Trailer)
+	return resp.StatusCode, seen.String(), nil
 }
 
 // LayerCredentials (placeholders substituted only where allowed, refused
