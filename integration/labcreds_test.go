@@ -87,6 +87,7 @@ func TestLabBreakCredentials(t *testing.T) {
 	}{
 		{"credentials", []string{"creds-other-host", "creds-in-body", "creds-in-query", "creds-in-dns"}},
 		{"request-rules", []string{"creds-path-confusion", "creds-method-override", "creds-method-override-form"}},
+		{"echo-scrub", []string{"creds-echo", "creds-echo-trailer", "creds-echo-early-hints", "creds-echo-encoding", "creds-echo-range"}},
 	} {
 		t.Run(tc.layer, func(t *testing.T) {
 			dir := filepath.Join(workDir(t, m), "evidence")

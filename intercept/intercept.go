@@ -63,6 +63,9 @@ type Engine struct {
 	// --break only: placeholders are neither replaced nor refused, or the
 	// request rules are not asked.
 	NoSubstitute, NoPathCheck bool
+	// NoScrub, for the lab's --break only, leaves what comes back as it
+	// is: no scrub of the secret, no refused encoding, Range passed on.
+	NoScrub bool
 
 	held atomic.Int64 // request body bytes held now (maxHeldTotal)
 }
@@ -249,8 +252,10 @@ func (e *Engine) handler(f Flow, tr http.RoundTripper) *handler {
 				// A range of the response could hold part of an
 				// echoed secret, which no scrub recognises: the
 				// worker gets the whole response.
-				pr.Out.Header.Del("Range")
-				pr.Out.Header.Del("If-Range")
+				if !e.NoScrub {
+					pr.Out.Header.Del("Range")
+					pr.Out.Header.Del("If-Range")
+				}
 			}
 		},
 		ModifyResponse: h.scrubResponse,

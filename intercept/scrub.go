@@ -10,7 +10,7 @@ import (
 
 // scrubs reports whether responses are scrubbed: some credential, not
 // switched off.
-func (e *Engine) scrubs() bool { return !e.Vault.Empty() && !e.NoSubstitute }
+func (e *Engine) scrubs() bool { return !e.Vault.Empty() && !e.NoSubstitute && !e.NoScrub }
 
 // errEncoded refuses a response the scrub cannot read.
 var errEncoded = errors.New("the response has a Content-Encoding nsgate did not ask for: an echoed secret in it could not be scrubbed")

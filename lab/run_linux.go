@@ -229,7 +229,7 @@ func Run(ctx context.Context, cfg Config) int {
 		breakArgs = append(breakArgs, "--unsafe-break", "metadata")
 	case BreakExecGuard:
 		breakArgs = append(breakArgs, "--exec-guard=best-effort", "--unsafe-break", guard.LayerLandlock+","+guard.LayerSeccomp)
-	case BreakCredentials, BreakRequestRules:
+	case BreakCredentials, BreakRequestRules, BreakEchoScrub:
 		breakArgs = append(breakArgs, "--unsafe-break", cfg.Break)
 	}
 	args = append(args, breakArgs...)

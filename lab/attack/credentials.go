@@ -266,7 +266,7 @@ func credEcho(u string, ranges []string, want int) func(context.Context, *attack
 		switch {
 		case strings.Contains(got, CredSecretPrefix):
 			i := strings.Index(got, CredSecretPrefix)
-			return allowedf("HTTP %s; what came back holds the secret: %q", strings.Join(statuses, ","), got[max(0, i-40):min(len(got), i+40)])
+			return allowedf("HTTP %s; what came back holds the secret (%s…) after %q", strings.Join(statuses, ","), CredSecretPrefix, got[max(0, i-40):i])
 		case len(statuses) == want && strings.Contains(got, ph):
 			return blockedf("HTTP %s; what came back shows only the placeholder", strings.Join(statuses, ","))
 		case strings.Contains(strings.Join(statuses, ","), "502") && strings.Contains(got, "nsgate"):
