@@ -46,9 +46,10 @@ var hostOpens = map[string]struct {
 	"learn/suggest.go":           {1, "policy suggest: reads the log the caller names, read-only, verified first"},
 	"policy/load.go":             {1, "check/explain: read the policy file the caller names, read-only; run goes through a Checker"},
 
-	"bench/density/main.go": {14, "benchmark tool, not part of nsgate's binary"},
+	"bench/density/main.go": {15, "benchmark tool, not part of nsgate's binary"},
 	"bench/density/proc.go": {2, "benchmark tool: /proc files"},
 
+	"audit/sink_linux.go":                    {1, "/proc/self/task/TID/stat of nsgate's own writer thread (the stuck-sink verdict), a kernel file"},
 	"dns/resolve.go":                         {1, "the host's resolv.conf, a system file"},
 	"guard/execaudit_linux.go":               {9, "/proc/PID files of the worker's processes"},
 	"guard/resolve.go":                       {1, "reads an --exec-allow program's first bytes (#! line) without running it"},
@@ -65,7 +66,7 @@ var hostOpens = map[string]struct {
 	"sandbox/parent_linux.go":                {1, "/proc/self/status"},
 	"sandbox/sandbox.go":                     {1, "/proc/sys files"},
 	"sandbox/view.go":                        {1, "a view file nsgate made itself in its private folder"},
-	"sandbox/view_linux.go":                  {9, "the view, built in the worker's new mount namespace: fresh tmpfs, /proc, /dev nodes"},
+	"sandbox/view_linux.go":                  {11, "the view, built in the worker's new mount namespace: fresh tmpfs, /proc, /dev nodes; the CA bundle under the private /tmp when the host has none"},
 	"tun/tundev/tundev_linux.go":             {2, "/dev/net/tun and a /proc/sys file"},
 	"worker/nssdb.go":                        {3, "a new private temporary folder (MkdirTemp, 0700) for the NSS database"},
 	"worker/startgate.go":                    {2, "nsgate's own private runtime folder; O_NOFOLLOW"},
