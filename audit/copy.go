@@ -102,12 +102,13 @@ func (l *Logger) writeCopy(b []byte) error {
 				n = i + 1
 			}
 		}
+		var df *os.File
 		if l.copyDeadline {
-			l.copyOut.SetWriteDeadline(time.Now().Add(l.timeout))
+			df = l.copyOut
 		}
-		l.arm(&l.copyName)
+		l.arm(&l.copyName, df)
 		w, err := l.copyOut.Write(b[:n])
-		l.watch.Stop()
+		l.disarm()
 		if err == nil && w < n {
 			err = io.ErrShortWrite
 		}

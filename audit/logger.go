@@ -73,9 +73,10 @@ type Options struct {
 	// exit record. The log then goes on as one chain.
 	LockWait time.Duration
 	// Timeout bounds how long the log may be stuck before it has failed:
-	// one write (or the fsync at Close) to the sink (plus stallGrace, a
-	// second look), Log waiting for room in a full queue, and Close
-	// waiting for the writer. Default 3s.
+	// one write (or the fsync at Close) to the sink, Log waiting for room
+	// in a full queue, and Close waiting for the writer. It counts only
+	// time in which the writer could have made progress (stall.go): time
+	// the process spent waiting for a CPU is not a stuck sink. Default 3s.
 	Timeout time.Duration
 	// Reserve is how many bytes a regular log file keeps set aside past
 	// its end for the closing records (reserve.go); default
@@ -167,15 +168,25 @@ type Logger struct {
 	hbuf     []byte              // human lines not yet written
 	execSaid map[string]struct{} // exec paths whose refusal has a human line (writer goroutine only)
 	size     int64               // regular: bytes of whole records in the file
-	// watch fails the log when one write or fsync blocks for timeout
-	// (and stallGrace more); watching names what it watches. returned
-	// counts the writes and fsyncs that returned, armed is its value and
-	// armedAt the time when the watch was armed.
-	watch    *time.Timer
-	watching atomic.Pointer[string]
-	returned atomic.Uint64
-	armed    atomic.Uint64
-	armedAt  atomic.Int64
+	// watch fails the log when one write or fsync makes no progress for
+	// timeout while it could have (stall.go); watching names what it
+	// watches. returned counts the writes and fsyncs that returned, armed
+	// is its value when the watch was armed, inCall says one is under
+	// way, writerTid is the thread making it. watchMu guards watchFile,
+	// armedAt (the clock at arm) and meter.
+	watch     *time.Timer
+	watching  atomic.Pointer[string]
+	returned  atomic.Uint64
+	armed     atomic.Uint64
+	inCall    atomic.Bool
+	writerTid atomic.Int32
+	watchMu   sync.Mutex
+	watchFile *os.File
+	armedAt   time.Duration
+	meter     stallMeter
+	// Test hooks: the watch's clock and the writer thread's state.
+	mono     func() time.Duration
+	runnable func() bool
 
 	wake     chan struct{} // cap 1: the queue has records to write
 	delay    time.Duration
@@ -188,6 +199,7 @@ type Logger struct {
 	mu         sync.Mutex
 	room       sync.Cond // on mu: signalled when the writer takes the queue, on Close or failure
 	seq        uint64    // last seq assigned
+	taken      uint64    // batches the writer took from the queue
 	pending    []item
 	agg        map[aggKey]*aggEntry
 	due        []aggDue    // the sweep's scratch: windows it closes
@@ -472,26 +484,40 @@ func (l *Logger) Log(ev Event) uint64 {
 	return l.enqueueLocked(item{ev: ev, t: l.now()})
 }
 
-// waitRoomLocked waits, at most Timeout, until the queue has room. It
-// reports false when the log was closed or has failed meanwhile; a queue
-// that stays full for Timeout fails the log.
+// waitRoomLocked waits until the queue has room. It reports false when
+// the log was closed or has failed meanwhile; a queue that stays full
+// while the writer makes no progress for Timeout (counted as the watch
+// counts, stall.go: time off the CPU is not counted) fails the log.
 func (l *Logger) waitRoomLocked() bool {
 	if len(l.pending) < l.queueLen {
 		return true
 	}
-	deadline := time.Now().Add(l.timeout)
-	t := time.AfterFunc(l.timeout, func() {
+	m := stallMeter{period: l.period()}
+	m.reset(l.clock())
+	seen := l.progressLocked()
+	t := time.AfterFunc(m.period, func() {
 		l.mu.Lock()
 		l.room.Broadcast()
 		l.mu.Unlock()
 	})
 	defer t.Stop()
 	for len(l.pending) >= l.queueLen && !l.closed && !l.broken {
-		if !time.Now().Before(deadline) {
+		l.room.Wait()
+		now := l.clock()
+		if p := l.progressLocked(); p != seen {
+			seen = p
+			m.reset(now)
+			t.Reset(m.period)
+			continue
+		}
+		if now-m.last < m.period {
+			continue // not the tick: another waiter's wake-up
+		}
+		if m.tick(now, true) >= l.timeout {
 			l.failLocked(fmt.Errorf("write %s: %d records waited %v for the writer (is anything reading it?)", l.name, len(l.pending), l.timeout))
 			return false
 		}
-		l.room.Wait()
+		t.Reset(m.period)
 	}
 	return !l.closed && !l.broken
 }
@@ -717,6 +743,7 @@ func (l *Logger) drain(batch *[]item) {
 		}
 		b := l.pending
 		l.pending = (*batch)[:0]
+		l.taken++
 		l.room.Broadcast()
 		l.mu.Unlock()
 		for i := range b {
@@ -787,10 +814,11 @@ func (l *Logger) flushJSON() {
 	if l.down.Load() {
 		return
 	}
+	var df *os.File
 	if l.deadline {
-		l.file.SetWriteDeadline(time.Now().Add(l.timeout))
+		df = l.file
 	}
-	l.arm(&l.name)
+	l.arm(&l.name, df)
 	n, err := l.out.Write(l.buf)
 	l.disarm()
 	n = min(max(n, 0), len(l.buf))
@@ -845,7 +873,7 @@ func (l *Logger) flushHuman() {
 		return
 	}
 	if !l.down.Load() {
-		l.arm(&humanName)
+		l.arm(&humanName, nil)
 		l.human.Write(l.hbuf)
 		l.disarm()
 	}
@@ -857,54 +885,12 @@ func (l *Logger) sync() {
 	if !l.regular || l.down.Load() {
 		return
 	}
-	l.arm(&l.name)
+	l.arm(&l.name, nil)
 	err := l.file.Sync()
 	l.disarm()
 	if err != nil {
 		l.fail(fmt.Errorf("sync %s: %w", l.name, err))
 	}
-}
-
-// stallGrace is how long the watch looks again before it fails the log:
-// see stalled.
-const stallGrace = time.Second
-
-// arm starts the watch for one write or fsync to what.
-func (l *Logger) arm(what *string) {
-	l.watching.Store(what)
-	l.armed.Store(l.returned.Load())
-	l.armedAt.Store(time.Now().UnixNano())
-	l.watch.Reset(l.timeout)
-}
-
-// disarm ends the watch: the write or fsync returned.
-func (l *Logger) disarm() {
-	l.returned.Add(1)
-	l.watch.Stop()
-}
-
-// stalled runs when a write or fsync has been under watch for the
-// timeout. It fails the log only if the call has still not returned
-// stallGrace later: when hundreds of sandboxes start at once, a process
-// can wait seconds for a CPU, and the write may well have returned while
-// the goroutine that made it has not run since (the timer's goroutine
-// ran first); that goroutine runs next, and disarms. A stuck write fails
-// the log after Timeout and the grace. (A late call left from an earlier
-// watch only moves this one's end later, never earlier.)
-func (l *Logger) stalled() {
-	if l.returned.Load() != l.armed.Load() {
-		return
-	}
-	waited := time.Since(time.Unix(0, l.armedAt.Load()))
-	if left := l.timeout + stallGrace - waited; left > 0 {
-		l.watch.Reset(left)
-		return
-	}
-	what := l.name
-	if p := l.watching.Load(); p != nil {
-		what = *p
-	}
-	l.fail(fmt.Errorf("write %s: blocked for %v (is anything reading it?)", what, waited.Round(time.Millisecond)))
 }
 
 // writeError makes err name the sink.
@@ -1000,8 +986,18 @@ func (l *Logger) Close() (head string, err error) {
 		if l.down.Load() {
 			wait, failed = closeGrace, nil
 		}
+		// The Timeout is counted as the watch counts (stall.go): only
+		// while the writer is in no watched call (the watch judges those)
+		// and makes no progress, a tick at most per look.
 		stuck := false
-		t := time.NewTimer(wait)
+		m := stallMeter{period: l.period()}
+		m.reset(l.clock())
+		seen := l.returned.Load()
+		first := wait
+		if failed != nil {
+			first = m.period
+		}
+		t := time.NewTimer(first)
 	waiting:
 		for {
 			select {
@@ -1012,6 +1008,20 @@ func (l *Logger) Close() (head string, err error) {
 				wait = closeGrace
 				t.Reset(wait)
 			case <-t.C:
+				if failed != nil {
+					// Before any failure: look again unless the writer
+					// made no progress, outside a call, for Timeout.
+					r := l.returned.Load()
+					moved := r != seen
+					seen = r
+					if moved {
+						m.reset(l.clock())
+					}
+					if m.tick(l.clock(), !moved && !l.inCall.Load()) < wait {
+						t.Reset(m.period)
+						continue
+					}
+				}
 				what := l.name
 				if p := l.watching.Load(); p != nil {
 					what = *p

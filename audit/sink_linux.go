@@ -1,11 +1,13 @@
 package audit
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"github.com/nsgate/nsgate/internal/hostpath"
 	"io/fs"
 	"os"
+	"strconv"
 
 	"golang.org/x/sys/unix"
 )
@@ -37,4 +39,21 @@ func unlinked(f *os.File) bool {
 		return false // the write that follows reports a broken descriptor
 	}
 	return st.Nlink == 0
+}
+
+func gettid() int { return unix.Gettid() }
+
+// threadRunnable reports whether thread tid of this process is running
+// or waiting for a CPU (state R in /proc/self/task/TID/stat). When that
+// cannot be read it reports false: the watch then counts wall time.
+func threadRunnable(tid int) bool {
+	if tid <= 0 {
+		return false
+	}
+	b, err := os.ReadFile("/proc/self/task/" + strconv.Itoa(tid) + "/stat")
+	if err != nil {
+		return false
+	}
+	i := bytes.LastIndexByte(b, ')') // the name may hold spaces and parentheses
+	return i >= 0 && i+2 < len(b) && b[i+2] == 'R'
 }

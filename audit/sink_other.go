@@ -15,3 +15,8 @@ func openFIFO(p *hostpath.Path) (*os.File, error) {
 
 // unlinked cannot tell here; nsgate itself runs on Linux only.
 func unlinked(*os.File) bool { return false }
+
+func gettid() int { return 0 }
+
+// threadRunnable cannot tell here: the watch counts wall time.
+func threadRunnable(int) bool { return false }

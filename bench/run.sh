@@ -37,13 +37,15 @@
 # (idle_held_rss_mib, sampled 1 s after all are open) and the peak over
 # that whole run, including the end when the worker exits with all of
 # them open and the helper tears them down (idle_rss_mib); and
-# the start-up time of `nsgate run -- true` (and `pasta -- true`); and
-# the latency one request feels (`connbench latency` against `connbench
-# lserve`, which answers a 64-byte request with a 100-byte head and then a
-# 1,000-byte body, written separately): lat_keep_* is one request's round
-# trip on a kept-alive connection, lat_fresh_* a fresh connection's dial,
-# request and first byte, each as p50/p99/p999 over BENCH_LAT_N requests
-# in µs (the table shows the median of the reps' percentiles). The
+# the start-up time of `nsgate run -- true` beside `pasta --config-net`,
+# `bwrap --unshare-all` and bare `unshare` (interleaved, as an ordinary
+# user); and the latency one request feels (`connbench latency` against
+# `connbench lserve`, which answers a 64-byte HTTP request with a 100-byte
+# head and then a 1,000-byte body, written separately): lat_keep_* is one
+# request's round trip on a kept-alive connection, lat_fresh_* a fresh
+# connection's dial, request and first byte, each as p50/p99/p999 over
+# BENCH_LAT_N requests in µs (the table shows the median of the reps'
+# percentiles). The
 # "nsgate ratios" column divides nsgate's medians by those of loopback,
 # proxy, slirp4netns and pasta.
 #
@@ -52,12 +54,13 @@
 #   BENCH_SECS=10         seconds per iperf3 and connection-rate run
 #   BENCH_CHURN_SECS=30   seconds of the churn run (0 skips it)
 #   BENCH_IDLE_FLOWS=10000 idle TCP flows held (0 skips the idle run)
-#   BENCH_STARTS=20       start-up samples
+#   BENCH_STARTS=20       start-up samples (each: nsgate, pasta, bwrap, unshare)
+#   BENCH_START_USER=nsgate-test  who starts them (root if no such user)
 #   BENCH_LAT_N=2000      requests per latency run (each mode, case, rep)
-#   BENCH_ONLY=""         run only these sections, comma-separated, of:
-#                         bulk (iperf3 and connection rate), mem (churn and
-#                         idle flows), start, latency; empty runs all. A
-#                         short quiet run: BENCH_ONLY=latency,start
+#   BENCH_ONLY="start"    run only these sections (space- or comma-
+#                         separated): data (throughput, rates, memory),
+#                         start (start-up), latency; default all. The short
+#                         quiet run: BENCH_ONLY=latency,start
 #   BENCH_CASES="loopback proxy nsgate slirp4netns pasta"
 #   BENCH_NSGATE=bin/nsgate   the nsgate binary under test
 #   BENCH_NSGATE_ARGS=""      extra `nsgate run` flags
@@ -83,10 +86,8 @@ NSGATE_ARGS=${BENCH_NSGATE_ARGS:-}
 
 die() { echo "bench: $*" >&2; exit 1; }
 say() { echo "bench: $*" >&2; }
-# want SECTION: whether BENCH_ONLY selects SECTION (empty selects all).
-want() { [ -z "$ONLY" ] || [[ ",$ONLY," == *",$1,"* ]]; }
 for sect in ${ONLY//,/ }; do
-	case $sect in bulk | mem | start | latency) ;; *) die "BENCH_ONLY: unknown section $sect (bulk, mem, start, latency)" ;; esac
+	case $sect in data | start | latency) ;; *) die "BENCH_ONLY: unknown section $sect (data, start, latency)" ;; esac
 done
 
 # ---------------------------------------------------------------- outside
@@ -98,6 +99,7 @@ if [ "${1:-}" != "--inside" ]; then
 	command -v iperf3 >/dev/null || missing+=(iperf3)
 	command -v slirp4netns >/dev/null || missing+=(slirp4netns)
 	command -v pasta >/dev/null || missing+=(passt)
+	command -v bwrap >/dev/null || missing+=(bubblewrap)
 	if [ ${#missing[@]} -gt 0 ]; then
 		say "installing ${missing[*]}"
 		command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
@@ -333,25 +335,45 @@ measure_mem() { # CASE REP: churn and idle flows (helpers only)
 	fi
 }
 
+# The start-up section: STARTS interleaved samples of `true` started by
+# nsgate, pasta, bwrap and bare unshare, in turn within each sample, as
+# START_USER (an ordinary user, as an agent runs them; root when that
+# user does not exist). Its own summary follows the main table.
+START_USER=${BENCH_START_USER:-nsgate-test}
 measure_start() { # REP
-	local rep=$1 t0 t1
-	if [[ " $CASES " == *" nsgate "* ]]; then
-		for _ in $(seq "$STARTS"); do
-			t0=$(date +%s%N)
-			"$NSGATE" run --quiet -- true >/dev/null 2>&1 || true
-			t1=$(date +%s%N)
-			record nsgate start_ms "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", (b-a)/1e6}')"
-		done
-	fi
-	if [[ " $CASES " == *" pasta "* ]]; then
-		for _ in $(seq "$STARTS"); do
-			t0=$(date +%s%N)
-			pasta --runas 0 -q -4 -f --config-net -- true >/dev/null 2>&1 || true
-			t1=$(date +%s%N)
-			record pasta start_ms "$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", (b-a)/1e6}')"
-		done
-	fi
+	local rep=$1 user=root loop=$work/startloop.sh
+	id "$START_USER" >/dev/null 2>&1 && user=$START_USER
+	cat >"$loop" <<'LOOP'
+#!/bin/bash
+# startloop.sh N NSGATE NSGATE_ARGS CASES: prints "case µs" per start.
+n=$1 nsgate=$2 args=$3 cases=$4 pasta_root=()
+[ "$(id -u)" = 0 ] && pasta_root=(--runas 0)
+cd /
+one() { # CASE CMD...
+	local c=$1 a b
+	shift
+	a=$(date +%s%N)
+	"$@" >/dev/null 2>&1 </dev/null || true
+	b=$(date +%s%N)
+	echo "$c $(((b - a) / 1000))"
 }
+for _ in $(seq "$n"); do
+	[[ " $cases " == *" nsgate "* ]] && one nsgate "$nsgate" run --quiet $args -- true
+	[[ " $cases " == *" pasta "* ]] && one pasta pasta "${pasta_root[@]}" -q -4 -f --config-net -- true
+	one bwrap bwrap --unshare-all --ro-bind / / --dev /dev --proc /proc -- true
+	one unshare unshare --user --map-root-user --net --mount --pid --fork -- true
+done
+LOOP
+	chmod 0755 "$loop"
+	local c us
+	while read -r c us; do
+		record "$c" start_ms "$(awk -v u="$us" 'BEGIN{printf "%.1f", u/1000}')"
+	done < <(runuser -u "$user" -- "$loop" "$STARTS" "$NSGATE" "$NSGATE_ARGS" "$CASES")
+}
+
+# only SECTION: with BENCH_ONLY set (e.g. BENCH_ONLY=start), run only the
+# sections it names.
+only() { [ -z "${BENCH_ONLY:-}" ] || [[ " ${BENCH_ONLY//,/ } " == *" $1 "* ]]; }
 
 # measure_latency CASE REP: the kept-alive and the fresh-connection
 # latency runs (see the header), one helper each.
@@ -375,26 +397,25 @@ measure_latency() {
 
 say "sealed namespace ready; $REPS repetitions of: $CASES (sections: ${ONLY:-all}; iperf3 ${SECS}s, churn ${CHURN_SECS}s, $IDLE_FLOWS idle flows, $LAT_N latency requests)"
 for rep in $(seq "$REPS"); do
-	if want bulk; then
+	if only data; then
 		for c in $CASES; do
 			say "rep $rep/$REPS: $c"
 			measure "$c" "$rep"
 		done
-	fi
-	if want mem; then
 		for c in $CASES; do
 			[ "$c" = loopback ] && continue
 			say "rep $rep/$REPS: $c memory"
 			measure_mem "$c" "$rep"
 		done
 	fi
-	if want latency; then
+	if only latency; then
 		for c in $CASES; do
 			say "rep $rep/$REPS: $c latency"
 			measure_latency "$c" "$rep"
 		done
 	fi
-	if want start; then
+	if only start; then
+		say "rep $rep/$REPS: start-up ($STARTS interleaved samples)"
 		measure_start "$rep"
 	fi
 done
@@ -447,6 +468,23 @@ echo
 echo "nsgate benchmark: $(uname -r), $(nproc) CPUs, $REPS reps, iperf3 ${SECS}s single stream; median [min..max]"
 echo "nsgate: $("$NSGATE" version 2>/dev/null | head -1); slirp4netns $(slirp4netns --version 2>/dev/null | head -1 | awk '{print $3}'); pasta (passt) $(dpkg-query -W -f '${Version}' passt 2>/dev/null || echo '?')"
 summarize
+# The start-up rows: p50 of all samples, ms, and nsgate's ratio to each.
+awk -F'\t' '$2 == "start_ms" { v[$1] = v[$1] " " $3 }
+END {
+	if (!("nsgate" in v)) exit
+	printf "\nstart-up of `true`, ms: p50 [min..max] of all samples\n"
+	nc = split("nsgate pasta bwrap unshare", cs, " ")
+	for (i = 1; i <= nc; i++) {
+		c = cs[i]
+		if (!(c in v)) continue
+		n = split(v[c], a, " ")
+		for (x = 2; x <= n; x++) { t = a[x]; y = x - 1; while (y >= 1 && a[y] + 0 > t + 0) { a[y+1] = a[y]; y-- } a[y+1] = t }
+		p50[c] = (n % 2) ? a[(n+1)/2] : (a[n/2] + a[n/2+1]) / 2
+		printf "  %-8s %6.1f [%s..%s] n=%d", c, p50[c], a[1], a[n], n
+		if (c != "nsgate" && p50[c] > 0) printf "  nsgate %.2fx", p50["nsgate"] / p50[c]
+		printf "\n"
+	}
+}' "$res"
 if [ -n "${BENCH_OUT:-}" ]; then
 	say "raw results in $res"
 fi

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -283,6 +284,78 @@ func TestAuditStuckFIFOEndsOnSIGTERM(t *testing.T) {
 		if !errors.As(err, &ee) || ee.ExitCode() != 125 || !strings.Contains(errb.String(), "audit log failed") {
 			t.Errorf("exit %v stderr %q; want 125 and the line naming the audit failure", err, errb.String())
 		}
+	})
+}
+
+// TestAuditStarvedSinkKeepsTheRun: a process that gets no CPU for longer
+// than the audit timeout, while its writer waits on a FIFO whose reader
+// then drains it, is starved, not stuck (issue 26: one start in 1,000 was
+// stopped that way). nsgate is stopped (SIGSTOP: off the CPU, as under a
+// burst of starts) for twice the timeout with its audit write blocked on
+// a full FIFO; once it runs again the reader drains, and the run ends as
+// the worker did, its log whole. A wall-clock verdict (the write's
+// deadline) failed this run. The other side, a FIFO that never drains,
+// is TestAuditStuckFIFOEndsOnSIGTERM.
+func TestAuditStarvedSinkKeepsTheRun(t *testing.T) {
+	forEachMode(t, func(t *testing.T, m mode) {
+		dir := workDir(t, m)
+		fifo := filepath.Join(dir, "audit.fifo")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if m.uid >= 0 {
+			os.Chown(fifo, m.uid, m.gid)
+		}
+		r, err := os.OpenFile(fifo, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Close()
+		// Denied names, each new: far more records than a pipe holds.
+		cmd := nsgateCmd(m, "run", "--audit", fifo, "--", nsgateBin, "__probe", "dns-flood", "10.0.2.3:53", "n%d.evil.test", "3")
+		var errb bytes.Buffer
+		cmd.Stderr = &errb
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		// The pipe fills within milliseconds; the writer then waits on
+		// it. A second of that counts towards the 3 s timeout.
+		time.Sleep(time.Second)
+		cmd.Process.Signal(syscall.SIGSTOP)
+		time.Sleep(6 * time.Second) // twice the timeout, off the CPU
+		cmd.Process.Signal(syscall.SIGCONT)
+		var got bytes.Buffer
+		drained := make(chan error, 1)
+		go func() {
+			_, err := io.Copy(&got, r) // until nsgate closes its end
+			drained <- err
+		}()
+		select {
+		case err = <-done:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("nsgate did not end; stderr %q", errb.String())
+		}
+		<-drained
+		if strings.Contains(errb.String(), "audit log failed") {
+			t.Errorf("a starved process whose FIFO was drained failed its log: %v, stderr %q", err, errb.String())
+		}
+		var ee *exec.ExitError
+		if errors.As(err, &ee) && ee.ExitCode() == 125 {
+			t.Errorf("exit 125 (the audit failure status); stderr %q", errb.String())
+		}
+		copyPath := filepath.Join(t.TempDir(), "got.jsonl")
+		if err := os.WriteFile(copyPath, got.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, cerr := audit.Check(copyPath, nil, "")
+		if cerr != nil || !s.Closed || s.Records < 100 {
+			t.Errorf("the drained log: %d records, closed %v, %v; want it whole, closed, and more than a pipe held", s.Records, s.Closed, cerr)
+		}
+		t.Logf("exit %v; %d records drained", err, s.Records)
 	})
 }
 

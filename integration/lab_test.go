@@ -87,6 +87,10 @@ type labEvidence struct {
 			Reason string `json:"reason"`
 		} `json:"decision"`
 		Audit []json.RawMessage `json:"audit"`
+		Hits  []struct {
+			Target string `json:"target"`
+			Detail string `json:"detail"`
+		} `json:"target_hits"`
 	} `json:"attempts"`
 }
 

@@ -51,6 +51,7 @@ func TestPodman5(t *testing.T) {
 	t.Run("policy", p5.testPolicy)
 	t.Run("publish-and-rm", p5.testPublish)
 	t.Run("pid-host", p5.testPIDHost)
+	t.Run("credentials", p5.testCredentials)
 	// Rootful Podman refuses pasta ("pasta networking is only supported
 	// for rootless mode"); nsgate pasta as root is TestPastaStandalone's.
 }
@@ -463,4 +464,40 @@ done; true`
 	if v := runNsgate(t, mode{uid: -1, gid: -1}, "audit", "verify", file); v.code != 0 {
 		t.Errorf("audit verify %s: exit %d %s", file, v.code, v.stderr)
 	}
+}
+
+// testCredentials is TestPodman/credentials through nsgate as pasta: the
+// helper writes the CA certificate, the bundle and the placeholders into
+// a folder the container mounts, before it says it is ready.
+func (p5 *podman5Env) testCredentials(t *testing.T) {
+	up := startCredUpstream(t)
+	adir, aout := p5.auditDir(t, "creds")
+	cdir := filepath.Join(p5.dir, "creds")
+	out := filepath.Join(cdir, "out")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, cdir, "upstream-ca.pem", string(up.ca.PEM()))
+	writeFile(t, cdir, "policy.yaml", credPolicy("/mnt/creds/upstream-ca.pem"))
+	if err := chownR(cdir, p5.uid, p5.gid); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"run", "--rm", "-v", "/mnt/creds/out:/nsgate:ro", podmanImage, "sh", "-c", credContainerScript()}
+	cmd := p5.cmd(adir, args...)
+	// The helper's environment: env -i's list, before "podman".
+	for i, a := range cmd.Args {
+		if a == "podman" && i > 0 && strings.Contains(cmd.Args[i-1], "=") {
+			extra := credHelperEnv("/mnt/creds/policy.yaml", "/mnt/creds/out")
+			cmd.Args = append(cmd.Args[:i:i], append(extra, cmd.Args[i:]...)...)
+			break
+		}
+	}
+	r := p5.runCmd(t, cmd, args)
+	checkCredContainer(t, r, up, out)
+	_, recs := onlyAudit(t, aout)
+	for deadline := time.Now().Add(10 * time.Second); recs[len(recs)-1].str("event") != "exit" && time.Now().Before(deadline); {
+		time.Sleep(100 * time.Millisecond)
+		_, recs = onlyAudit(t, aout)
+	}
+	checkCredRecords(t, recs)
 }

@@ -62,6 +62,101 @@ func TestPodman(t *testing.T) {
 	t.Run("publish-and-rm", pm.testPublish)
 	t.Run("dockerfile", pm.testDockerfile)
 	t.Run("pid-host", pm.testPIDHost)
+	t.Run("credentials", pm.testCredentials)
+}
+
+// testCredentials follows docs/podman.md, "Terminated hosts and
+// credentials": the helper writes the run's CA certificate, the bundle
+// and the placeholders into a folder the container mounts read-only
+// before it says it is ready; the container's client (Go's crypto/tls
+// through SSL_CERT_FILE, no flag that trusts anything else) reaches the
+// terminated fake upstream, which gets the real secret while the
+// container sees only the placeholder; without SSL_CERT_FILE the
+// handshake fails closed. The CA's key is in none of the files.
+func (pm *podmanEnv) testCredentials(t *testing.T) {
+	up := startCredUpstream(t)
+	adir := pm.auditDir(t, "creds")
+	cdir := filepath.Join(pm.dir, "creds")
+	out := filepath.Join(cdir, "out")
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	caFile := writeFile(t, cdir, "upstream-ca.pem", string(up.ca.PEM()))
+	pol := writeFile(t, cdir, "policy.yaml", credPolicy(caFile))
+	if err := chownR(cdir, pm.uid, pm.gid); err != nil {
+		t.Fatal(err)
+	}
+	cmd := pm.cmd(adir, "run", "--rm", "--network", "slirp4netns", "-v", out+":/nsgate:ro", podmanImage, "sh", "-c", credContainerScript())
+	cmd.Env = append(cmd.Env, credHelperEnv(pol, out)...)
+	r := runBounded(t, cmd, 90*time.Second, "podman run (credentials)", dropShareWarning)
+	t.Logf("podman run (credentials) -> %d\nstdout: %s\nstderr: %s", r.code, r.stdout, dropShareWarning(r.stderr))
+	checkCredContainer(t, r, up, out)
+	_, recs := onlyAudit(t, adir)
+	checkCredRecords(t, recs)
+}
+
+// credContainerScript is the container's side of the credential tests:
+// source the placeholders, then GET the terminated host's echo trusting
+// the mounted bundle, the mounted CA alone, and nothing.
+func credContainerScript() string {
+	u := fmt.Sprintf("https://api.example.test:%d/echo", credPort)
+	return strings.Join([]string{
+		"set -a; . /nsgate/placeholders.env; set +a",
+		"SSL_CERT_FILE=/nsgate/bundle.pem nsgate __probe https " + u + " API_TOKEN",
+		"SSL_CERT_FILE=/nsgate/ca.pem nsgate __probe https " + u + " API_TOKEN",
+		"nsgate __probe https " + u + " API_TOKEN; echo noca=$?",
+	}, "; ")
+}
+
+// credHelperEnv is the helper's environment for the credential tests
+// (paths as the helper sees them): the policy, the secret, and the files
+// it writes into out.
+func credHelperEnv(pol, out string) []string {
+	return []string{"NSGATE_POLICY=" + pol, "NSGATE_IT_SECRET=" + credSecret,
+		"NSGATE_CA_CERT=" + out + "/ca.pem", "NSGATE_CA_BUNDLE=" + out + "/bundle.pem",
+		"NSGATE_PLACEHOLDERS=" + out + "/placeholders.env"}
+}
+
+// checkCredContainer checks the container's output, the upstream's
+// record and the files the helper wrote (out, on the host).
+func checkCredContainer(t *testing.T, r result, up *credUpstream, out string) {
+	t.Helper()
+	if r.code != 0 {
+		t.Fatalf("podman run: exit %d", r.code)
+	}
+	if strings.Count(r.stdout, "https 200 echo HTTP/2.0 Bearer nsgph") != 2 {
+		t.Errorf("the container did not get two echoes of the placeholder:\n%s", r.stdout)
+	}
+	if !strings.Contains(r.stdout, "https error:") || !strings.Contains(r.stdout, "noca=1") {
+		t.Errorf("without SSL_CERT_FILE the handshake should fail closed:\n%s", r.stdout)
+	}
+	if strings.Contains(r.stdout, credSecret) {
+		t.Errorf("the container saw the secret")
+	}
+	auths, _, _ := up.seen()
+	if len(auths) != 2 || auths[0] != "Bearer "+credSecret || auths[1] != "Bearer "+credSecret {
+		t.Errorf("upstream got Authorization %q, want the secret twice", auths)
+	}
+	for _, n := range []string{"ca.pem", "bundle.pem", "placeholders.env"} {
+		b, err := os.ReadFile(filepath.Join(out, n))
+		if err != nil || strings.Contains(string(b), "PRIVATE KEY") || strings.Contains(string(b), credSecret) {
+			t.Errorf("%s: %v; holds a key or the secret: %v", n, err, err == nil)
+		}
+	}
+}
+
+// checkCredRecords wants a request allow record for the echo.
+func checkCredRecords(t *testing.T, recs []record) {
+	t.Helper()
+	var allowed int
+	for _, rec := range recs {
+		if rec.str("event") == "request" && rec.str("action") == "allow" && rec.str("path") == "/echo" {
+			allowed++
+		}
+	}
+	if allowed == 0 {
+		t.Errorf("no request allow record for /echo in the helper's log")
+	}
 }
 
 func newPodmanEnv(t *testing.T) *podmanEnv {

@@ -45,6 +45,12 @@ const (
 	// body is checked as it streams, and a placeholder in it cuts the
 	// request off (docs/credentials.md).
 	maxHeldBody = 1 << 20
+	// maxHeldTotal bounds the request bodies held at once in a run, over
+	// every flow and stream; past it a request that would hold one gets a
+	// 503 (docs/credentials.md).
+	maxHeldTotal = 32 << 20
+	// bodyTimeout bounds reading the held part of a request body.
+	bodyTimeout = 30 * time.Second
 )
 
 // Engine is what a run needs to terminate flows. It is safe for concurrent
@@ -57,6 +63,11 @@ type Engine struct {
 	// --break only: placeholders are neither replaced nor refused, or the
 	// request rules are not asked.
 	NoSubstitute, NoPathCheck bool
+	// NoScrub, for the lab's --break only, leaves what comes back as it
+	// is: no scrub of the secret, no refused encoding, Range passed on.
+	NoScrub bool
+
+	held atomic.Int64 // request body bytes held now (maxHeldTotal)
 }
 
 // NewEngine builds the engine of a run from its start policy: a CA
@@ -238,9 +249,16 @@ func (e *Engine) handler(f Flow, tr http.RoundTripper) *handler {
 				// The transport then asks for gzip itself and
 				// decompresses, so an echoed secret is seen in clear.
 				pr.Out.Header.Del("Accept-Encoding")
+				// A range of the response could hold part of an
+				// echoed secret, which no scrub recognises: the
+				// worker gets the whole response.
+				if !e.NoScrub {
+					pr.Out.Header.Del("Range")
+					pr.Out.Header.Del("If-Range")
+				}
 			}
 		},
-		ModifyResponse: e.scrubResponse,
+		ModifyResponse: h.scrubResponse,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
 			if rw, ok := w.(*recorder); ok {
 				rw.upstreamErr = err
@@ -259,6 +277,9 @@ func (e *Engine) handler(f Flow, tr http.RoundTripper) *handler {
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	f := &h.f
 	rec := &recorder{ResponseWriter: w}
+	if h.e.scrubs() {
+		rec.scrub = h.e.Vault
+	}
 	ev := audit.Request{Action: "deny", FlowSeq: f.Seq, Method: r.Method, Host: f.Host, Rule: f.Rule}
 	defer func() { f.Audit.Log(ev) }()
 
@@ -294,23 +315,45 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	body, err := h.checkBody(r)
+	body, err := h.checkBody(rec, r)
+	if body != nil {
+		defer body.release()
+	}
 	if err != nil {
 		var le *leakError
-		if errors.As(err, &le) {
-			ev.Reason = "credential " + le.name + ": placeholder in the body, where it may not go"
-			f.Audit.Log(audit.Credential{Action: "deny", FlowSeq: f.Seq, Credential: le.name, Host: f.Host, Where: "body", Reason: ev.Reason})
+		switch {
+		case errors.As(err, &le) && le.name == "":
+			ev.Reason = le.where
+			ev.Status = refuse(rec, f.Rule, ev.Reason)
+		case errors.As(err, &le):
+			ev.Reason = "credential " + le.name + ": placeholder in " + le.where + ", where it may not go"
+			f.Audit.Log(audit.Credential{Action: "deny", FlowSeq: f.Seq, Credential: le.name, Host: f.Host, Where: le.where, Reason: ev.Reason})
 			ev.Status = refuse(rec, "credential", ev.Reason)
+		case errors.Is(err, errHeldBudget):
+			ev.Reason = err.Error()
+			ev.Status = refuseBusy(rec, f.Rule, ev.Reason)
+		default:
+			ev.Reason = "reading the request body: " + err.Error()
+			ev.Status = refuse(rec, f.Rule, ev.Reason)
+		}
+		return
+	}
+	if body != nil && len(body.overrides) > 0 && !h.e.NoPathCheck {
+		d = f.Policy.DecideRequest(f.Rule, policy.Request{Method: r.Method, Target: r.RequestURI, Overrides: append(overrides, body.overrides...)})
+		ev.Rule = d.Rule
+		if d.Verdict != policy.Allow {
+			ev.Reason = d.Reason + " (a _method field in the form body)"
+			ev.Status = refuse(rec, d.Rule, ev.Reason)
 			return
 		}
-		ev.Reason = "reading the request body: " + err.Error()
-		ev.Status = refuse(rec, f.Rule, ev.Reason)
-		return
 	}
 	if body != nil {
 		r.Body = body
 	}
 	h.proxy.ServeHTTP(rec, r)
+	// The response's trailers are in rec's header now, sent after this
+	// returns: scrub them too.
+	rec.scrubHeader()
 	ev.Action, ev.Status, ev.BytesIn = "allow", rec.status, rec.n
 	if body != nil {
 		ev.BytesOut = body.n
@@ -318,6 +361,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ev.Reason = d.Reason
 	if rec.upstreamErr != nil {
 		ev.Reason = "upstream failed: " + h.e.scrubString(rec.upstreamErr.Error())
+	}
+	if le := body.leakFound(); le != nil {
+		// The scan of the streamed part of the body cut the request
+		// off before it reached the upstream whole.
+		ev.Action = "deny"
+		if le.name == "" {
+			ev.Reason = le.where + " (the request was cut off)"
+			return
+		}
+		ev.Reason = "credential " + le.name + ": placeholder in " + le.where + ", where it may not go (the request was cut off)"
+		f.Audit.Log(audit.Credential{Action: "deny", FlowSeq: f.Seq, Credential: le.name, Host: f.Host, Where: le.where, Reason: ev.Reason})
 	}
 }
 
@@ -347,6 +401,9 @@ func (h *handler) placeholders(r *http.Request, rule string) (where, name string
 	if n, found := v.FindString(r.RequestURI); found {
 		return "the URL", n, false
 	}
+	if n, found := v.Find(unpct([]byte(r.RequestURI))); found {
+		return "the URL (percent-encoded)", n, false
+	}
 	for k, vals := range r.Header {
 		if n, found := v.FindString(k); found {
 			return "a header name", n, false
@@ -375,13 +432,6 @@ func (h *handler) placeholders(r *http.Request, rule string) (where, name string
 			}
 		}
 	}
-	for _, t := range r.Trailer {
-		for _, val := range t {
-			if n, found := v.FindString(val); found {
-				return "a trailer", n, false
-			}
-		}
-	}
 	return "", "", true
 }
 
@@ -394,95 +444,264 @@ func (v *Vault) byName(name string) *cred {
 	return nil
 }
 
-// leakError is a placeholder found in a body.
-type leakError struct{ name string }
+// leakError is a placeholder found in a request's body or trailers.
+type leakError struct{ name, where string }
 
-func (e *leakError) Error() string { return "credential " + e.name + ": placeholder in the body" }
+func (e *leakError) Error() string { return "credential " + e.name + ": placeholder in " + e.where }
+
+// errHeldBudget refuses a request whose body would take the run past
+// maxHeldTotal held bytes.
+var errHeldBudget = errors.New("nsgate holds too many request bodies at once (" + strconv.Itoa(maxHeldTotal>>20) + " MiB in the run): retry shortly")
 
 // countBody is a request body that counts what it gives and, past the
-// held part, scans the stream for placeholders.
+// held part, scans the stream for placeholders. leak is set when the scan
+// cut it off; overrides are the _method fields of a held form body.
 type countBody struct {
-	r    io.Reader
-	c    io.Closer
-	n    int64
-	scan *scanner
+	r         io.Reader
+	c         io.Closer
+	n         int64
+	leak      *leakError
+	overrides []string
+	e         *Engine
+	charged   int64
 }
 
 func (b *countBody) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	b.n += int64(n)
-	if b.scan != nil && n > 0 {
-		if name, found := b.scan.feed(p[:n]); found {
-			return 0, &leakError{name}
-		}
+	var le *leakError
+	if errors.As(err, &le) && b.leak == nil {
+		b.leak = le
 	}
 	return n, err
 }
 
 func (b *countBody) Close() error { return b.c.Close() }
 
-// checkBody reads up to maxHeldBody of the body and refuses it if it holds
-// a placeholder; the rest streams through a scanner that cuts the request
-// off at one. nil for a request without a body.
-func (h *handler) checkBody(r *http.Request) (*countBody, error) {
+// leakFound is what cut the body off, or nil (also for a nil body).
+func (b *countBody) leakFound() *leakError {
+	if b == nil {
+		return nil
+	}
+	return b.leak
+}
+
+// release gives the held bytes back to the run's budget.
+func (b *countBody) release() {
+	if b.charged > 0 {
+		b.e.held.Add(-b.charged)
+		b.charged = 0
+	}
+}
+
+// holdsForm reports whether a request's body is a form whose fields a
+// server may read as a _method override.
+func holdsForm(r *http.Request) bool {
+	ct := strings.ToLower(r.Header.Get("Content-Type"))
+	return strings.HasPrefix(ct, "application/x-www-form-urlencoded") || strings.HasPrefix(ct, "multipart/form-data")
+}
+
+// checkBody reads up to maxHeldBody of the body, within bodyTimeout and
+// the run's budget of held bytes, when there is something to check in it:
+// placeholders (any case, also percent-encoded) refuse it, and a form's
+// _method fields are returned for the request rules. A body read whole has
+// its trailers checked for placeholders too. The rest streams through a
+// scanner that holds back what could be the start of a placeholder and
+// cuts the request off at one (and checks the trailers at its end). nil
+// for a request without a body.
+func (h *handler) checkBody(w http.ResponseWriter, r *http.Request) (*countBody, error) {
 	if r.Body == nil || r.Body == http.NoBody {
 		return nil, nil
 	}
-	if h.e.Vault.Empty() || h.e.NoSubstitute {
+	scan := !h.e.Vault.Empty() && !h.e.NoSubstitute
+	form := !h.e.NoPathCheck && holdsForm(r)
+	if !scan && !form {
 		return &countBody{r: r.Body, c: r.Body}, nil
 	}
-	held, err := io.ReadAll(io.LimitReader(r.Body, maxHeldBody+1))
+	want := int64(maxHeldBody + 1)
+	if r.ContentLength >= 0 && r.ContentLength < want {
+		want = r.ContentLength + 1
+	}
+	cb := &countBody{c: r.Body, e: h.e}
+	if h.e.held.Add(want) > maxHeldTotal {
+		h.e.held.Add(-want)
+		return nil, errHeldBudget
+	}
+	cb.charged = want
+	rc := http.NewResponseController(w)
+	rc.SetReadDeadline(time.Now().Add(bodyTimeout))
+	held, err := io.ReadAll(io.LimitReader(r.Body, want))
+	rc.SetReadDeadline(time.Time{})
 	if err != nil {
-		return nil, err
+		return cb, err
 	}
-	if name, found := h.e.Vault.Find(held); found {
-		return nil, &leakError{name}
+	whole := int64(len(held)) < want
+	if scan {
+		if name, found := h.e.Vault.Find(held); found {
+			return cb, &leakError{name, "body"}
+		}
+		if name, found := h.e.Vault.Find(unpct(held)); found {
+			return cb, &leakError{name, "body (percent-encoded)"}
+		}
+		if whole {
+			if le := trailerLeak(h.e.Vault, r.Trailer); le != nil {
+				return cb, le
+			}
+		}
 	}
-	if len(held) <= maxHeldBody {
+	if form {
+		// A form's _method fields in the held part (all of it, or the
+		// first MiB, parsed leniently) go to the request rules.
+		cb.overrides = formOverrides(r.Header.Get("Content-Type"), held)
+	}
+	if whole {
 		r.ContentLength = int64(len(held))
-		return &countBody{r: bytes.NewReader(held), c: r.Body}, nil
+		cb.r = bytes.NewReader(held)
+		return cb, nil
 	}
-	sc := newScanner(h.e.Vault)
-	sc.feed(held[len(held)-min(len(held), sc.keep):])
-	return &countBody{r: io.MultiReader(bytes.NewReader(held), &scanReader{r: r.Body, s: sc}), c: r.Body}, nil
+	if form && strings.HasPrefix(strings.ToLower(r.Header.Get("Content-Type")), "application/x-www-form-urlencoded") {
+		// A form of fields over a MiB is refused rather than judged in
+		// part: a field past the held part could override the method.
+		return cb, errors.New("a form body over " + strconv.Itoa(maxHeldBody>>20) + " MiB (application/x-www-form-urlencoded) is not forwarded: its _method fields cannot all be judged")
+	}
+	sr := &scanReader{r: r.Body, trailer: r.Trailer}
+	if scan {
+		sr.v = h.e.Vault
+		sr.scans = append(sr.scans, newScanner(h.e.Vault))
+	}
+	if form {
+		// A multipart body past the held part may not name a _method
+		// part: it is cut off if it does.
+		sr.scans = append(sr.scans, methodFieldScanner())
+	}
+	for _, sc := range sr.scans {
+		sc.feed(held[len(held)-min(len(held), sc.keep):])
+	}
+	cb.r = io.MultiReader(bytes.NewReader(held), sr)
+	return cb, nil
 }
 
-// scanReader reads r through a scanner.
+// trailerLeak finds a placeholder in a request's trailers.
+func trailerLeak(v *Vault, tr http.Header) *leakError {
+	for k, vals := range tr {
+		if n, found := v.FindString(k); found {
+			return &leakError{n, "a trailer name"}
+		}
+		for _, val := range vals {
+			if n, found := v.FindString(val); found {
+				return &leakError{n, "trailer " + k}
+			}
+		}
+	}
+	return nil
+}
+
+// scanReader reads r through its scanners. It holds back the last bytes
+// of what it read, which could be the start of what a scanner looks for,
+// until more comes or r ends; at the end it checks the request's trailers
+// for placeholders (v; nil: no placeholder check).
 type scanReader struct {
-	r io.Reader
-	s *scanner
+	r       io.Reader
+	scans   []*scanner
+	trailer http.Header
+	v       *Vault
+	pend    []byte // read and scanned, held back
+	out     []byte // may be given
+	err     error
 }
 
 func (s *scanReader) Read(p []byte) (int, error) {
-	n, err := s.r.Read(p)
-	if n > 0 {
-		if name, found := s.s.feed(p[:n]); found {
-			return 0, &leakError{name}
+	for len(s.out) == 0 {
+		if s.err != nil {
+			return 0, s.err
+		}
+		var buf [32 << 10]byte
+		n, err := s.r.Read(buf[:])
+		if n > 0 {
+			for _, sc := range s.scans {
+				if le := sc.feed(buf[:n]); le != nil {
+					s.pend, s.err = nil, le
+					return 0, s.err
+				}
+			}
+			s.pend = append(s.pend, buf[:n]...)
+		}
+		if err == io.EOF && s.v != nil {
+			if le := trailerLeak(s.v, s.trailer); le != nil {
+				s.pend, s.err = nil, le
+				return 0, s.err
+			}
+		}
+		cut := len(s.pend)
+		if err == nil {
+			keep := 0
+			for _, sc := range s.scans {
+				keep = max(keep, sc.keep)
+			}
+			cut = max(0, len(s.pend)-keep)
+		}
+		s.out = append(s.out[:0], s.pend[:cut]...)
+		s.pend = append(s.pend[:0], s.pend[cut:]...)
+		if err != nil {
+			s.err = err
 		}
 	}
-	return n, err
+	n := copy(p, s.out)
+	s.out = s.out[n:]
+	return n, nil
 }
 
-// scanner finds placeholders across the chunks of a stream: it keeps the
-// last bytes of what it saw, one placeholder long less one.
+// scanner finds what find looks for across the chunks of a stream: it
+// keeps the last keep bytes of what it saw (what it looks for, one byte
+// short).
 type scanner struct {
-	v    *Vault
+	find func([]byte) *leakError
 	keep int
 	tail []byte
 }
 
+// newScanner looks for v's placeholders.
 func newScanner(v *Vault) *scanner {
-	return &scanner{v: v, keep: len(placeholderPrefix) + 40 - 1}
+	return &scanner{keep: len(placeholderPrefix) + 40 - 1, find: func(b []byte) *leakError {
+		if name, found := v.Find(b); found {
+			return &leakError{name, "body"}
+		}
+		return nil
+	}}
 }
 
-func (s *scanner) feed(b []byte) (string, bool) {
+// methodFieldScanner looks for a _method field name in a form body, any
+// case, also percent-encoded.
+func methodFieldScanner() *scanner {
+	return &scanner{keep: len("%5fmethod") - 1, find: func(b []byte) *leakError {
+		l := bytes.ToLower(b)
+		if bytes.Contains(l, []byte("_method")) || bytes.Contains(l, []byte("%5fmethod")) {
+			return &leakError{where: "a _method field past the held part of a form body"}
+		}
+		return nil
+	}}
+}
+
+func (s *scanner) feed(b []byte) *leakError {
 	buf := append(s.tail, b...)
-	name, found := s.v.Find(buf)
+	le := s.find(buf)
 	if len(buf) > s.keep {
 		buf = buf[len(buf)-s.keep:]
 	}
 	s.tail = append(s.tail[:0], buf...)
-	return name, found
+	return le
+}
+
+// refuseBusy writes a 503 for a request nsgate cannot hold now.
+func refuseBusy(w http.ResponseWriter, rule, reason string) int {
+	w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+	w.Header().Set("X-Nsgate-Refusal", "busy")
+	w.Header().Set("X-Nsgate-Rule", rule)
+	w.Header().Set("Retry-After", "1")
+	w.Header().Set("Connection", "close")
+	w.WriteHeader(http.StatusServiceUnavailable)
+	io.WriteString(w, "nsgate: "+printable(reason)+"\n")
+	return http.StatusServiceUnavailable
 }
 
 // refuse writes the 403 that names the rule and the reason; it returns
@@ -517,13 +736,25 @@ type recorder struct {
 	status      int
 	n           int64
 	upstreamErr error
+	// scrub, when set, is scrubbed out of every header the worker gets:
+	// an informational (1xx) response's, the final one's and the
+	// trailers (scrubHeader after the proxy returns).
+	scrub *Vault
 }
 
 func (r *recorder) WriteHeader(code int) {
 	if r.status == 0 || r.status < 200 {
 		r.status = code
 	}
+	r.scrubHeader()
 	r.ResponseWriter.WriteHeader(code)
+}
+
+// scrubHeader scrubs the secrets out of the header the worker gets next.
+func (r *recorder) scrubHeader() {
+	if r.scrub != nil {
+		scrubHeader(r.ResponseWriter.Header(), r.scrub)
+	}
 }
 
 func (r *recorder) Write(b []byte) (int, error) {

@@ -4,10 +4,12 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"errors"
 	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -496,10 +498,10 @@ func TestVaultNeverFormatsSecret(t *testing.T) {
 
 func TestScrubAcrossReads(t *testing.T) {
 	v, _ := NewVault([]policy.Credential{{Name: "x", FromEnv: "X", Format: "{}"}}, func(string) string { return secret }, nil)
-	e := &Engine{Vault: v}
+	h := &handler{e: &Engine{Vault: v}}
 	// A body that gives one byte per read: the secret straddles reads.
 	resp := &http.Response{StatusCode: 200, Header: http.Header{}, Body: io.NopCloser(&oneByte{s: "a" + secret + "b" + secret})}
-	e.scrubResponse(resp)
+	h.scrubResponse(resp)
 	b, _ := io.ReadAll(resp.Body)
 	ph := v.creds[0].placeholder
 	if string(b) != "a"+ph+"b"+ph {
@@ -525,11 +527,93 @@ func TestScannerAcrossChunks(t *testing.T) {
 	data := "xxxx" + ph + "yyyy"
 	found := false
 	for i := 0; i < len(data); i += 7 {
-		if _, ok := s.feed([]byte(data[i:min(i+7, len(data))])); ok {
+		if s.feed([]byte(data[i:min(i+7, len(data))])) != nil {
 			found = true
 		}
 	}
 	if !found {
 		t.Error("placeholder split across chunks not found")
 	}
+}
+
+// TestScanReaderHoldsBack: a placeholder split across the reads of a
+// streamed body is cut off before any byte of it is given on.
+func TestScanReaderHoldsBack(t *testing.T) {
+	v, _ := NewVault([]policy.Credential{{Name: "x", FromEnv: "X", Format: "{}"}}, func(string) string { return secret }, nil)
+	ph := v.creds[0].placeholder
+	data := strings.Repeat("z", 100) + ph + strings.Repeat("y", 100)
+	sr := &scanReader{r: &oneByte{s: data}, scans: []*scanner{newScanner(v)}, v: v}
+	got, err := io.ReadAll(sr)
+	var le *leakError
+	if !errors.As(err, &le) || le.name != "x" {
+		t.Fatalf("err %v, want the placeholder found", err)
+	}
+	if strings.Contains(string(got), ph[:len(placeholderPrefix)]) {
+		t.Errorf("gave %q: part of the placeholder went on", got)
+	}
+	// Without one, everything comes through.
+	sr = &scanReader{r: &oneByte{s: "abc" + strings.Repeat("q", 200)}, scans: []*scanner{newScanner(v)}, v: v}
+	if got, err := io.ReadAll(sr); err != nil || string(got) != "abc"+strings.Repeat("q", 200) {
+		t.Errorf("clean stream: %q %v", got, err)
+	}
+}
+
+// TestScrubHeader: secrets in header values (any case) become the
+// placeholder; a header whose name holds one goes.
+func TestScrubHeader(t *testing.T) {
+	v, _ := NewVault([]policy.Credential{{Name: "x", FromEnv: "X", Format: "{}"}}, func(string) string { return secret }, nil)
+	ph := v.creds[0].placeholder
+	h := http.Header{}
+	h.Set("X-Echo", "Bearer "+secret)
+	h.Set("X-Upper", strings.ToUpper(secret))
+	h.Set("Link", "<https://x/?t="+secret+">; rel=preload")
+	h.Set("X-Bearer-"+secret, "1")
+	scrubHeader(h, v)
+	if h.Get("X-Echo") != "Bearer "+ph || h.Get("X-Upper") != ph || !strings.Contains(h.Get("Link"), ph) {
+		t.Errorf("values not scrubbed: %v", h)
+	}
+	for k := range h {
+		if strings.Contains(strings.ToLower(k), strings.ToLower(secret)) {
+			t.Errorf("header %q kept", k)
+		}
+	}
+}
+
+func TestFormOverrides(t *testing.T) {
+	for _, tt := range []struct {
+		ct, body string
+		want     []string
+	}{
+		{"application/x-www-form-urlencoded", "a=1&_method=DELETE", []string{"DELETE"}},
+		{"application/x-www-form-urlencoded; charset=utf-8", "%5Fmethod=put&b=2", []string{"put"}},
+		{"application/x-www-form-urlencoded", "_METHOD=PATCH", []string{"PATCH"}},
+		{"application/x-www-form-urlencoded", "method=DELETE", nil},
+		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"DELETE"}},
+		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nhi\r\n--XX--\r\n", nil},
+		{"text/plain", "_method=DELETE", nil},
+	} {
+		if got := formOverrides(tt.ct, []byte(tt.body)); !slices.Equal(got, tt.want) {
+			t.Errorf("%s %q: %q, want %q", tt.ct, tt.body, got, tt.want)
+		}
+	}
+}
+
+func TestUnpct(t *testing.T) {
+	for in, want := range map[string]string{"a%6eb": "anb", "%256e": "n", "100%": "100%", "%zz": "%zz", "%4": "%4", "x%41": "xA"} {
+		if got := string(unpct([]byte(in))); got != want {
+			t.Errorf("unpct(%q) = %q, want %q", in, got, want)
+		}
+	}
+	if unpct([]byte("plain")) != nil {
+		t.Error("no % gives nil")
+	}
+}
+
+func FuzzUnpctAndForm(f *testing.F) {
+	f.Add([]byte("_method=%44ELETE&%"), "multipart/form-data; boundary=a")
+	f.Fuzz(func(t *testing.T, b []byte, ct string) {
+		unpct(b)
+		formOverrides(ct, b)
+		formOverrides("application/x-www-form-urlencoded", b)
+	})
 }

@@ -2,40 +2,93 @@ package intercept
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
 )
 
+// scrubs reports whether responses are scrubbed: some credential, not
+// switched off.
+func (e *Engine) scrubs() bool { return !e.Vault.Empty() && !e.NoSubstitute && !e.NoScrub }
+
+// errEncoded refuses a response the scrub cannot read.
+var errEncoded = errors.New("the response has a Content-Encoding nsgate did not ask for: an echoed secret in it could not be scrubbed")
+
 // scrubResponse replaces every secret in the upstream's response headers
 // and body with its placeholder before the worker sees it. The body is
 // rewritten as it streams, so its length may change: Content-Length goes.
-// An upgraded connection (101) is passed as it is (docs/credentials.md:
-// WebSocket messages are not rewritten).
-func (e *Engine) scrubResponse(resp *http.Response) error {
-	if e.Vault.Empty() || e.NoSubstitute {
+// On a host a credential may go to, a body in an encoding the transport
+// did not undo (the worker's Accept-Encoding is not passed on there; the
+// transport asks for gzip and decompresses it) is refused: the scrub
+// could not see a secret in it. The trailers and any informational
+// response's headers are scrubbed by the recorder. An upgraded connection
+// (101) is passed as it is (docs/credentials.md).
+func (h *handler) scrubResponse(resp *http.Response) error {
+	e := h.e
+	if !e.scrubs() {
 		return nil
 	}
-	secrets, phs := e.Vault.pairs()
-	for k, vals := range resp.Header {
-		for i, v := range vals {
-			vals[i] = replaceAll(v, secrets, phs)
-		}
-		resp.Header[k] = vals
+	if ce := strings.TrimSpace(resp.Header.Get("Content-Encoding")); h.creds && ce != "" && !strings.EqualFold(ce, "identity") {
+		resp.Body.Close()
+		return errEncoded
 	}
-	for k, vals := range resp.Trailer {
-		for i, v := range vals {
-			vals[i] = replaceAll(v, secrets, phs)
-		}
-		resp.Trailer[k] = vals
-	}
+	scrubHeader(resp.Header, e.Vault)
 	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
+	secrets, phs := e.Vault.pairs()
 	resp.Body = &scrubBody{r: resp.Body, secrets: secrets, phs: phs, keep: maxLen(secrets) - 1}
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
 	return nil
+}
+
+// scrubHeader replaces every secret in h's values with its placeholder,
+// ASCII case ignored, and drops a header whose name holds one (a header
+// name's case is not the upstream's to keep: Go canonicalises it).
+func scrubHeader(h http.Header, v *Vault) {
+	secrets, phs := v.pairs()
+	for k, vals := range h {
+		for _, sec := range secrets {
+			if indexFoldAny(k, sec) >= 0 {
+				delete(h, k)
+				break
+			}
+		}
+		if _, ok := h[k]; !ok {
+			continue
+		}
+		for i, val := range vals {
+			vals[i] = replaceFold(val, secrets, phs)
+		}
+	}
+}
+
+// indexFoldAny finds p in s, ASCII case ignored.
+func indexFoldAny(s, p string) int {
+	n := len(p)
+	for i := 0; i+n <= len(s); i++ {
+		if strings.EqualFold(s[i:i+n], p) {
+			return i
+		}
+	}
+	return -1
+}
+
+// replaceFold replaces each secret in s, ASCII case ignored, with its
+// placeholder.
+func replaceFold(s string, secrets, phs []string) string {
+	for i, sec := range secrets {
+		for {
+			j := indexFoldAny(s, sec)
+			if j < 0 {
+				break
+			}
+			s = s[:j] + phs[i] + s[j+len(sec):]
+		}
+	}
+	return s
 }
 
 // scrubString replaces secrets in a message.

@@ -11,6 +11,20 @@ import (
 // The view binds the host's bundle plus the run's CA over it, read-only.
 const BundlePath = "/etc/ssl/certs/ca-certificates.crt"
 
+// FallbackBundlePath is where the bundle goes in the view of a host that
+// has none at BundlePath (a minimal image without ca-certificates): a
+// file of the worker's private /tmp, which the CA variables (caEnv) name.
+const FallbackBundlePath = "/tmp/.nsgate/ca-certificates.crt"
+
+// BundleTarget is where the worker's bundle goes: BundlePath when the host
+// has one there, else FallbackBundlePath, which the view creates.
+func BundleTarget() (path string, create bool) {
+	if st, err := os.Stat(BundlePath); err == nil && st.Mode().IsRegular() {
+		return BundlePath, false
+	}
+	return FallbackBundlePath, true
+}
+
 // caEnv are the variables that point common runtimes at a CA bundle; the
 // worker gets each set to BundlePath, so that a client that reads one
 // trusts the run's CA without flags.
@@ -32,7 +46,7 @@ func (e *Engine) Bundle() []byte {
 // WorkerEnv returns the worker's environment made from base (nsgate's
 // own): the variables secrets were read from removed, each credential's
 // placeholder variable set, and the CA variables (caEnv) pointing at
-// BundlePath.
+// the bundle (BundleTarget).
 func (e *Engine) WorkerEnv(base []string) []string {
 	drop := append(e.Vault.SourceEnv(), caEnv...)
 	for _, kv := range e.Vault.WorkerEnv() {
@@ -46,8 +60,9 @@ func (e *Engine) WorkerEnv(base []string) []string {
 			out = append(out, kv)
 		}
 	}
+	path, _ := BundleTarget()
 	for _, k := range caEnv {
-		out = append(out, k+"="+BundlePath)
+		out = append(out, k+"="+path)
 	}
 	return append(out, e.Vault.WorkerEnv()...)
 }

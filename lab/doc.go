@@ -20,6 +20,8 @@
 // own: the containment attempt audit-fill-volume, whose audit log lies on
 // a small tmpfs the lab mounts in a mount namespace of its own, and, with
 // --browser, headless Chromium as the worker of a second `nsgate run`
-// driven over CDP. The lab policy (policy.yaml) and the layers --break
+// driven over CDP; and the credential attempts, in a run of their own
+// that terminates TLS for two fake upstreams of the lab's and brokers a
+// secret only the lab knows (credentials_linux.go). The lab policy (policy.yaml) and the layers --break
 // can disable live here.
 package lab

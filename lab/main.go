@@ -22,7 +22,8 @@ import (
 //
 // Hidden flags, for testing the lab itself:
 //
-//	--break LAYER   disable one layer (metadata, policy, l7, exec-guard):
+//	--break LAYER   disable one layer (metadata, policy, l7, exec-guard,
+//	                credentials, request-rules, echo-scrub):
 //	                the lab must then fail and name what got through
 //	--only IDS      run only these attempts (comma-separated)
 //	--catalogue     print the catalogue as Markdown (integration/README.md)

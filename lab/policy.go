@@ -27,18 +27,30 @@ const (
 	// BreakExecGuard runs the gateway with --exec-guard=best-effort and
 	// the guard's test knobs that hide Landlock and seccomp.
 	BreakExecGuard = "exec-guard"
+	// BreakCredentials runs the gateway with --unsafe-break credentials:
+	// placeholders are neither replaced nor refused, echoes not scrubbed
+	// (the credential attempts' leaks then reach the fake upstreams).
+	BreakCredentials = "credentials"
+	// BreakRequestRules runs the gateway with --unsafe-break
+	// request-rules: terminated requests are not decided (path confusion
+	// and method override then reach the upstream with the secret).
+	BreakRequestRules = "request-rules"
+	// BreakEchoScrub runs the gateway with --unsafe-break echo-scrub: the
+	// secret is still put in, but what comes back is not scrubbed (the
+	// echo attempts then see the secret).
+	BreakEchoScrub = "echo-scrub"
 )
 
 // BreakLayers lists the layers --break accepts.
 func BreakLayers() []string {
-	return []string{BreakMetadata, BreakPolicy, BreakL7, BreakExecGuard}
+	return []string{BreakMetadata, BreakPolicy, BreakL7, BreakExecGuard, BreakCredentials, BreakRequestRules, BreakEchoScrub}
 }
 
 // Policy returns the lab policy for a run with layer broken ("" for
 // none): the YAML text to write to the policy file.
 func Policy(broken string) ([]byte, error) {
 	switch broken {
-	case "", BreakMetadata, BreakExecGuard:
+	case "", BreakMetadata, BreakExecGuard, BreakCredentials, BreakRequestRules, BreakEchoScrub:
 		return append([]byte(nil), labPolicy...), nil
 	case BreakL7:
 		return append(append([]byte(nil), labPolicy...), "tls: { verify_sni: false }\nhttp: { verify_host: false }\n"...), nil

@@ -105,6 +105,7 @@ func Run(ctx context.Context, cfg Config) int {
 	var fill, race *attack.Attempt
 	var socks []attack.Attempt // PhaseSessionBus, PhaseEngineSocket
 	var paths []attack.Attempt // PhaseHostPaths
+	var creds []attack.Attempt // PhaseCredentials
 	for i := 0; i < len(cat); i++ {
 		if cat[i].Phase == attack.PhaseAuditFill {
 			at := cat[i]
@@ -119,6 +120,9 @@ func Run(ctx context.Context, cfg Config) int {
 		}
 		if cat[i].Phase == attack.PhaseHostPaths {
 			paths = append(paths, cat[i])
+		}
+		if cat[i].Phase == attack.PhaseCredentials {
+			creds = append(creds, cat[i])
 		}
 		if cat[i].Phase != "" {
 			cat = append(cat[:i:i], cat[i+1:]...)
@@ -143,7 +147,8 @@ func Run(ctx context.Context, cfg Config) int {
 		return errorf("evidence directory: %v", err)
 	}
 	for _, name := range []string{judge.EvidenceJSON, judge.EvidenceMarkdown, judge.EvidenceAudit, audit.HeadFile(judge.EvidenceAudit),
-		judge.EvidenceKey, judge.EvidenceAuditFill, audit.HeadFile(judge.EvidenceAuditFill)} {
+		judge.EvidenceKey, judge.EvidenceAuditFill, audit.HeadFile(judge.EvidenceAuditFill),
+		judge.EvidenceAuditCredentials, audit.HeadFile(judge.EvidenceAuditCredentials)} {
 		if err := os.Remove(filepath.Join(cfg.Evidence, name)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return errorf("replace old evidence: %v", err)
 		}
@@ -224,6 +229,8 @@ func Run(ctx context.Context, cfg Config) int {
 		breakArgs = append(breakArgs, "--unsafe-break", "metadata")
 	case BreakExecGuard:
 		breakArgs = append(breakArgs, "--exec-guard=best-effort", "--unsafe-break", guard.LayerLandlock+","+guard.LayerSeccomp)
+	case BreakCredentials, BreakRequestRules, BreakEchoScrub:
+		breakArgs = append(breakArgs, "--unsafe-break", cfg.Break)
 	}
 	args = append(args, breakArgs...)
 	ev.Environment.Notes = append(ev.Environment.Notes, "nsgate run was started with HOME="+host.Home+" (the caller's home for the containment attempts: a directory the lab made, holding its canary "+attack.HomeCanary+" and a fake SSH key), --rw "+host.RW+", --audit-key "+host.AuditKey+" and XDG_RUNTIME_DIR="+host.Runtime+" (a private runtime directory outside /run/user, where nsgate keeps its start gate)")
@@ -358,6 +365,15 @@ func Run(ctx context.Context, cfg Config) int {
 	for _, at := range paths {
 		fmt.Fprintf(cfg.Stderr, "nsgate lab: %s: runs of their own on nsgate's host paths\n", at.ID)
 		pres = append(pres, runHostPath(ctx, cfg, at, host, env))
+	}
+
+	// The credential attempts: one run of their own with their own fake
+	// upstreams, secret and log.
+	var cres []judge.Result
+	var credsLog string
+	if len(creds) > 0 {
+		fmt.Fprintf(cfg.Stderr, "nsgate lab: %d credential attempts: a run of their own terminating TLS for %s and %s, with a secret only the lab knows\n", len(creds), attack.CredAPIName, attack.CredOtherName)
+		cres, credsLog = runCredentials(ctx, cfg, creds, host, env, breakArgs, inet)
 	}
 
 	// The audit log, checked the way `nsgate audit verify --key` checks
@@ -500,6 +516,9 @@ func Run(ctx context.Context, cfg Config) int {
 	for _, r := range pres {
 		own = append(own, ownRun{"[paths]", r})
 	}
+	for _, r := range cres {
+		own = append(own, ownRun{"[creds]", r})
+	}
 	for _, o := range own {
 		mark := "ok"
 		if !o.res.Pass {
@@ -508,6 +527,11 @@ func Run(ctx context.Context, cfg Config) int {
 		}
 		fmt.Fprintf(cfg.Stderr, "%-9s %-26s %-8s %-10s %s\n", o.tag, o.res.ID, o.res.Observed, mark, shorten(o.res.Detail, 90))
 		rep.Results = append(rep.Results, o.res)
+	}
+	if credsLog != "" {
+		if _, err := audit.Check(credsLog, key, ""); err != nil {
+			rep.Reasons = append(rep.Reasons, "the credential attempts' audit log does not verify: "+err.Error())
+		}
 	}
 	ev.Attempts = rep.Results
 	ev.StrayHits = rep.StrayHits

@@ -30,6 +30,8 @@ import (
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/inbound"
+	"github.com/nsgate/nsgate/intercept"
+	"github.com/nsgate/nsgate/internal/hostpath"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/sandbox"
 	"github.com/nsgate/nsgate/session"
@@ -46,6 +48,18 @@ const (
 	EnvAuditDir = "NSGATE_AUDIT_DIR"
 	// EnvAuditKey names an HMAC key file: every audit record gets a mac.
 	EnvAuditKey = "NSGATE_AUDIT_KEY"
+	// EnvCACert names a file the helper writes the run's CA certificate
+	// to (PEM; never the key), before it says it is ready, for a
+	// container to trust (docs/podman.md, "Terminated hosts").
+	EnvCACert = "NSGATE_CA_CERT"
+	// EnvCABundle names a file the helper writes the host's system bundle
+	// plus the run's CA certificate to, for a container's SSL_CERT_FILE.
+	EnvCABundle = "NSGATE_CA_BUNDLE"
+	// EnvPlaceholders names a file the helper writes the credentials'
+	// placeholders to, one NAME=placeholder line for each placeholder_env
+	// (a container sources it: the engine, not nsgate, makes the
+	// container's environment).
+	EnvPlaceholders = "NSGATE_PLACEHOLDERS"
 )
 
 // AuditLockWait is how long a helper waits for the previous helper of
@@ -164,6 +178,14 @@ type Config struct {
 	ExitFD int
 	// ExitFailure is the status of a helper that failed.
 	ExitFailure int
+	// CACert and CABundle are the files the run's CA certificate and the
+	// bundle (host roots plus the CA) are written to before the helper
+	// says it is ready; "" takes $NSGATE_CA_CERT and $NSGATE_CA_BUNDLE
+	// (a container engine passes no nsgate flags).
+	CACert, CABundle string
+	// Placeholders is the file the credentials' placeholders are written
+	// to ("" takes $NSGATE_PLACEHOLDERS).
+	Placeholders string
 }
 
 // Helper is one running helper.
@@ -209,6 +231,22 @@ func Start(cfg Config) (h *Helper, err error) {
 	}
 	if d := NotInForce(h.s.Policy()); d != "" {
 		h.s.Log().Log(audit.Policy{Action: "degraded", Error: "not in force: " + d, Layers: []string{d}})
+	}
+	if cfg.CACert == "" {
+		cfg.CACert = os.Getenv(EnvCACert)
+	}
+	if cfg.CABundle == "" {
+		cfg.CABundle = os.Getenv(EnvCABundle)
+	}
+	if cfg.Placeholders == "" {
+		cfg.Placeholders = os.Getenv(EnvPlaceholders)
+	}
+	paths := scfg.Paths
+	if paths == nil {
+		paths = hostpath.Default()
+	}
+	if err := WriteCA(h.s.Intercept(), paths, cfg.CACert, cfg.CABundle, cfg.Placeholders); err != nil {
+		return h, err
 	}
 	if cfg.TapFD >= 0 {
 		h.tapFD = cfg.TapFD
@@ -321,4 +359,60 @@ func (h *Helper) Close(code int) int {
 		h.tapFD = -1
 	}
 	return code
+}
+
+// WriteCA writes the run's CA certificate (PEM) to cert, the host's
+// system bundle plus that certificate to bundle, and the credentials'
+// placeholders (NAME=placeholder lines) to placeholders ("" for none), each
+// through paths' output rules: created with O_EXCL|O_NOFOLLOW, or, when
+// it exists, the same regular file of the caller's, rewritten in place
+// (so that a directory or a file bind-mounted into a container shows the
+// new CA). The CA's key is never written. A file asked for when the
+// policy terminates no TLS (e is nil: there is no run CA) is an error:
+// the container would otherwise trust something that is not there.
+func WriteCA(e *intercept.Engine, paths *hostpath.Checker, cert, bundle, placeholders string) error {
+	if cert == "" && bundle == "" && placeholders == "" {
+		return nil
+	}
+	if e == nil || e.CA == nil {
+		return fmt.Errorf("%s, %s or %s is set, but the policy terminates no TLS (no tls: terminate rule), so this helper has no CA or placeholder to write", EnvCACert, EnvCABundle, EnvPlaceholders)
+	}
+	env := func() []byte {
+		var b []byte
+		for _, kv := range e.Vault.WorkerEnv() {
+			b = append(b, kv+"\n"...)
+		}
+		return b
+	}
+	for _, f := range []struct {
+		what, path string
+		data       func() []byte
+	}{{"the run's CA certificate", cert, e.CA.PEM}, {"the CA bundle", bundle, e.Bundle}, {"the placeholders", placeholders, env}} {
+		if f.path == "" {
+			continue
+		}
+		if err := writeOutput(paths, f.path, f.data()); err != nil {
+			return fmt.Errorf("write %s: %w", f.what, err)
+		}
+	}
+	return nil
+}
+
+// writeOutput writes data to path through paths' output rules (mode
+// 0644: a certificate is public, and the container's user must read it).
+func writeOutput(paths *hostpath.Checker, path string, data []byte) error {
+	p, err := paths.ResolveOutput(path)
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	f, err := p.OpenOutput(os.O_WRONLY|os.O_TRUNC, 0o644, hostpath.Regular)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }

@@ -45,6 +45,8 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "tcp":
 		return probeTCP(e, addr)
+	case "https":
+		return probeHTTPS(e, addr, args[2:])
 	case "send":
 		return probeSend(e, addr, args[2:])
 	case "udp":

@@ -106,7 +106,7 @@ func Start(spec Spec, stdio Stdio) (*Child, error) {
 	if traceFile != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, traceFile) // fd 5
 	}
-	cmd.Env = slices.Concat(os.Environ(), initEnv, traceEnv)
+	cmd.Env = slices.Concat(withoutEnv(os.Environ(), spec.InitEnvDrop), initEnv, traceEnv)
 	cmd.SysProcAttr = sysProcAttr(spec.Root)
 	err = cmd.Start()
 	// Init holds its end now. Closed here, not when Start returns: while
@@ -452,4 +452,18 @@ func ownNprocHalf() uint64 {
 		return 0
 	}
 	return max(rl.Cur/2, 1)
+}
+
+// withoutEnv returns env without the variables named in drop.
+func withoutEnv(env, drop []string) []string {
+	if len(drop) == 0 {
+		return env
+	}
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); !slices.Contains(drop, k) {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -96,6 +96,11 @@ type Spec struct {
 	Argv []string
 	// Env is the worker's environment (nil: nsgate's own).
 	Env []string
+	// InitEnvDrop names variables of nsgate's environment that init's
+	// own environment leaves out too (the credentials' sources: init's
+	// /proc/1/environ is not the worker's to read, but holds no secret
+	// either). Not sent to init.
+	InitEnvDrop []string `json:"-"`
 	// Root maps the caller to uid and gid 0 inside; otherwise the caller's
 	// own ids are mapped to themselves.
 	Root bool

@@ -56,7 +56,7 @@ type View struct {
 	ResolvConf string `json:",omitempty"`
 	// Files are bound read-only over existing files of the view (the
 	// system CA bundle with the run's CA); a Path that does not exist is
-	// an error.
+	// an error, unless the File may Create it.
 	Files []File `json:",omitempty"`
 	// HomeFiles are written into a private home once it exists (the NSS
 	// database that browsers read the run's CA from), at paths relative
@@ -78,6 +78,9 @@ type View struct {
 type File struct {
 	Path    string
 	Content string
+	// Create makes Path (and its folders, 0755) first when it is missing;
+	// only a path under /tmp, the view's private tmpfs, may be created.
+	Create bool `json:",omitempty"`
 }
 
 // HomeFile is a file written into the private home: Rel is relative to

@@ -198,6 +198,11 @@ func applyView(v *View) (degraded []string, err error) {
 
 	// 6b. Files bound over the view's own (the CA bundle).
 	for i, f := range v.Files {
+		if f.Create {
+			if err := createUnderTmp(f.Path); err != nil {
+				return nil, fmt.Errorf("bind %s: %w", f.Path, err)
+			}
+		}
 		if err := placeFile(stage, "file"+strconv.Itoa(i), f.Content, 0o644, f.Path); err != nil {
 			return nil, fmt.Errorf("bind %s: %w", f.Path, err)
 		}
@@ -366,6 +371,24 @@ func placeFile(stage int, name, content string, mode uint32, target string) erro
 		return err
 	}
 	return bindFrom(stage, name, target)
+}
+
+// createUnderTmp makes an empty file at path, and its folders, when it is
+// missing; path must be under /tmp (the view's private tmpfs, where
+// nothing of the host's is).
+func createUnderTmp(path string) error {
+	clean := filepath.Clean(path)
+	if !strings.HasPrefix(clean, "/tmp/") || clean != path {
+		return fmt.Errorf("only a clean path under /tmp may be created")
+	}
+	if err := os.MkdirAll(filepath.Dir(clean), 0o755); err != nil {
+		return err
+	}
+	fd, err := unix.Open(clean, unix.O_CREAT|unix.O_WRONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		return err
+	}
+	return unix.Close(fd)
 }
 
 // bindFrom binds name of the staging tmpfs, read-only, over target.

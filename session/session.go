@@ -83,6 +83,9 @@ type Config struct {
 	// --break only, the credential checks (placeholders neither replaced
 	// nor refused) or the request rules of terminated flows.
 	BreakSubstitute, BreakPathCheck bool
+	// BreakScrub, for the lab's --break echo-scrub only, leaves what
+	// comes back from a credential's host as it is.
+	BreakScrub bool
 	// Learn puts every policy in force through policy.Learning (nsgate
 	// run --learn): what no rule decides is allowed with rule learn,
 	// the built-in sets and deny rules still refuse.
@@ -204,7 +207,7 @@ func Open(cfg Config) (*Session, error) {
 			return nil, fmt.Errorf("credentials: %w", err)
 		}
 		if s.icpt != nil {
-			s.icpt.NoSubstitute, s.icpt.NoPathCheck = cfg.BreakSubstitute, cfg.BreakPathCheck
+			s.icpt.NoSubstitute, s.icpt.NoPathCheck, s.icpt.NoScrub = cfg.BreakSubstitute, cfg.BreakPathCheck, cfg.BreakScrub
 		}
 	}
 	opts := audit.Options{Human: cfg.Human, LockWait: cfg.AuditLockWait, Copy: cfg.AuditCopy, Paths: cfg.Paths}

@@ -48,3 +48,18 @@ func NewEndpoint(fd int, opts EndpointOptions) (stack.LinkEndpoint, error) {
 	}
 	return newEndpoint(fd, o)
 }
+
+// CloseDead closes fd, the gateway's last descriptor of the worker's TUN
+// device, once nothing lives in the worker's network namespace any more
+// (its init has exited). Closed as it is, the last descriptor of a device
+// unregisters it there and then, and that waits for an RCU barrier: 15
+// to 25 ms of every `nsgate run`'s exit (docs/performance.md, "Start-up").
+// Made persistent first, the device outlives the descriptor for as long as
+// its namespace does, and the namespace, which only the descriptor kept,
+// is torn down by the kernel's own cleanup worker, device and all, without
+// this process waiting for it. Nothing can attach to the device in
+// between: no process is left in that namespace, and no name reaches it.
+func CloseDead(fd int) error {
+	unix.IoctlSetInt(fd, unix.TUNSETPERSIST, 1) // best effort: else a slower close
+	return unix.Close(fd)
+}

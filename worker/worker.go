@@ -66,8 +66,10 @@ type Break struct {
 	// BestEffort the run goes on without them, else it is refused.
 	Landlock, Seccomp, ExecAudit bool
 	// Credentials: placeholders are neither replaced nor refused;
-	// RequestRules: terminated requests are not decided.
-	Credentials, RequestRules bool
+	// RequestRules: terminated requests are not decided; EchoScrub: the
+	// secret is put in as ever but what comes back is not scrubbed (nor
+	// an unreadable encoding refused, nor Range dropped).
+	Credentials, RequestRules, EchoScrub bool
 }
 
 // ParseBreak reads --unsafe-break: comma-separated layer names.
@@ -92,8 +94,10 @@ func ParseBreak(s string) (Break, error) {
 			b.Credentials = true
 		case "request-rules":
 			b.RequestRules = true
+		case "echo-scrub":
+			b.EchoScrub = true
 		default:
-			return Break{}, fmt.Errorf("--unsafe-break %q: only metadata, fs-readonly, fs-landlock, landlock, seccomp, exec-audit, credentials and request-rules can be broken (comma-separated)", s)
+			return Break{}, fmt.Errorf("--unsafe-break %q: only metadata, fs-readonly, fs-landlock, landlock, seccomp, exec-audit, credentials, request-rules and echo-scrub can be broken (comma-separated)", s)
 		}
 	}
 	return b, nil
@@ -113,7 +117,7 @@ func (b Break) layers(guardLayers bool) []string {
 		on, guard bool
 		name      string
 	}{{b.Metadata, false, "metadata"}, {b.FSReadOnly, false, "fs-readonly"}, {b.FSLandlock, false, "fs-landlock"},
-		{b.Credentials, false, "credentials"}, {b.RequestRules, false, "request-rules"},
+		{b.Credentials, false, "credentials"}, {b.RequestRules, false, "request-rules"}, {b.EchoScrub, false, "echo-scrub"},
 		{b.Landlock, true, guard.LayerLandlock}, {b.Seccomp, true, guard.LayerSeccomp}, {b.ExecAudit, true, guard.LayerExecAudit}} {
 		if l.on && l.guard == guardLayers {
 			s = append(s, l.name)
@@ -299,7 +303,7 @@ func (r *run) run() int {
 	scfg.Reload = session.ReloadOnSIGHUP
 	scfg.OnReload = r.onReload
 	scfg.WithoutMetadataStep = cfg.Break.Metadata
-	scfg.BreakSubstitute, scfg.BreakPathCheck = cfg.Break.Credentials, cfg.Break.RequestRules
+	scfg.BreakSubstitute, scfg.BreakPathCheck, scfg.BreakScrub = cfg.Break.Credentials, cfg.Break.RequestRules, cfg.Break.EchoScrub
 	scfg.Start.Argv = cfg.Argv
 	scfg.Start.PID = os.Getpid()
 	scfg.Start.Degraded = degraded
@@ -368,7 +372,9 @@ func (r *run) run() int {
 		// The worker trusts the run's CA with no flags, and holds
 		// placeholders, never the secrets (docs/credentials.md).
 		spec.Env = eng.WorkerEnv(os.Environ())
-		spec.View.Files = append(spec.View.Files, sandbox.File{Path: intercept.BundlePath, Content: string(eng.Bundle())})
+		spec.InitEnvDrop = eng.Vault.SourceEnv()
+		bundle, create := intercept.BundleTarget()
+		spec.View.Files = append(spec.View.Files, sandbox.File{Path: bundle, Content: string(eng.Bundle()), Create: create})
 		if nss, err := nssDB(eng.CA.PEM()); err != nil {
 			r.errorf("warning: %v", err)
 		} else {
@@ -391,7 +397,15 @@ func (r *run) run() int {
 		return r.fail(err)
 	}
 	r.child = child
-	r.cleanup = append(r.cleanup, func() { syscall.Close(child.TunFD) })
+	r.cleanup = append(r.cleanup, func() {
+		if r.ran {
+			// The worker and its init have exited: nothing is left in
+			// the namespace (see tun.CloseDead).
+			tun.CloseDead(child.TunFD)
+			return
+		}
+		syscall.Close(child.TunFD)
+	})
 	r.s.StopOnAuditFailure(func() { child.Signal(syscall.SIGKILL) }) // the audit fails closed
 	child.ExecListener = r.s.ExecAudit(plan)
 

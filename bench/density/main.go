@@ -35,6 +35,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -620,6 +621,11 @@ type result struct {
 	connAlone  float64
 	connIdle   float64
 	stop       time.Duration
+	// auditStops counts the sandboxes that nsgate stopped because their
+	// audit log failed (their stderr says "audit log failed"), e.g. a
+	// stuck-sink verdict; auditWhy is the first such message.
+	auditStops int
+	auditWhy   string
 	measured   int // sandboxes whose processes were measured
 	phases     phaseTimes
 }
@@ -733,6 +739,23 @@ wait:
 		r.connIdle = b.connRate(k, tag+"-idle")
 	}
 	r.stop = b.stopAll(k, sbs)
+	for _, s := range sbs {
+		if s.errFile == "" {
+			continue
+		}
+		if data, err := os.ReadFile(s.errFile); err == nil {
+			if i := bytes.Index(data, []byte("audit log failed")); i >= 0 {
+				r.auditStops++
+				if r.auditWhy == "" {
+					line, _, _ := bytes.Cut(data[i:], []byte("\n"))
+					r.auditWhy = string(line)
+				}
+			}
+		}
+	}
+	if r.auditWhy != "" {
+		fmt.Fprintf(os.Stderr, "density: %s n=%d: %d sandboxes stopped by their audit log, e.g. %s\n", k, n, r.auditStops, r.auditWhy)
+	}
 	return r
 }
 
@@ -947,6 +970,7 @@ func (b *bench) record(r *result) {
 	put("conn_alone", r.connAlone)
 	put("conn_idle", r.connIdle)
 	put("stop_s", r.stop.Seconds())
+	put("audit_stops", r.auditStops)
 	for _, f := range r.failures {
 		put("failure", f)
 	}
@@ -1063,6 +1087,7 @@ func printTable(w io.Writer, n, rep, reps int, rows []*result) {
 	line("conn/s, one sandbox alone", func(r *result) string { return rate(r.connAlone, r) })
 	line("conn/s, one more beside the N idle", func(r *result) string { return rate(r.connIdle, r) })
 	line("stop all, s", func(r *result) string { return fmt.Sprintf("%.2f", r.stop.Seconds()) })
+	line("stopped by their audit log", func(r *result) string { return fmt.Sprint(r.auditStops) })
 	byKind := map[string]*result{}
 	for _, r := range rows {
 		byKind[r.kind] = r

@@ -78,7 +78,7 @@ func Categories() []string {
 	return []string{
 		"control", "metadata", "ip-literal", "ipv6", "local", "unapproved", "dns",
 		"redirect", "l7", "port", "udp", "icmp-raw", "unix", "exec", "namespace",
-		"containment", "host-paths", "learn",
+		"containment", "host-paths", "learn", CategoryCredentials,
 	}
 }
 
@@ -464,6 +464,7 @@ func Catalogue() []Attempt {
 	add(containmentAttempts()...)
 	add(viewAttempts()...)
 	add(hostPathAttempts()...)
+	add(credentialAttempts()...)
 	return c
 }
 

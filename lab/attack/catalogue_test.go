@@ -14,7 +14,7 @@ var update = flag.Bool("update", false, "rewrite the catalogue in ../../integrat
 
 func TestCatalogueShape(t *testing.T) {
 	cat := Catalogue()
-	layers := []string{LayerControl, LayerMetadata, LayerSpecial, LayerPolicy, LayerDNS, LayerResolve, LayerL7, LayerNetns, LayerCaps, LayerExecGuard, LayerView, LayerAudit, LayerQuota}
+	layers := []string{LayerControl, LayerMetadata, LayerSpecial, LayerPolicy, LayerDNS, LayerResolve, LayerL7, LayerNetns, LayerCaps, LayerExecGuard, LayerView, LayerAudit, LayerQuota, LayerCredentials, LayerRequests}
 	seen := map[string]bool{}
 	cats := map[string]int{}
 	attacks, controls := 0, 0
@@ -42,7 +42,7 @@ func TestCatalogueShape(t *testing.T) {
 		if a.Audit == AuditNone && a.Category == "containment" && a.NoRecord == "" && a.Phase == "" {
 			t.Errorf("%s: a containment attempt without an audit record must say why (NoRecord)", a.ID)
 		}
-		if a.Phase != "" && a.Phase != PhaseAuditFill && a.Phase != PhaseInitRace && a.Phase != PhaseSessionBus && a.Phase != PhaseEngineSocket && a.Phase != PhaseSocketSweep && a.Phase != PhaseHostPaths {
+		if a.Phase != "" && a.Phase != PhaseAuditFill && a.Phase != PhaseInitRace && a.Phase != PhaseSessionBus && a.Phase != PhaseEngineSocket && a.Phase != PhaseSocketSweep && a.Phase != PhaseHostPaths && a.Phase != PhaseCredentials {
 			t.Errorf("%s: unknown phase %q", a.ID, a.Phase)
 		}
 		if a.Control() {

@@ -30,6 +30,9 @@ const (
 	// volume (audit-fill-volume), copied off the volume, with its head
 	// file next to it.
 	EvidenceAuditFill = "audit-fill.jsonl"
+	// EvidenceAuditCredentials is the log of the credential attempts' run
+	// (signed with the lab's key, as the main log is).
+	EvidenceAuditCredentials = "audit-credentials.jsonl"
 )
 
 // Evidence is the record of one lab run: what was tested, when, with

@@ -293,6 +293,8 @@ var legendLayers = []struct{ layer, what string }{
 	{attack.LayerExecGuard, "the exec guard: the Landlock exec allowlist and the seccomp filter"},
 	{attack.LayerView, "the worker's file system view: host read-only, private scratch and home, nsgate's files hidden, noexec, Landlock write rules"},
 	{attack.LayerAudit, "the audit log fails closed: nothing new is admitted once a record cannot be written"},
+	{attack.LayerCredentials, "credentials on terminated flows: the placeholder replaced by the secret only in the named header of allowed requests to the named hosts, refused anywhere else (a credential deny), the secret scrubbed from responses"},
+	{attack.LayerRequests, "the request rules on terminated flows: method and normalised path; ambiguous paths and method overrides refused (403)"},
 	{attack.LayerQuota, "the worker's bounded share of what the kernel counts per user (inotify instances, processes) and of memory no process is charged for (its private directories)"},
 }
 
