@@ -310,7 +310,12 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if body != nil {
 		r.Body = body
 	}
-	h.proxy.ServeHTTP(rec, r)
+	var pw http.ResponseWriter = rec
+	var ws *wsUpgrade
+	if h.wsWanted(r) {
+		r, pw, ws = h.prepareWS(r, rec)
+	}
+	h.proxy.ServeHTTP(pw, r)
 	ev.Action, ev.Status, ev.BytesIn = "allow", rec.status, rec.n
 	if body != nil {
 		ev.BytesOut = body.n
@@ -318,6 +323,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ev.Reason = d.Reason
 	if rec.upstreamErr != nil {
 		ev.Reason = "upstream failed: " + h.e.scrubString(rec.upstreamErr.Error())
+	}
+	if ws != nil && ws.relay != nil {
+		if err := ws.relay.why(); err != nil {
+			ev.Reason = "WebSocket closed by nsgate: " + err.Error()
+		}
 	}
 }
 

@@ -10,8 +10,8 @@ import (
 // scrubResponse replaces every secret in the upstream's response headers
 // and body with its placeholder before the worker sees it. The body is
 // rewritten as it streams, so its length may change: Content-Length goes.
-// An upgraded connection (101) is passed as it is (docs/credentials.md:
-// WebSocket messages are not rewritten).
+// A WebSocket switch (101) is checked here and its messages are read by
+// the relay (websocket.go).
 func (e *Engine) scrubResponse(resp *http.Response) error {
 	if e.Vault.Empty() || e.NoSubstitute {
 		return nil
@@ -29,7 +29,10 @@ func (e *Engine) scrubResponse(resp *http.Response) error {
 		}
 		resp.Trailer[k] = vals
 	}
-	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil || resp.Body == http.NoBody {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return checkSwitch(resp)
+	}
+	if resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
 	resp.Body = &scrubBody{r: resp.Body, secrets: secrets, phs: phs, keep: maxLen(secrets) - 1}
