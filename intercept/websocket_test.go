@@ -310,3 +310,17 @@ func FuzzWSStream(f *testing.F) {
 		}
 	})
 }
+
+// With substitution switched off (--break), messages pass unread: the
+// placeholder reaches the upstream, so TestWebSocketMessages can fail.
+func TestWebSocketBreak(t *testing.T) {
+	r := newRig(t, func(e *Engine) { e.NoSubstitute = true })
+	c, br := r.wsDial()
+	c.Write(clientFrame(wsText, true, []byte("leak "+r.ph)))
+	if op, msg := readServerMsg(t, br); op != wsText || msg != "echo leak "+r.ph {
+		t.Errorf("op %d %q", op, msg)
+	}
+	if m := r.up.messages(); len(m) != 1 || m[0] != "leak "+r.ph {
+		t.Errorf("upstream saw %q, want the placeholder through", m)
+	}
+}
