@@ -13,7 +13,7 @@ LDFLAGS := -s -w -X main.version=$(VERSION) -X github.com/nsgate/nsgate/sandbox.
 # sealed network namespace (see integration/harness_test.go).
 ITEST_FLAGS ?= -count=1 -timeout 25m
 
-.PHONY: all build test vet unit integration lab bench bench-density bench-pageload gobench fuzz clean
+.PHONY: all build test vet unit integration lab bench bench-density bench-pageload bench-tls gobench fuzz clean
 
 all: build
 
@@ -65,12 +65,21 @@ bench: build
 	./bench/run.sh
 	$(MAKE) --no-print-directory gobench
 	$(MAKE) --no-print-directory bench-pageload
+	$(MAKE) --no-print-directory bench-tls
 
 # Page load with and without nsgate for the Playwright stack, side by side
 # in one run (a Go benchmark in the integration suite: sealed, and never a
 # pass/fail time); docs/performance.md, "Page load: Playwright".
 bench-pageload:
 	$(GO) test -tags integration -count=1 -run '^$$' -bench '^BenchmarkPlaywrightPageLoad$$' -benchtime 1x -timeout 10m -v ./integration/
+
+# The added cost of tls: terminate (with and without a credential) beside
+# SNI-checked passthrough on one fake host: time to first byte of a fresh
+# connection and bulk download, interleaved, plus a CPU profile of the
+# terminated bulk case (a Go benchmark in the integration suite; no time
+# asserted); docs/performance.md, "TLS termination".
+bench-tls:
+	$(GO) test -tags integration -count=1 -run '^$$' -bench '^BenchmarkTLSTermination$$' -benchtime 1x -timeout 10m -v ./integration/
 
 # The density benchmark (bench/density): N sandboxes started at once, beside
 # bare unshare, pasta and slirp4netns; docs/performance.md, "Density".

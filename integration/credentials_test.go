@@ -33,6 +33,7 @@ type credUpstream struct {
 	auths []string
 	paths []string
 	proto []string
+	ws    []string // WebSocket messages received
 }
 
 func (u *credUpstream) seen() (auths, paths, protos []string) {
@@ -43,7 +44,7 @@ func (u *credUpstream) seen() (auths, paths, protos []string) {
 
 func (u *credUpstream) reset() {
 	u.mu.Lock()
-	u.auths, u.paths, u.proto = nil, nil, nil
+	u.auths, u.paths, u.proto, u.ws = nil, nil, nil, nil
 	u.mu.Unlock()
 }
 
@@ -69,11 +70,9 @@ func startCredUpstream(t *testing.T) *credUpstream {
 					return
 				}
 				defer c.Close()
-				rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\r\n")
+				rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: " + wsAccept(r.Header.Get("Sec-WebSocket-Key")) + "\r\n\r\n")
 				rw.Flush()
-				line, _ := rw.ReadString('\n')
-				rw.WriteString("ws-echo " + line)
-				rw.Flush()
+				u.wsServe(rw)
 				return
 			}
 			io.Copy(io.Discard, r.Body)
@@ -103,8 +102,9 @@ c=ssl.create_default_context().wrap_socket(socket.create_connection(('api.exampl
 c.sendall(b'GET /repos/acme/ws HTTP/1.1\\r\\nHost: api.example.test\\r\\nConnection: Upgrade\\r\\nUpgrade: websocket\\r\\nSec-WebSocket-Version: 13\\r\\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\\r\\n\\r\\n')
 h=b''
 while not h.endswith(b'\\r\\n\\r\\n'): h+=c.recv(1)
-c.sendall(b'hello\\n')
-print(h.split(b' ')[1].decode(), c.recv(100).decode().strip())`
+c.sendall(bytes([0x81,0x85,1,2,3,4])+bytes(a^b for a,b in zip(b'hello',b'\\x01\\x02\\x03\\x04\\x01')))
+f=c.recv(100)
+print(h.split(b' ')[1].decode(), f[2:2+f[1]].decode().strip())`
 
 func credPolicy(caFile string) string {
 	return fmt.Sprintf(`version: 1

@@ -350,10 +350,17 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if body != nil {
 		r.Body = body
 	}
-	h.proxy.ServeHTTP(rec, r)
-	// The response's trailers are in rec's header now, sent after this
-	// returns: scrub them too.
-	rec.scrubHeader()
+	var pw http.ResponseWriter = rec
+	var ws *wsUpgrade
+	if h.wsWanted(r) {
+		r, pw, ws = h.prepareWS(r, rec)
+	}
+	h.proxy.ServeHTTP(pw, r)
+	if ws == nil {
+		// The response's trailers are in rec's header now, sent after
+		// this returns: scrub them too.
+		rec.scrubHeader()
+	}
 	ev.Action, ev.Status, ev.BytesIn = "allow", rec.status, rec.n
 	if body != nil {
 		ev.BytesOut = body.n
@@ -361,6 +368,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	ev.Reason = d.Reason
 	if rec.upstreamErr != nil {
 		ev.Reason = "upstream failed: " + h.e.scrubString(rec.upstreamErr.Error())
+	}
+	if ws != nil && ws.relay != nil {
+		if err := ws.relay.why(); err != nil {
+			ev.Reason = "WebSocket closed by nsgate: " + err.Error()
+		}
 	}
 	if le := body.leakFound(); le != nil {
 		// The scan of the streamed part of the body cut the request

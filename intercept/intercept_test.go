@@ -71,6 +71,10 @@ type upstream struct {
 	mu   sync.Mutex
 	seen []*http.Request
 	auth []string
+	// WebSocket: the messages the upstream received, the extension
+	// offers it saw, and whether a frame came that broke the framing.
+	wsMsgs []string
+	wsExt  []string
 }
 
 func (u *upstream) count() int {
@@ -110,9 +114,10 @@ func newUpstream(t *testing.T) *upstream {
 				return
 			}
 			defer c.Close()
-			line, _ := brw.ReadString('\n')
-			brw.WriteString("echo " + line)
-			brw.Flush()
+			u.mu.Lock()
+			u.wsExt = append(u.wsExt, r.Header.Get("Sec-WebSocket-Extensions"))
+			u.mu.Unlock()
+			u.wsEcho(brw)
 		default:
 			io.WriteString(w, "ok "+string(body))
 		}
@@ -437,10 +442,9 @@ func TestWebSocket(t *testing.T) {
 	if resp.StatusCode != 101 {
 		t.Fatalf("status %d", resp.StatusCode)
 	}
-	io.WriteString(c, "hello\n")
-	line, err := br.ReadString('\n')
-	if err != nil || line != "echo hello\n" {
-		t.Errorf("after upgrade: %q %v", line, err)
+	c.Write(clientFrame(wsText, true, []byte("hello")))
+	if op, msg := readServerMsg(t, br); op != wsText || msg != "echo hello" {
+		t.Errorf("after upgrade: op %d %q", op, msg)
 	}
 	// An upgrade to a path the rules refuse.
 	c2, err := tls.Dial("tcp", r.addr, &tls.Config{ServerName: "api.example.test", RootCAs: r.e.CA.Pool(), NextProtos: []string{"http/1.1"}})

@@ -22,8 +22,9 @@ var errEncoded = errors.New("the response has a Content-Encoding nsgate did not 
 // did not undo (the worker's Accept-Encoding is not passed on there; the
 // transport asks for gzip and decompresses it) is refused: the scrub
 // could not see a secret in it. The trailers and any informational
-// response's headers are scrubbed by the recorder. An upgraded connection
-// (101) is passed as it is (docs/credentials.md).
+// response's headers are scrubbed by the recorder. A WebSocket switch
+// (101) is checked here and its messages are read by the relay
+// (websocket.go).
 func (h *handler) scrubResponse(resp *http.Response) error {
 	e := h.e
 	if !e.scrubs() {
@@ -34,7 +35,10 @@ func (h *handler) scrubResponse(resp *http.Response) error {
 		return errEncoded
 	}
 	scrubHeader(resp.Header, e.Vault)
-	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil || resp.Body == http.NoBody {
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return checkSwitch(resp)
+	}
+	if resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
 	secrets, phs := e.Vault.pairs()
