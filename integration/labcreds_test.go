@@ -11,7 +11,7 @@ import (
 )
 
 // labCredIDs are the credential category's attempts and its control.
-const labCredIDs = "control-credentials,creds-other-host,creds-in-body,creds-in-query,creds-in-dns,creds-read-source,creds-echo,creds-echo-trailer,creds-echo-early-hints,creds-echo-encoding,creds-echo-range,creds-path-confusion,creds-method-override,creds-method-override-form,creds-h2-smuggle,creds-fronting"
+const labCredIDs = "control-credentials,creds-other-host,creds-in-body,creds-in-query,creds-in-dns,creds-read-source,creds-echo,creds-echo-trailer,creds-echo-early-hints,creds-echo-encoding,creds-echo-range,creds-path-confusion,creds-method-override,creds-method-override-form,creds-ws-placeholder,creds-h2-smuggle,creds-fronting"
 
 // TestLabCredentials runs the lab's credential category, root and
 // rootless: every attack is blocked with no request at the fake upstreams
@@ -45,6 +45,12 @@ func TestLabCredentials(t *testing.T) {
 					if !strings.Contains(h.Detail, "secret: true, placeholder: false") {
 						t.Errorf("%s: upstream hit %+v, want the secret and no placeholder", a.ID, h)
 					}
+				}
+			case a.ID == "creds-ws-placeholder":
+				// The upgrade is allowed and carries the secret; no
+				// message may follow it.
+				if len(a.Hits) != 1 || !strings.Contains(a.Hits[0].Detail, "GET /v1/ws (secret: true, placeholder: false)") {
+					t.Errorf("%s: upstream hits %+v, want the upgrade alone", a.ID, a.Hits)
 				}
 			case len(a.Hits) != 0:
 				t.Errorf("%s: upstream hits %+v, want none", a.ID, a.Hits)
@@ -85,7 +91,7 @@ func TestLabBreakCredentials(t *testing.T) {
 		layer   string
 		through []string
 	}{
-		{"credentials", []string{"creds-other-host", "creds-in-body", "creds-in-query", "creds-in-dns"}},
+		{"credentials", []string{"creds-other-host", "creds-in-body", "creds-in-query", "creds-in-dns", "creds-ws-placeholder"}},
 		{"request-rules", []string{"creds-path-confusion", "creds-method-override", "creds-method-override-form"}},
 		{"echo-scrub", []string{"creds-echo", "creds-echo-trailer", "creds-echo-early-hints", "creds-echo-encoding", "creds-echo-range"}},
 	} {

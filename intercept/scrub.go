@@ -27,6 +27,11 @@ var errEncoded = errors.New("the response has a Content-Encoding nsgate did not 
 // (websocket.go).
 func (h *handler) scrubResponse(resp *http.Response) error {
 	e := h.e
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if err := checkSwitch(resp); err != nil {
+			return err
+		}
+	}
 	if !e.scrubs() {
 		return nil
 	}
@@ -35,10 +40,7 @@ func (h *handler) scrubResponse(resp *http.Response) error {
 		return errEncoded
 	}
 	scrubHeader(resp.Header, e.Vault)
-	if resp.StatusCode == http.StatusSwitchingProtocols {
-		return checkSwitch(resp)
-	}
-	if resp.Body == nil || resp.Body == http.NoBody {
+	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
 	secrets, phs := e.Vault.pairs()

@@ -293,6 +293,12 @@ func (w *wsRelay) fail(err error, toUpstream bool) {
 	if !errors.As(err, &we) {
 		return
 	}
+	if we.cred != "" {
+		// Recorded before either side hears of it.
+		f := &w.h.f
+		f.Audit.Log(audit.Credential{Action: "deny", FlowSeq: f.Seq, Credential: we.cred, Host: f.Host,
+			Where: "a WebSocket message", Reason: "credential " + we.cred + ": " + we.reason})
+	}
 	w.wmu.Lock()
 	if !w.dead {
 		w.dead = true
@@ -302,11 +308,6 @@ func (w *wsRelay) fail(err error, toUpstream bool) {
 	w.wmu.Unlock()
 	if toUpstream && w.up != nil {
 		w.up.Write(closeFrame(we.code, "", true))
-	}
-	if we.cred != "" {
-		f := &w.h.f
-		f.Audit.Log(audit.Credential{Action: "deny", FlowSeq: f.Seq, Credential: we.cred, Host: f.Host,
-			Where: "a WebSocket message", Reason: "credential " + we.cred + ": " + we.reason})
 	}
 }
 

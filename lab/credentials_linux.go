@@ -107,6 +107,10 @@ func (u *credUpstreams) handler(target string) http.Handler {
 		u.hits = append(u.hits, h)
 		u.mu.Unlock()
 		auth := r.Header.Get("Authorization")
+		if strings.EqualFold(r.Header.Get("Upgrade"), "websocket") {
+			u.serveWS(w, target)
+			return
+		}
 		switch r.URL.Path {
 		case "/echo":
 			// An echo endpoint: it reflects what it got.
@@ -138,6 +142,59 @@ func (u *credUpstreams) handler(target string) http.Handler {
 		}
 		fmt.Fprintf(w, "%s ok\n", target)
 	})
+}
+
+// serveWS answers a WebSocket upgrade and records each message it gets
+// as a hit (uri "ws-message"), echoing it back.
+func (u *credUpstreams) serveWS(w http.ResponseWriter, target string) {
+	c, rw, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		return
+	}
+	defer c.Close()
+	rw.WriteString("HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: lab\r\n\r\n")
+	rw.Flush()
+	c.SetDeadline(time.Now().Add(10 * time.Second))
+	for {
+		var hdr [2]byte
+		if _, err := io.ReadFull(rw, hdr[:]); err != nil {
+			return
+		}
+		n := int(hdr[1] & 0x7f)
+		switch n {
+		case 126:
+			var b [2]byte
+			io.ReadFull(rw, b[:])
+			n = int(b[0])<<8 | int(b[1])
+		case 127:
+			return
+		}
+		var mask [4]byte
+		if hdr[1]&0x80 != 0 {
+			io.ReadFull(rw, mask[:])
+		}
+		if n > 1<<20 {
+			return
+		}
+		p := make([]byte, n)
+		if _, err := io.ReadFull(rw, p); err != nil {
+			return
+		}
+		for i := range p {
+			p[i] ^= mask[i%4]
+		}
+		if hdr[0]&0x0f == 0x8 {
+			return
+		}
+		u.mu.Lock()
+		u.hits = append(u.hits, credHit{time: time.Now(), target: target, method: "WS", uri: "ws-message",
+			secret: bytes.Contains(p, []byte(u.secret)), place: placeholderRE.Match(p)})
+		u.mu.Unlock()
+		if n <= 125 {
+			rw.Write(append([]byte{0x81, byte(n)}, p...))
+			rw.Flush()
+		}
+	}
 }
 
 func (u *credUpstreams) all() []credHit {
@@ -214,6 +271,8 @@ func credRecord(id string, rec audit.Record) bool {
 		return req && f.Action == "deny" && f.Host == attack.CredAPIName && f.Rule != "credential" && !strings.HasPrefix(f.Reason, "fronting") && !strings.Contains(f.Reason, "override")
 	case "creds-method-override", "creds-method-override-form":
 		return req && f.Action == "deny" && strings.Contains(f.Reason, "override")
+	case "creds-ws-placeholder":
+		return cred && f.Where == "a WebSocket message"
 	case "creds-fronting":
 		return req && f.Action == "deny" && strings.HasPrefix(f.Reason, "fronting")
 	}
@@ -407,6 +466,11 @@ func judgeCred(at attack.Attempt, o attack.Observation, res judge.Result, secret
 		return res
 	case o.Observed == attack.Allowed:
 		return gotThrough(res.Detail)
+	case at.ID == "creds-ws-placeholder" && (nPlace > 0 || nSecret != nAuthSecret):
+		return gotThrough(fmt.Sprintf("the worker saw a close, but the upstream got %d WebSocket messages carrying a placeholder (%d carrying the secret outside Authorization)", nPlace, nSecret-nAuthSecret))
+	case at.ID == "creds-ws-placeholder":
+		// The upgrade itself is allowed (the secret goes up in its
+		// Authorization); what is judged is that no message went on.
 	case nSecret > 0 || nPlace > 0:
 		return gotThrough(fmt.Sprintf("the worker saw a refusal, but the upstreams got %d requests carrying the secret and %d carrying a placeholder", nSecret, nPlace))
 	case len(mine) > 0:

@@ -210,6 +210,8 @@ func credentialAttempts() []Attempt {
 				}
 				return blockedf("%s", strings.Join(parts, "; "))
 			}),
+		withHostCheck("the api upstream got the upgrade (the secret in its Authorization) and no WebSocket message carrying the placeholder", at("creds-ws-placeholder", LayerCredentials, "a WebSocket to "+api+"/v1/ws (allowed; Authorization: Bearer "+ph+"), then a text message carrying "+ph+": nsgate must close with 1008 before the message reaches the upstream", AuditDeny,
+			credWSPlaceholder)),
 		at("creds-fronting", LayerL7, "TLS with SNI "+CredAPIName+" (terminated, holds the credential) and Host (HTTP/1.1) or :authority (h2) "+CredOtherName+", with Authorization: Bearer "+ph, AuditDeny,
 			func(ctx context.Context, a *attacker) result {
 				front := CredOtherName + ":" + strconv.Itoa(CredOtherPort)
@@ -226,6 +228,68 @@ func credentialAttempts() []Attempt {
 				}
 				return allowedf("h1: %s; h2 :authority %s: HTTP %d %q", r.detail, front, s, body)
 			}),
+	}
+}
+
+// credWSPlaceholder runs creds-ws-placeholder: an HTTP/1.1 WebSocket
+// upgrade to the api host with the placeholder in Authorization (the
+// secret goes up, as for any allowed request), then one masked text frame
+// that carries the placeholder. Blocked when nsgate closes with 1008
+// (policy violation); through when the upstream's echo comes back.
+func credWSPlaceholder(ctx context.Context, a *attacker) result {
+	ph := os.Getenv(CredPlaceholderEnv)
+	if ph == "" {
+		return erroredf("no placeholder in %s", CredPlaceholderEnv)
+	}
+	tc, err := credTLS(CredAPIName, "http/1.1")
+	if err != nil {
+		return erroredf("%v", err)
+	}
+	dctx, cancel := context.WithTimeout(ctx, 2*a.cfg.Timeout)
+	defer cancel()
+	c, err := (&tls.Dialer{NetDialer: a.dialer(), Config: tc}).DialContext(dctx, "tcp", net.JoinHostPort(CredAPIName, strconv.Itoa(CredAPIPort)))
+	if err != nil {
+		return erroredf("dial: %v", err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(2 * a.cfg.Timeout))
+	io.WriteString(c, "GET /v1/ws HTTP/1.1\r\nHost: "+CredAPIName+":"+strconv.Itoa(CredAPIPort)+"\r\nAuthorization: Bearer "+ph+
+		"\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: bGFiLWtleS0wMTIzNDU2Nw==\r\n\r\n")
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	if err != nil {
+		return erroredf("the upgrade: %v", err)
+	}
+	if resp.StatusCode != http.StatusSwitchingProtocols {
+		return erroredf("the upgrade got HTTP %d, not 101", resp.StatusCode)
+	}
+	msg := []byte("exfil " + ph)
+	mask := [4]byte{0x11, 0x22, 0x33, 0x44}
+	frame := []byte{0x81, 0x80 | byte(len(msg))}
+	frame = append(frame, mask[:]...)
+	for i, b := range msg {
+		frame = append(frame, b^mask[i%4])
+	}
+	if _, err := c.Write(frame); err != nil {
+		return blockedf("the message could not be sent: %v", err)
+	}
+	var hdr [2]byte
+	if _, err := io.ReadFull(br, hdr[:]); err != nil {
+		return blockedf("the connection ended without an answer: %v", err)
+	}
+	n := int(hdr[1] & 0x7f)
+	if n > 125 {
+		return allowedf("a frame of opcode %#x came back (a long one): the message was relayed", hdr[0]&0x0f)
+	}
+	payload := make([]byte, n)
+	io.ReadFull(br, payload)
+	switch op := hdr[0] & 0x0f; {
+	case op == 0x8 && n >= 2 && int(payload[0])<<8|int(payload[1]) == 1008:
+		return blockedf("nsgate closed with 1008 (policy violation): %q", payload[2:])
+	case op == 0x8:
+		return blockedf("closed (payload %q)", payload)
+	default:
+		return allowedf("a frame of opcode %#x came back: %q", op, payload)
 	}
 }
 
