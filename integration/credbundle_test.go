@@ -21,10 +21,7 @@ import (
 func TestCredentialsNoSystemBundle(t *testing.T) {
 	up := startCredUpstream(t)
 	forEachMode(t, func(t *testing.T, m mode) {
-		up.reset()
-		dir := workDir(t, m)
-		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
-		pol := writeFile(t, dir, "policy.yaml", credPolicy(caFile))
+		dir, pol, _ := credRun(t, m, up)
 		log := filepath.Join(dir, "audit.jsonl")
 		base := "https://api.example.test:" + fmt.Sprint(credPort)
 		script := `echo "bundle=$SSL_CERT_FILE"; [ -e /etc/ssl/certs/ca-certificates.crt ] || echo no-host-bundle; curl -sS -H "Authorization: Bearer $API_TOKEN" ` + base + `/echo`

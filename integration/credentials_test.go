@@ -134,6 +134,18 @@ credentials:
 `, credPort, internet.UpstreamDNS, internet.AppV4, internet.AppV4, caFile)
 }
 
+// credRun resets up and makes a work folder holding up's CA and
+// credPolicy for it; it returns the folder, the policy and an audit log
+// path in it, for one mode's run.
+func credRun(t *testing.T, m mode, up *credUpstream) (dir, pol, log string) {
+	t.Helper()
+	up.reset()
+	dir = workDir(t, m)
+	caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
+	pol = writeFile(t, dir, "policy.yaml", credPolicy(caFile))
+	return dir, pol, filepath.Join(dir, "audit.jsonl")
+}
+
 // TestCredentialsCurl: curl in the worker, with no CA flag, reaches the
 // terminated host; the upstream gets the real secret, the worker sees only
 // the placeholder (its environment holds no secret, the echo comes back
@@ -144,11 +156,7 @@ func TestCredentialsCurl(t *testing.T) {
 	up := startCredUpstream(t)
 	rec := startRecordingHTTP(t)
 	forEachMode(t, func(t *testing.T, m mode) {
-		up.reset()
-		dir := workDir(t, m)
-		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
-		pol := writeFile(t, dir, "policy.yaml", credPolicy(caFile))
-		log := filepath.Join(dir, "audit.jsonl")
+		_, pol, log := credRun(t, m, up)
 		base := "https://api.example.test:" + fmt.Sprint(credPort)
 		script := strings.Join([]string{
 			`curl -sS --http1.1 -H "Authorization: Bearer $API_TOKEN" ` + base + `/echo; echo`,
@@ -232,10 +240,7 @@ func TestCredentialsCurl(t *testing.T) {
 func TestCredentialsBreak(t *testing.T) {
 	up := startCredUpstream(t)
 	forEachMode(t, func(t *testing.T, m mode) {
-		up.reset()
-		dir := workDir(t, m)
-		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
-		pol := writeFile(t, dir, "policy.yaml", credPolicy(caFile))
+		dir, pol, _ := credRun(t, m, up)
 		base := "https://api.example.test:" + fmt.Sprint(credPort)
 		cmd := nsgateCmd(m, "run", "--policy", pol, "--audit", filepath.Join(dir, "a.jsonl"), "--unsafe-break", "credentials,request-rules",
 			"--exec-allow", "/usr/bin/curl", "--", "sh", "-c", `curl -s -o /dev/null -w "code=%{http_code}\n" "`+base+`/admin?t=$API_TOKEN"`)
@@ -259,10 +264,7 @@ func TestCredentialsChromium(t *testing.T) {
 	up := startCredUpstream(t)
 	t.Setenv("NSGATE_IT_SECRET", credSecret)
 	forEachMode(t, func(t *testing.T, m mode) {
-		up.reset()
-		dir := workDir(t, m)
-		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
-		writeFile(t, dir, "policy.yaml", credPolicy(caFile))
+		dir, _, _ := credRun(t, m, up)
 		r := runChromium(t, m, dir, "cred", "https://api.example.test:"+fmt.Sprint(credPort)+"/echo", chromiumNeeds)
 		_, paths, _ := up.seen()
 		if !strings.Contains(r.stdout, "echo HTTP/2.0") || !slices.Contains(paths, "/echo") {

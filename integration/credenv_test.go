@@ -35,9 +35,7 @@ func descendants(pid int) []int {
 func TestCredentialSourceNotInInit(t *testing.T) {
 	up := startCredUpstream(t)
 	forEachMode(t, func(t *testing.T, m mode) {
-		dir := workDir(t, m)
-		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
-		pol := writeFile(t, dir, "policy.yaml", credPolicy(caFile))
+		_, pol, _ := credRun(t, m, up)
 		cmd := nsgateCmd(m, "run", "--policy", pol, "--quiet", "--", "/bin/sleep", "30")
 		cmd.Env = append(cmd.Env, "NSGATE_IT_SECRET="+credSecret)
 		if err := cmd.Start(); err != nil {

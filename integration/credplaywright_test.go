@@ -46,10 +46,7 @@ func TestCredentialsPlaywright(t *testing.T) {
 	needStack(t, "playwright-core", nodeModules+"/playwright-core", "/usr/bin/node")
 	up := startCredUpstream(t)
 	forEachMode(t, func(t *testing.T, m mode) {
-		up.reset()
-		dir := workDir(t, m)
-		caFile := writeFile(t, dir, "upstream-ca.pem", string(up.ca.PEM()))
-		pol := writeFile(t, dir, "policy.yaml", credPolicy(caFile))
+		dir, pol, _ := credRun(t, m, up)
 		js := writeFile(t, dir, "agent.js", credPlaywrightScript)
 		log := filepath.Join(dir, "audit.jsonl")
 		base := "https://api.example.test:" + fmt.Sprint(credPort)
