@@ -618,7 +618,8 @@ type scanReader struct {
 	trailer http.Header
 	v       *Vault
 	pend    []byte // read and scanned, held back
-	out     []byte // may be given
+	out     []byte // may be given (a view of outBuf)
+	outBuf  []byte
 	err     error
 }
 
@@ -627,16 +628,16 @@ func (s *scanReader) Read(p []byte) (int, error) {
 		if s.err != nil {
 			return 0, s.err
 		}
-		var buf [32 << 10]byte
-		n, err := s.r.Read(buf[:])
-		if n > 0 {
+		before := len(s.pend)
+		var err error
+		s.pend, err = readMore(s.r, s.pend)
+		if n := len(s.pend) - before; n > 0 {
 			for _, sc := range s.scans {
-				if le := sc.feed(buf[:n]); le != nil {
+				if le := sc.feed(s.pend[before:]); le != nil {
 					s.pend, s.err = nil, le
 					return 0, s.err
 				}
 			}
-			s.pend = append(s.pend, buf[:n]...)
 		}
 		if err == io.EOF && s.v != nil {
 			if le := trailerLeak(s.v, s.trailer); le != nil {
@@ -652,7 +653,8 @@ func (s *scanReader) Read(p []byte) (int, error) {
 			}
 			cut = max(0, len(s.pend)-keep)
 		}
-		s.out = append(s.out[:0], s.pend[:cut]...)
+		s.outBuf = append(s.outBuf[:0], s.pend[:cut]...)
+		s.out = s.outBuf
 		s.pend = append(s.pend[:0], s.pend[cut:]...)
 		if err != nil {
 			s.err = err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 )
 
@@ -132,9 +133,23 @@ type scrubBody struct {
 	phs     []string
 	keep    int
 	pend    []byte // read, not yet scrubbed and given
-	out     []byte // scrubbed, not yet given
+	out     []byte // scrubbed, not yet given (a view of outBuf)
+	outBuf  []byte // reused: out is empty whenever flush refills it
 	eof     bool
 	err     error
+}
+
+// readChunk is how much a scrub or scan reads at once. The buffers that
+// receive it are kept and reused, so a long body costs no allocation per
+// read (docs/performance.md, "TLS termination").
+const readChunk = 32 << 10
+
+// readMore reads up to readChunk bytes from r onto the end of buf,
+// growing it only when its spare capacity is short.
+func readMore(r io.Reader, buf []byte) ([]byte, error) {
+	buf = slices.Grow(buf, readChunk)
+	n, err := r.Read(buf[len(buf) : len(buf)+readChunk])
+	return buf[:len(buf)+n], err
 }
 
 func (b *scrubBody) Read(p []byte) (int, error) {
@@ -142,9 +157,8 @@ func (b *scrubBody) Read(p []byte) (int, error) {
 		if b.eof {
 			return 0, b.err
 		}
-		var buf [32 << 10]byte
-		n, err := b.r.Read(buf[:])
-		b.pend = append(b.pend, buf[:n]...)
+		var err error
+		b.pend, err = readMore(b.r, b.pend)
 		if err != nil {
 			b.eof, b.err = true, err
 		}
@@ -167,7 +181,8 @@ func (b *scrubBody) flush() {
 	if !b.eof {
 		cut = max(0, len(b.pend)-b.keep)
 	}
-	b.out = append(b.out[:0], b.pend[:cut]...)
+	b.outBuf = append(b.outBuf[:0], b.pend[:cut]...)
+	b.out = b.outBuf
 	b.pend = append(b.pend[:0], b.pend[cut:]...)
 }
 
