@@ -621,3 +621,15 @@ func FuzzUnpctAndForm(f *testing.F) {
 		formOverrides("application/x-www-form-urlencoded", b)
 	})
 }
+
+// TestReplaceFoldPlaceholderHoldsSecret: a secret that its own
+// placeholder contains (a short secret of hex digits) is replaced once,
+// not again inside the placeholder put in its place.
+func TestReplaceFoldPlaceholderHoldsSecret(t *testing.T) {
+	ph := placeholderPrefix + "0123456789abcdef0123456789abcdef01234567"
+	sec := "89ABCDEF01"
+	got := replaceFold("x "+sec+" y "+strings.ToLower(sec), []string{sec}, []string{ph})
+	if want := "x " + ph + " y " + ph; got != want {
+		t.Errorf("got %q, want %q", got, want)
+	}
+}

@@ -87,12 +87,16 @@ func indexFoldAny(s, p string) int {
 // placeholder.
 func replaceFold(s string, secrets, phs []string) string {
 	for i, sec := range secrets {
-		for {
-			j := indexFoldAny(s, sec)
+		// Search on after each replacement: a placeholder may hold
+		// the secret itself (a short secret of hex digits).
+		for from := 0; ; {
+			j := indexFoldAny(s[from:], sec)
 			if j < 0 {
 				break
 			}
+			j += from
 			s = s[:j] + phs[i] + s[j+len(sec):]
+			from = j + len(phs[i])
 		}
 	}
 	return s

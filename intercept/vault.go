@@ -26,6 +26,9 @@ const placeholderPrefix = "nsgph"
 // Nothing in it formats a secret: String names the credentials only.
 type Vault struct {
 	creds []cred
+	// secrets and placeholders are the creds' own, in order, made once
+	// by NewVault for the scrubs (pairs).
+	secrets, placeholders []string
 }
 
 type cred struct {
@@ -81,7 +84,9 @@ func NewVault(specs []policy.Credential, getenv func(string) string, readFile fu
 		if _, err := rand.Read(rb[:]); err != nil {
 			return nil, fmt.Errorf("credential %s: placeholder: %w", s.Name, err)
 		}
-		v.creds = append(v.creds, cred{spec: s, secret: secret, placeholder: placeholderPrefix + hex.EncodeToString(rb[:])})
+		ph := placeholderPrefix + hex.EncodeToString(rb[:])
+		v.creds = append(v.creds, cred{spec: s, secret: secret, placeholder: ph})
+		v.secrets, v.placeholders = append(v.secrets, secret), append(v.placeholders, ph)
 	}
 	return v, nil
 }
@@ -219,14 +224,9 @@ func indexFold(b []byte, p string) int {
 	return -1
 }
 
-// secrets returns the secrets and their placeholders, for scrubbing.
-func (v *Vault) pairs() (secrets, placeholders []string) {
-	for _, c := range v.creds {
-		secrets = append(secrets, c.secret)
-		placeholders = append(placeholders, c.placeholder)
-	}
-	return
-}
+// pairs returns the secrets and their placeholders, for scrubbing (made
+// once; the caller must not change them).
+func (v *Vault) pairs() (secrets, placeholders []string) { return v.secrets, v.placeholders }
 
 // forHost reports whether any credential may go to host.
 func (v *Vault) forHost(host string) bool {
