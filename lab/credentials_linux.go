@@ -449,28 +449,24 @@ func judgeCred(at attack.Attempt, o attack.Observation, res judge.Result, secret
 			res.Pass = true
 		}
 		return res
-	case attack.CredEchoPaths[at.ID] != "":
-		// The request is allowed (the secret goes up, once a request);
-		// what is judged is what comes back.
-		res.Observed = o.Observed
-		switch {
-		case o.Observed == attack.Allowed:
-			return gotThrough(res.Detail)
-		case nPlace != 0 || len(mine) == 0 || nAuthSecret != len(mine):
-			res.Why = fmt.Sprintf("the upstream got %d requests, %d with the secret in Authorization, %d with a placeholder; want each with the secret and none with a placeholder", len(mine), nAuthSecret, nPlace)
-		case len(res.AuditSeqs) == 0:
-			res.Why = "no request allow record for " + attack.CredEchoPaths[at.ID]
-		default:
-			res.Pass = true
-		}
-		return res
 	case o.Observed == attack.Allowed:
 		return gotThrough(res.Detail)
-	case at.ID == "creds-ws-placeholder" && (nPlace > 0 || nSecret != nAuthSecret):
-		return gotThrough(fmt.Sprintf("the worker saw a close, but the upstream got %d WebSocket messages carrying a placeholder (%d carrying the secret outside Authorization)", nPlace, nSecret-nAuthSecret))
-	case at.ID == "creds-ws-placeholder":
-		// The upgrade itself is allowed (the secret goes up in its
-		// Authorization); what is judged is that no message went on.
+	case at.SetupHits > 0:
+		// SetupHits requests are allowed and carry the secret in
+		// Authorization (an echo's, a WebSocket's upgrade); what is
+		// judged is what comes back, or that nothing followed them.
+		switch {
+		case nPlace > 0 || nSecret != nAuthSecret:
+			return gotThrough(fmt.Sprintf("the upstream got %d requests or messages carrying a placeholder and %d carrying the secret outside Authorization", nPlace, nSecret-nAuthSecret))
+		case len(mine) != at.SetupHits || nAuthSecret != at.SetupHits:
+			res.Observed = o.Observed
+			res.Why = fmt.Sprintf("the upstream got %d requests, %d with the secret in Authorization; want %d, each with it", len(mine), nAuthSecret, at.SetupHits)
+			return res
+		case at.Audit != attack.AuditNone && len(res.AuditSeqs) == 0:
+			res.Observed = o.Observed
+			res.Why = "no " + at.Audit.String() + " record for it in the run's log"
+			return res
+		}
 	case nSecret > 0 || nPlace > 0:
 		return gotThrough(fmt.Sprintf("the worker saw a refusal, but the upstreams got %d requests carrying the secret and %d carrying a placeholder", nSecret, nPlace))
 	case len(mine) > 0:

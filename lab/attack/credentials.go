@@ -142,7 +142,7 @@ func credentialAttempts() []Attempt {
 			NoRecord:  "nothing reaches nsgate: the secret file is hidden in the view and nsgate's process and memory are outside the worker's PID namespace; the worker's search report and the host check are the evidence",
 			run:       credReadSource,
 		},
-		withHostCheck("the api upstream got exactly one request, with the secret in Authorization; what the worker read (the X-Echo header and the body) holds the placeholder and not the secret", at("creds-echo", LayerCredentials, "GET "+api+"/echo with Authorization: Bearer "+ph+": the upstream reflects the header (it got the secret) in a header and the body; the worker must see only the placeholder", AuditAllow,
+		withSetup(1, withHostCheck("the api upstream got exactly one request, with the secret in Authorization; what the worker read (the X-Echo header and the body) holds the placeholder and not the secret", at("creds-echo", LayerCredentials, "GET "+api+"/echo with Authorization: Bearer "+ph+": the upstream reflects the header (it got the secret) in a header and the body; the worker must see only the placeholder", AuditAllow,
 			func(ctx context.Context, a *attacker) result {
 				s, hdr, body, err := a.credRequest(ctx, "GET", api+"/echo", nil, nil, false)
 				if err != nil {
@@ -156,7 +156,7 @@ func credentialAttempts() []Attempt {
 					return erroredf("HTTP %d, no echo of the placeholder: %q", s, got)
 				}
 				return blockedf("HTTP %d; the echo (header X-Echo and body) shows only the placeholder: %q", s, got)
-			})),
+			}))),
 		at("creds-path-confusion", LayerRequests, "GET "+api+" on paths that match /v1/** as written but name another path once normalised: "+strings.Join(CredConfusedPaths, " "), AuditDeny,
 			func(ctx context.Context, a *attacker) result {
 				var reqs []string
@@ -181,14 +181,14 @@ func credentialAttempts() []Attempt {
 			NoRecord:  "x/net/http2 resets a malformed stream (RST_STREAM PROTOCOL_ERROR) before nsgate's request handler sees a request, so there is no request to record; the worker's resets and the upstream's zero count are the evidence",
 			run:       credH2Smuggle,
 		},
-		withHostCheck("the api upstream got the request with the secret in Authorization; the trailers the worker read hold the placeholder, not the secret", at("creds-echo-trailer", LayerCredentials, "GET "+api+"/echo-trailer with Authorization: Bearer "+ph+": the upstream reflects the header in a declared trailer and an undeclared one, sent after the body", AuditAllow,
-			credEcho(api+"/echo-trailer", nil, 1))),
-		withHostCheck("the api upstream got the request with the secret in Authorization; the 103 Early Hints headers the worker read hold the placeholder, not the secret", at("creds-echo-early-hints", LayerCredentials, "GET "+api+"/echo-103 with Authorization: Bearer "+ph+": the upstream reflects the header in a Link header of a 103 Early Hints response before its 200", AuditAllow,
-			credEcho(api+"/echo-103", nil, 1))),
-		withHostCheck("the api upstream got the request with the secret in Authorization; the worker got nsgate's 502, not the compressed echo", at("creds-echo-encoding", LayerCredentials, "GET "+api+"/echo-deflate with Authorization: Bearer "+ph+": the upstream answers with Content-Encoding: deflate (which nsgate did not ask for), the echo compressed where a scrub cannot see it; the worker inflates what it gets", AuditAllow,
-			credEcho(api+"/echo-deflate", nil, 1))),
-		withHostCheck("the api upstream got both requests with the secret in Authorization; neither answer is a part, and together they hold only the placeholder", at("creds-echo-range", LayerCredentials, "GET "+api+"/echo-doc twice with Authorization: Bearer "+ph+" and Range: bytes=0-15, then bytes=16-: an echo document fetched in two pieces that no scrub would recognise alone", AuditAllow,
-			credEcho(api+"/echo-doc", []string{"bytes=0-15", "bytes=16-"}, 2))),
+		withSetup(1, withHostCheck("the api upstream got the request with the secret in Authorization; the trailers the worker read hold the placeholder, not the secret", at("creds-echo-trailer", LayerCredentials, "GET "+api+"/echo-trailer with Authorization: Bearer "+ph+": the upstream reflects the header in a declared trailer and an undeclared one, sent after the body", AuditAllow,
+			credEcho(api+"/echo-trailer", nil, 1)))),
+		withSetup(1, withHostCheck("the api upstream got the request with the secret in Authorization; the 103 Early Hints headers the worker read hold the placeholder, not the secret", at("creds-echo-early-hints", LayerCredentials, "GET "+api+"/echo-103 with Authorization: Bearer "+ph+": the upstream reflects the header in a Link header of a 103 Early Hints response before its 200", AuditAllow,
+			credEcho(api+"/echo-103", nil, 1)))),
+		withSetup(1, withHostCheck("the api upstream got the request with the secret in Authorization; the worker got nsgate's 502, not the compressed echo", at("creds-echo-encoding", LayerCredentials, "GET "+api+"/echo-deflate with Authorization: Bearer "+ph+": the upstream answers with Content-Encoding: deflate (which nsgate did not ask for), the echo compressed where a scrub cannot see it; the worker inflates what it gets", AuditAllow,
+			credEcho(api+"/echo-deflate", nil, 1)))),
+		withSetup(2, withHostCheck("the api upstream got both requests with the secret in Authorization; neither answer is a part, and together they hold only the placeholder", at("creds-echo-range", LayerCredentials, "GET "+api+"/echo-doc twice with Authorization: Bearer "+ph+" and Range: bytes=0-15, then bytes=16-: an echo document fetched in two pieces that no scrub would recognise alone", AuditAllow,
+			credEcho(api+"/echo-doc", []string{"bytes=0-15", "bytes=16-"}, 2)))),
 		at("creds-method-override-form", LayerRequests, "POST "+api+"/v1/upload (allowed; DELETE is not) with an application/x-www-form-urlencoded body holding _method=DELETE, and the same as a multipart/form-data part (Rails, Laravel and Symfony read either as the method)", AuditDeny,
 			func(ctx context.Context, a *attacker) result {
 				forms := []struct{ ct, body string }{
@@ -210,8 +210,8 @@ func credentialAttempts() []Attempt {
 				}
 				return blockedf("%s", strings.Join(parts, "; "))
 			}),
-		withHostCheck("the api upstream got the upgrade (the secret in its Authorization) and no WebSocket message carrying the placeholder", at("creds-ws-placeholder", LayerCredentials, "a WebSocket to "+api+"/v1/ws (allowed; Authorization: Bearer "+ph+"), then a text message carrying "+ph+": nsgate must close with 1008 before the message reaches the upstream", AuditDeny,
-			credWSPlaceholder)),
+		withSetup(1, withHostCheck("the api upstream got the upgrade (the secret in its Authorization) and no WebSocket message carrying the placeholder", at("creds-ws-placeholder", LayerCredentials, "a WebSocket to "+api+"/v1/ws (allowed; Authorization: Bearer "+ph+"), then a text message carrying "+ph+": nsgate must close with 1008 before the message reaches the upstream", AuditDeny,
+			credWSPlaceholder))),
 		at("creds-fronting", LayerL7, "TLS with SNI "+CredAPIName+" (terminated, holds the credential) and Host (HTTP/1.1) or :authority (h2) "+CredOtherName+", with Authorization: Bearer "+ph, AuditDeny,
 			func(ctx context.Context, a *attacker) result {
 				front := CredOtherName + ":" + strconv.Itoa(CredOtherPort)
@@ -390,6 +390,13 @@ const (
 
 func withHostCheck(check string, a Attempt) Attempt {
 	a.HostCheck = check
+	return a
+}
+
+// withSetup marks n requests of the attempt as allowed on purpose, each
+// carrying the secret (Attempt.SetupHits): an echo, a WebSocket upgrade.
+func withSetup(n int, a Attempt) Attempt {
+	a.SetupHits = n
 	return a
 }
 
