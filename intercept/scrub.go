@@ -75,12 +75,33 @@ func scrubHeader(h http.Header, v *Vault) {
 // indexFoldAny finds p in s, ASCII case ignored.
 func indexFoldAny(s, p string) int {
 	n := len(p)
+	if n == 0 {
+		return 0
+	}
+	// A cheap first test on the first byte (in either case) before the
+	// whole comparison: every response header of a credential host goes
+	// through here.
+	lo, up := foldByte(p[0])
 	for i := 0; i+n <= len(s); i++ {
+		if c := s[i]; c != lo && c != up {
+			continue
+		}
 		if strings.EqualFold(s[i:i+n], p) {
 			return i
 		}
 	}
 	return -1
+}
+
+// foldByte returns c in lower and upper ASCII case (c twice if no letter).
+func foldByte(c byte) (lo, up byte) {
+	switch {
+	case 'a' <= c && c <= 'z':
+		return c, c - 'a' + 'A'
+	case 'A' <= c && c <= 'Z':
+		return c - 'A' + 'a', c
+	}
+	return c, c
 }
 
 // replaceFold replaces each secret in s, ASCII case ignored, with its
