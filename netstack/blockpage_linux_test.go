@@ -177,24 +177,22 @@ func TestBlockPageMetadataKeepsNXDOMAIN(t *testing.T) {
 // TestBlockPageTLS: a ClientHello to the block page gets an access_denied
 // alert (no page is drawn over TLS) and the flow's denial is recorded.
 func TestBlockPageTLS(t *testing.T) {
-	{
-		h, srv := blockHarness(t, false)
-		a, _ := lookup(t, srv, "evil.test", dnsmessage.TypeA)
-		c, err := h.dialTCP(netip.AddrPortFrom(a, 443).String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(5 * time.Second))
-		err = tls.Client(c, &tls.Config{ServerName: "evil.test", InsecureSkipVerify: true}).Handshake()
-		if err == nil || !strings.Contains(err.Error(), "access denied") {
-			t.Fatalf("handshake: %v, want an access_denied alert", err)
-		}
-		h.sink.waitEvent(t, "flow deny evil.test:443", func(e audit.Event) bool {
-			f, ok := e.(audit.Flow)
-			return ok && f.Host == "evil.test" && f.Action == "deny" && strings.HasSuffix(f.Dst, ":443")
-		})
+	h, srv := blockHarness(t, false)
+	a, _ := lookup(t, srv, "evil.test", dnsmessage.TypeA)
+	c, err := h.dialTCP(netip.AddrPortFrom(a, 443).String())
+	if err != nil {
+		t.Fatal(err)
 	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	err = tls.Client(c, &tls.Config{ServerName: "evil.test", InsecureSkipVerify: true}).Handshake()
+	if err == nil || !strings.Contains(err.Error(), "access denied") {
+		t.Fatalf("handshake: %v, want an access_denied alert", err)
+	}
+	h.sink.waitEvent(t, "flow deny evil.test:443", func(e audit.Event) bool {
+		f, ok := e.(audit.Flow)
+		return ok && f.Host == "evil.test" && f.Action == "deny" && strings.HasSuffix(f.Dst, ":443")
+	})
 }
 
 // TestBlockPageNotHTTP: bytes that are neither HTTP nor TLS get a close
