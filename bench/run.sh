@@ -57,6 +57,8 @@
 #   BENCH_STARTS=20       start-up samples (each: nsgate, pasta, bwrap, unshare)
 #   BENCH_START_USER=nsgate-test  who starts them (root if no such user)
 #   BENCH_LAT_N=2000      requests per latency run (each mode, case, rep)
+#   BENCH_LAT_MODES="keep fresh"  which latency runs (one of them, for a
+#                         profile of one: NSGATE_CPUPROFILE)
 #   BENCH_ONLY="start"    run only these sections (space- or comma-
 #                         separated): data (throughput, rates, memory),
 #                         start (start-up), latency; default all. The short
@@ -79,6 +81,7 @@ CHURN_SECS=${BENCH_CHURN_SECS:-30}
 IDLE_FLOWS=${BENCH_IDLE_FLOWS:-10000}
 STARTS=${BENCH_STARTS:-20}
 LAT_N=${BENCH_LAT_N:-2000}
+LAT_MODES=${BENCH_LAT_MODES:-keep fresh}
 ONLY=${BENCH_ONLY:-}
 CASES=${BENCH_CASES:-"loopback proxy nsgate slirp4netns pasta"}
 NSGATE=${BENCH_NSGATE:-$root/bin/nsgate}
@@ -380,7 +383,7 @@ only() { [ -z "${BENCH_ONLY:-}" ] || [[ " ${BENCH_ONLY//,/ } " == *" $1 "* ]]; }
 measure_latency() {
 	local c=$1 rep=$2 tgt log mode p k v
 	tgt=$(target_of "$c")
-	for mode in keep fresh; do
+	for mode in $LAT_MODES; do
 		log=$out/$c.lat-$mode.$rep.log
 		run_client "$c" "$log" "$cb" latency -4 -addr "$tgt:8081" -mode "$mode" -n "$LAT_N"
 		if ! grep -q '^mode=' "$log"; then

@@ -56,7 +56,7 @@ var hostOpens = map[string]struct {
 	"intercept/vault.go":                     {1, "the default reader when no Checker is given (tests); run passes the session's"},
 	"intercept/worker.go":                    {1, "the host's CA bundle, a system file, read-only"},
 	"internal/diag/hoptrace/hoptrace.go":     {1, "NSGATE_HOPTRACE: a developer hook the caller sets"},
-	"internal/diag/pprofenv/pprofenv.go":     {2, "NSGATE_CPUPROFILE/NSGATE_MEMPROFILE: developer hooks the caller sets"},
+	"internal/diag/pprofenv/pprofenv.go":     {3, "NSGATE_CPUPROFILE/NSGATE_MEMPROFILE/NSGATE_EXECTRACE: developer hooks the caller sets"},
 	"internal/diag/starttrace/starttrace.go": {1, "NSGATE_STARTTRACE: a developer hook the caller sets"},
 	"pasta/daemon_linux.go":                  {2, "/dev/null; Podman's --pid file, O_NOFOLLOW"},
 	"podnet/podnet.go":                       {2, "the audit folder Podman's helper mode names; the host's resolv.conf"},

@@ -8,6 +8,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"runtime/trace"
 	"time"
 
 	"github.com/nsgate/nsgate/internal/diag/hoptrace"
@@ -15,7 +16,8 @@ import (
 )
 
 // Start writes a CPU profile of this process to the file named by
-// NSGATE_CPUPROFILE, and a heap profile to NSGATE_MEMPROFILE every 2 s,
+// NSGATE_CPUPROFILE, an execution trace (runtime/trace: every goroutine
+// wake-up and switch, for the latency hops) to NSGATE_EXECTRACE.PID, and a heap profile to NSGATE_MEMPROFILE every 2 s,
 // for the measurements in docs/performance.md; and opens the start-up
 // trace named by NSGATE_STARTTRACE (see starttrace.Mark). The returned func
 // stops and flushes them.
@@ -24,6 +26,18 @@ func Start() (stop func()) {
 	cpu, mem := os.Getenv("NSGATE_CPUPROFILE"), os.Getenv("NSGATE_MEMPROFILE")
 	os.Unsetenv("NSGATE_CPUPROFILE")
 	os.Unsetenv("NSGATE_MEMPROFILE")
+	var tf *os.File
+	if name := os.Getenv("NSGATE_EXECTRACE"); name != "" {
+		os.Unsetenv("NSGATE_EXECTRACE")
+		var err error
+		if tf, err = os.Create(fmt.Sprintf("%s.%d", name, os.Getpid())); err == nil {
+			err = trace.Start(tf)
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "nsgate: NSGATE_EXECTRACE: %v\n", err)
+			os.Exit(125)
+		}
+	}
 	var f *os.File
 	if cpu != "" {
 		var err error
@@ -54,6 +68,10 @@ func Start() (stop func()) {
 	}
 	return func() {
 		hoptrace.Flush()
+		if tf != nil {
+			trace.Stop()
+			tf.Close()
+		}
 		if f != nil {
 			pprof.StopCPUProfile()
 			f.Close()
