@@ -245,6 +245,10 @@ type relay struct {
 	// fires at the flow's expiry as last stood when it was set; finding
 	// the expiry moved it waits again, else it ends the relay.
 	idleTimer *time.Timer
+	// upRaw is the upstream host socket's RawConn (nil: upstream is not
+	// a host stream socket), for small writes without the scheduler's
+	// system-call bookkeeping (rawIOMax).
+	upRaw syscall.RawConn
 
 	// mu guards the first-failure record and the closed flag.
 	mu     sync.Mutex
@@ -270,6 +274,9 @@ func run(ctx context.Context, worker, upstream net.Conn, opts Options, packets b
 		worker: worker, upstream: upstream,
 		idle: opts.Idle, packets: packets, start: time.Now(),
 		spawn: opts.Go, bufferTaken: opts.bufferTaken,
+	}
+	if !packets && rawIOMax > 0 {
+		r.upRaw = hostRaw(upstream)
 	}
 	gate := opts.Gate
 	stop := context.AfterFunc(ctx, func() { r.fail(ctx.Err(), SideNone) })
@@ -475,6 +482,8 @@ func (r *relay) pump(src, dst net.Conn, srcSide, dstSide Side, gate Gate, migrat
 				}
 			} else if pending > 0 {
 				n, pending = pending, 0
+			} else if rc := r.rawSrc(src); rc != nil && !bulk {
+				n, rerr = recvInto(src, rc, buf)
 			} else {
 				n, rerr = src.Read(buf)
 			}
@@ -705,12 +714,14 @@ func recvFresh(c net.Conn, rc syscall.RawConn, pool *sync.Pool, bp **[]byte) (in
 	var rerr error
 	err := rc.Read(func(fd uintptr) bool {
 		b := pool.Get().(*[]byte)
-		m, e := syscall.Read(int(fd), *b)
+		// A read of a non-blocking socket only copies what is
+		// queued: made as RawSyscall (see rawIOMax).
+		m, e := rawRead(fd, *b)
 		switch {
 		case e == syscall.EAGAIN || e == syscall.EINTR:
 			pool.Put(b)
 			return false
-		case e != nil:
+		case e != 0:
 			pool.Put(b)
 			rerr = os.NewSyscallError("read", e)
 		case m == 0:
@@ -730,12 +741,56 @@ func recvFresh(c net.Conn, rc syscall.RawConn, pool *sync.Pool, bp **[]byte) (in
 	return n, rerr
 }
 
+// rawSrc is src's RawConn when src is the upstream host stream socket
+// (reads of it go as RawSyscall, see rawIOMax), else nil.
+func (r *relay) rawSrc(src net.Conn) syscall.RawConn {
+	if r.upRaw != nil && src == r.upstream {
+		return r.upRaw
+	}
+	return nil
+}
+
+// recvInto is c's Read into buf for a stream socket, its read(2) made as
+// RawSyscall (a non-blocking read only copies what is queued), waiting in
+// the runtime's poller until there is something to read.
+func recvInto(c net.Conn, rc syscall.RawConn, buf []byte) (int, error) {
+	var n int
+	var rerr error
+	err := rc.Read(func(fd uintptr) bool {
+		m, e := rawRead(fd, buf)
+		switch {
+		case e == syscall.EAGAIN || e == syscall.EINTR:
+			return false
+		case e != 0:
+			rerr = os.NewSyscallError("read", e)
+		case m == 0:
+			rerr = io.EOF
+		default:
+			n = m
+		}
+		return true
+	})
+	if rerr == nil && err != nil {
+		rerr = err
+	}
+	if rerr != nil && rerr != io.EOF {
+		rerr = readError(c, rerr)
+	}
+	return n, rerr
+}
+
 // write writes all of p to dst. A slow dst blocks it for as long as the
 // flow as a whole is not idle (the idle timer's expiry moves with either
 // direction); a flow idle for the whole period is closed by the timer,
 // which ends the write.
 func (r *relay) write(dst net.Conn, p []byte) (int, error) {
-	n, err := dst.Write(p)
+	var n int
+	var err error
+	if r.upRaw != nil && dst == r.upstream && len(p) <= rawIOMax {
+		n, err = sendSmall(r.upRaw, dst, p)
+	} else {
+		n, err = dst.Write(p)
+	}
 	if n > 0 {
 		r.touch()
 	}
@@ -743,6 +798,37 @@ func (r *relay) write(dst net.Conn, p []byte) (int, error) {
 		err = nil
 	}
 	return n, err
+}
+
+// sendSmall writes all of p (at most rawIOMax bytes) to the stream
+// socket behind rc, as RawSyscall, waiting in the runtime's poller while
+// the socket is full. Its errors are those dst's Write would return.
+func sendSmall(rc syscall.RawConn, dst net.Conn, p []byte) (int, error) {
+	n := 0
+	var werr error
+	err := rc.Write(func(fd uintptr) bool {
+		for n < len(p) {
+			m, e := rawSend(fd, p[n:])
+			switch e {
+			case 0:
+				n += m
+			case syscall.EINTR:
+			case syscall.EAGAIN:
+				return false
+			default:
+				werr = os.NewSyscallError("write", e)
+				return true
+			}
+		}
+		return true
+	})
+	if werr == nil {
+		werr = err
+	}
+	if werr != nil {
+		return n, &net.OpError{Op: "write", Net: dst.LocalAddr().Network(), Source: dst.LocalAddr(), Addr: dst.RemoteAddr(), Err: werr}
+	}
+	return n, nil
 }
 
 // eof half-closes dst after its source reached EOF; without CloseWrite

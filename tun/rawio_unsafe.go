@@ -30,16 +30,32 @@ func (r *reader) setIovecs() {
 	}
 }
 
-// readv is one readv(2) into iov.
+// readv is one readv(2) into iov. The descriptor is non-blocking and the
+// call only copies what is queued, so it is made without telling the
+// scheduler (RawSyscall): a Syscall's entry wakes the runtime's sysmon
+// thread whenever it slept because nsgate was idle, which is after most
+// requests of a quiet flow (a futex wake and a thread on the other CPU,
+// per request: docs/performance.md, session 12).
 func readv(fd uintptr, iov []unix.Iovec) (int, unix.Errno) {
-	n, _, errno := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+	n, _, errno := unix.RawSyscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
 	return int(n), errno
 }
 
-// writev is one writev(2) of iov, retried on EINTR.
-func writev(fd int, iov []unix.Iovec) unix.Errno {
+// rawWriteMax bounds a write made without telling the scheduler: a
+// writev(2) to the TUN runs the worker's receive path, which for a small
+// packet takes microseconds; a large one goes through Syscall, so that
+// the runtime may hand nsgate's processor to another thread while the
+// kernel copies.
+const rawWriteMax = 4096
+
+// writev is one writev(2) of iov (size bytes), retried on EINTR.
+func writev(fd int, iov []unix.Iovec, size int) unix.Errno {
+	call := unix.Syscall
+	if size <= rawWriteMax {
+		call = unix.RawSyscall
+	}
 	for {
-		_, _, errno := unix.Syscall(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
+		_, _, errno := call(unix.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)))
 		if errno != unix.EINTR {
 			return errno
 		}
@@ -80,7 +96,7 @@ func (e *Endpoint) writePacket(pkt *stack.PacketBuffer) (int, bool, unix.Errno) 
 		k++
 		size += len(b)
 	}
-	return size, super, writev(e.fd, iov[:k])
+	return size, super, writev(e.fd, iov[:k], size)
 }
 
 // writeFlat writes a packet in too many pieces for one writev by copying
@@ -98,5 +114,5 @@ func (e *Endpoint) writeFlat(pkt *stack.PacketBuffer, hdr []unix.Iovec, super bo
 	iov[k].Base = &b[0]
 	iov[k].SetLen(len(b))
 	k++
-	return len(b), super, writev(e.fd, iov[:k])
+	return len(b), super, writev(e.fd, iov[:k], len(b))
 }
