@@ -3,6 +3,7 @@ package tun
 import (
 	"github.com/nsgate/nsgate/internal/diag/hoptrace"
 
+	"runtime"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -129,6 +130,18 @@ func smallBatch(pkts []*stack.PacketBuffer) bool {
 	return n <= inlineMaxBytes
 }
 
+// bareOnly reports whether everything queued is a packet without data.
+func (q *txQueue) bareOnly() bool {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for _, pkt := range q.q {
+		if pkt.Data().Size() != 0 {
+			return false
+		}
+	}
+	return len(q.q) > 0
+}
+
 // kick wakes the writer if it sleeps.
 func (q *txQueue) kick() {
 	select {
@@ -143,6 +156,17 @@ func (q *txQueue) run() {
 	defer close(q.done)
 	var batch []*stack.PacketBuffer
 	for range q.wake {
+		if q.bareOnly() {
+			// Only bare ACKs (or SYN, FIN) are queued: they were
+			// queued by a TCP processor that, in the same run, woke
+			// the reader of the data they acknowledge, and the
+			// scheduler runs the goroutine woken last (this one)
+			// first. Let that reader run first: its request goes
+			// upstream before the worker's kernel takes the ACK,
+			// which the writev below runs (docs/performance.md,
+			// session 12).
+			runtime.Gosched()
+		}
 		q.mu.Lock()
 		for q.busy {
 			// A producer writes inline; it kicks again if it
