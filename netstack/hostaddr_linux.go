@@ -190,17 +190,21 @@ func subscribeAddrs() (int, error) {
 // reports whether anything was in it. An overflowed socket (ENOBUFS: the
 // kernel dropped announcements) or any other error also counts as a
 // change, so the addresses are read again.
+//
+// It runs before every dial, so its recv(2) (which never blocks) is made
+// as RawSyscall: a Syscall's entry wakes the runtime's sysmon thread
+// when it slept because nsgate was idle (docs/performance.md, session 12).
 func drainChanges(fd int) bool {
 	var buf [8192]byte
 	changed := false
 	for {
-		_, _, err := unix.Recvfrom(fd, buf[:], unix.MSG_DONTWAIT)
-		switch {
-		case err == nil || errors.Is(err, unix.ENOBUFS):
+		errno := recvNoWait(fd, buf[:])
+		switch errno {
+		case 0, unix.ENOBUFS:
 			changed = true
-		case errors.Is(err, unix.EAGAIN):
+		case unix.EAGAIN:
 			return changed
-		case errors.Is(err, unix.EINTR):
+		case unix.EINTR:
 		default:
 			return true
 		}

@@ -825,3 +825,38 @@ func TestTxQueueInlineWhenIdle(t *testing.T) {
 		t.Errorf("TxPackets = %d, want 3", st.TxPackets)
 	}
 }
+
+// TestBareACK: the writer yields only before bare ACKs: a SYN-ACK, a FIN,
+// a reset, a segment with data or a UDP datagram is written at once.
+func TestBareACK(t *testing.T) {
+	mk := func(proto tcpip.TransportProtocolNumber, flags header.TCPFlags, data int) *stack.PacketBuffer {
+		pkt := stack.NewPacketBuffer(stack.PacketBufferOptions{ReserveHeaderBytes: 60, Payload: buffer.MakeWithData(make([]byte, data))})
+		pkt.TransportProtocolNumber = proto
+		if proto == header.TCPProtocolNumber {
+			th := header.TCP(pkt.TransportHeader().Push(header.TCPMinimumSize))
+			th.Encode(&header.TCPFields{DataOffset: header.TCPMinimumSize, Flags: flags})
+		} else {
+			pkt.TransportHeader().Push(header.UDPMinimumSize)
+		}
+		pkt.NetworkHeader().Push(header.IPv4MinimumSize)
+		return pkt
+	}
+	for _, tc := range []struct {
+		name  string
+		pkt   *stack.PacketBuffer
+		plain bool
+	}{
+		{"ack", mk(header.TCPProtocolNumber, header.TCPFlagAck, 0), true},
+		{"ack-psh", mk(header.TCPProtocolNumber, header.TCPFlagAck|header.TCPFlagPsh, 0), true},
+		{"syn-ack", mk(header.TCPProtocolNumber, header.TCPFlagSyn|header.TCPFlagAck, 0), false},
+		{"fin-ack", mk(header.TCPProtocolNumber, header.TCPFlagFin|header.TCPFlagAck, 0), false},
+		{"rst", mk(header.TCPProtocolNumber, header.TCPFlagRst|header.TCPFlagAck, 0), false},
+		{"data", mk(header.TCPProtocolNumber, header.TCPFlagAck|header.TCPFlagPsh, 100), false},
+		{"udp", mk(header.UDPProtocolNumber, 0, 0), false},
+	} {
+		if got := bareACK(tc.pkt); got != tc.plain {
+			t.Errorf("%s: bareACK %v, want %v", tc.name, got, tc.plain)
+		}
+		tc.pkt.DecRef()
+	}
+}

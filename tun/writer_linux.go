@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+	"gvisor.dev/gvisor/pkg/tcpip/header"
 	"gvisor.dev/gvisor/pkg/tcpip/stack"
 )
 
@@ -130,16 +131,31 @@ func smallBatch(pkts []*stack.PacketBuffer) bool {
 	return n <= inlineMaxBytes
 }
 
-// bareOnly reports whether everything queued is a packet without data.
+// bareOnly reports whether everything queued is a bare TCP ACK: no data,
+// and no SYN, FIN or RST (a SYN-ACK is what the worker's connect waits
+// for: it is not held back).
 func (q *txQueue) bareOnly() bool {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for _, pkt := range q.q {
-		if pkt.Data().Size() != 0 {
+		if !bareACK(pkt) {
 			return false
 		}
 	}
 	return len(q.q) > 0
+}
+
+// bareACK reports whether pkt is a TCP segment with no data and only the
+// ACK flag (PSH aside).
+func bareACK(pkt *stack.PacketBuffer) bool {
+	if pkt.TransportProtocolNumber != header.TCPProtocolNumber || pkt.Data().Size() != 0 {
+		return false
+	}
+	th := pkt.TransportHeader().Slice()
+	if len(th) < header.TCPMinimumSize {
+		return false
+	}
+	return header.TCP(th).Flags()&^header.TCPFlagPsh == header.TCPFlagAck
 }
 
 // kick wakes the writer if it sleeps.
@@ -157,7 +173,7 @@ func (q *txQueue) run() {
 	var batch []*stack.PacketBuffer
 	for range q.wake {
 		if q.bareOnly() {
-			// Only bare ACKs (or SYN, FIN) are queued: they were
+			// Only bare ACKs are queued: they were
 			// queued by a TCP processor that, in the same run, woke
 			// the reader of the data they acknowledge, and the
 			// scheduler runs the goroutine woken last (this one)
