@@ -6,6 +6,7 @@ import (
 	"gvisor.dev/gvisor/pkg/tcpip/transport/tcp"
 	"gvisor.dev/gvisor/pkg/waiter"
 
+	"github.com/nsgate/nsgate/internal/diag/hoptrace"
 	"github.com/nsgate/nsgate/policy"
 	"github.com/nsgate/nsgate/relay"
 )
@@ -16,11 +17,13 @@ import (
 // worker's handshake; any failure on the way resets the connection, and
 // nothing is dialed for a denied flow.
 func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
+	hoptrace.Mark(hoptrace.Admitting)
 	src, dst := endpointAddrs(r.ID())
 	a, ok := g.admit(policy.TCP, src, dst)
 	var up net.Conn
 	if ok {
 		up, ok = a.connect("tcp")
+		hoptrace.Mark(hoptrace.Dialed)
 	}
 	if !ok && a.blockable() {
 		g.serveBlockPage(r, a)
@@ -42,6 +45,7 @@ func (g *Gateway) handleTCP(r *tcp.ForwarderRequest) {
 		return
 	}
 	r.Complete(false)
+	hoptrace.Mark(hoptrace.Accepted)
 	buffered := g.sizeBuffers(ep)
 	worker := newWorkerConn(&wq, ep, g.pool.Go)
 	// A reload that refuses the flow resets the worker's side and closes

@@ -30,10 +30,13 @@ const (
 	WorkWritten                  // the relay's write into the worker's endpoint returned
 	TunWritten                   // tun.Endpoint's writev of a packet to the worker returned
 	Filtered                     // the L7 filter (relay.Filter.Next) judged the worker's bytes
+	Admitting                    // a new TCP flow's handler started (its SYN was forwarded)
+	Dialed                       // the flow's upstream dial returned
+	Accepted                     // the worker's handshake was answered (the SYN-ACK queued)
 	numHops
 )
 
-var names = [numHops]string{"", "tun-read", "relay-read-worker", "upstream-written", "relay-read-upstream", "worker-written", "tun-written", "l7-filtered"}
+var names = [numHops]string{"", "tun-read", "relay-read-worker", "upstream-written", "relay-read-upstream", "worker-written", "tun-written", "l7-filtered", "admitting", "dialed", "accepted"}
 
 func (h Hop) String() string {
 	if h < numHops {
