@@ -23,6 +23,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httputil"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -506,13 +507,6 @@ func (b *countBody) release() {
 	}
 }
 
-// holdsForm reports whether a request's body is a form whose fields a
-// server may read as a _method override.
-func holdsForm(r *http.Request) bool {
-	ct := strings.ToLower(r.Header.Get("Content-Type"))
-	return strings.HasPrefix(ct, "application/x-www-form-urlencoded") || strings.HasPrefix(ct, "multipart/form-data")
-}
-
 // checkBody reads up to maxHeldBody of the body, within bodyTimeout and
 // the run's budget of held bytes, when there is something to check in it:
 // placeholders (any case, also percent-encoded) refuse it, and a form's
@@ -526,7 +520,14 @@ func (h *handler) checkBody(w http.ResponseWriter, r *http.Request) (*countBody,
 		return nil, nil
 	}
 	scan := !h.e.Vault.Empty() && !h.e.NoSubstitute
-	form := !h.e.NoPathCheck && holdsForm(r)
+	var forms []bodyForm
+	if !h.e.NoPathCheck {
+		var err error
+		if forms, err = formsOf(r.Method, r.Header.Values("Content-Type")); err != nil {
+			return nil, err
+		}
+	}
+	form := len(forms) > 0
 	if !scan && !form {
 		return &countBody{r: r.Body, c: r.Body}, nil
 	}
@@ -561,17 +562,17 @@ func (h *handler) checkBody(w http.ResponseWriter, r *http.Request) (*countBody,
 			}
 		}
 	}
-	if form {
+	for _, f := range forms {
 		// A form's _method fields in the held part (all of it, or the
 		// first MiB, parsed leniently) go to the request rules.
-		cb.overrides = formOverrides(r.Header.Get("Content-Type"), held)
+		cb.overrides = append(cb.overrides, f.overrides(held, whole)...)
 	}
 	if whole {
 		r.ContentLength = int64(len(held))
 		cb.r = bytes.NewReader(held)
 		return cb, nil
 	}
-	if form && strings.HasPrefix(strings.ToLower(r.Header.Get("Content-Type")), "application/x-www-form-urlencoded") {
+	if slices.ContainsFunc(forms, func(f bodyForm) bool { return f.kind == formURLEncoded }) {
 		// A form of fields over a MiB is refused rather than judged in
 		// part: a field past the held part could override the method.
 		return cb, errors.New("a form body over " + strconv.Itoa(maxHeldBody>>20) + " MiB (application/x-www-form-urlencoded) is not forwarded: its _method fields cannot all be judged")
@@ -581,10 +582,15 @@ func (h *handler) checkBody(w http.ResponseWriter, r *http.Request) (*countBody,
 		sr.v = h.e.Vault
 		sr.scans = append(sr.scans, newScanner(h.e.Vault))
 	}
-	if form {
-		// A multipart body past the held part may not name a _method
-		// part: it is cut off if it does.
-		sr.scans = append(sr.scans, methodFieldScanner())
+	for _, f := range forms {
+		// A multipart or JSON body past the held part may not name a
+		// _method field: it is cut off if it does.
+		switch f.kind {
+		case formMultipart:
+			sr.scans = append(sr.scans, methodFieldScanner())
+		case formJSON:
+			sr.scans = append(sr.scans, jsonFieldScanner())
+		}
 	}
 	for _, sc := range sr.scans {
 		sc.feed(held[len(held)-min(len(held), sc.keep):])
@@ -684,17 +690,37 @@ func newScanner(v *Vault) *scanner {
 	}}
 }
 
-// methodFieldScanner looks for a _method field name in a form body, any
-// case, also percent-encoded.
-func methodFieldScanner() *scanner {
-	return &scanner{keep: len("%5fmethod") - 1, find: func(b []byte) *leakError {
+// The spellings of a _method field name a scanner refuses past the held
+// part of a body, in lower case: in a multipart part's headers (also
+// PHP's ".method" and percent-encoded), and in JSON (also a key whose
+// letters are \u escapes, which encoders never write for these letters).
+var (
+	multipartFieldSpellings = []string{"_method", "%5fmethod", "%2emethod", `=.method`, `".method`, ": .method", ":.method"}
+	jsonFieldSpellings      = []string{`_method"`, `.method"`, `\u005f`, `\u002e`, `\u006d`, `\u004d`, `\u0065`, `\u0045`, `\u0074`, `\u0054`, `\u0068`, `\u0048`, `\u006f`, `\u004f`, `\u0064`, `\u0044`}
+)
+
+// fieldScanner looks for any of spellings (lower case) in a body, any case.
+func fieldScanner(spellings []string) *scanner {
+	keep := 0
+	for _, sp := range spellings {
+		keep = max(keep, len(sp)-1)
+	}
+	return &scanner{keep: keep, find: func(b []byte) *leakError {
 		l := bytes.ToLower(b)
-		if bytes.Contains(l, []byte("_method")) || bytes.Contains(l, []byte("%5fmethod")) {
-			return &leakError{where: "a _method field past the held part of a form body"}
+		for _, sp := range spellings {
+			if bytes.Contains(l, []byte(sp)) {
+				return &leakError{where: "a _method field past the held part of a form body"}
+			}
 		}
 		return nil
 	}}
 }
+
+// methodFieldScanner looks for a _method field name in a multipart body.
+func methodFieldScanner() *scanner { return fieldScanner(multipartFieldSpellings) }
+
+// jsonFieldScanner looks for a _method member name in a JSON body.
+func jsonFieldScanner() *scanner { return fieldScanner(jsonFieldSpellings) }
 
 func (s *scanner) feed(b []byte) *leakError {
 	buf := append(s.tail, b...)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -371,6 +372,67 @@ func TestMethodOverride(t *testing.T) {
 	}
 }
 
+// TestBodyMethodOverrides: POST /upload is allowed and DELETE is not; a
+// body a lenient server reads a _method field from is refused whatever
+// way it spells the field, and a body without one goes through.
+func TestBodyMethodOverrides(t *testing.T) {
+	r := newRig(t, nil)
+	c := r.client(false)
+	big := strings.Repeat(`"x",`, 300_000) // 1.2 MB, past the held MiB
+	manyBoundaries := ""
+	for i := range maxBoundaries {
+		manyBoundaries += fmt.Sprintf("; x%d=\"boundary=b%d\"", i, i)
+	}
+	part := "--XX\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n"
+	for _, tt := range []struct {
+		name, ct, body string
+		refused        bool
+		cut            bool // refused mid-stream (last: the upstream sees the request start, when is a race)
+	}{
+		{"no content type", "", "_method=DELETE", true, false},
+		{"multipart/mixed", "multipart/mixed; boundary=XX", part, true, false},
+		{"two content types", "text/plain\nmultipart/form-data; boundary=XX", part, true, false},
+		{"json", "application/json", `{"_method":"DELETE"}`, true, false},
+		{"too many boundaries", "multipart/form-data; boundary=XX" + manyBoundaries, part, true, false},
+		{"json without _method", "application/json", `{"note":"the method field"}`, false, false},
+		{"big json without _method", "application/json", `{"a":[` + big + `"x"]}`, false, false},
+		{"no content type, no _method", "", "note=hi", false, false},
+		{"json past the held part", "application/json", `{"a":[` + big + `"x"],"\u005fmethod":"DELETE"}`, true, true},
+	} {
+		before := r.up.count()
+		req, _ := http.NewRequest("POST", "https://api.example.test/upload", strings.NewReader(tt.body))
+		for _, ct := range strings.Split(tt.ct, "\n") {
+			if ct != "" {
+				req.Header.Add("Content-Type", ct)
+			}
+		}
+		resp, err := c.Do(req)
+		if err != nil {
+			t.Fatalf("%s: %v", tt.name, err)
+		}
+		io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		got := r.up.count() - before
+		if tt.cut && resp.StatusCode != 502 {
+			t.Errorf("%s: status %d; want 502, the request cut off", tt.name, resp.StatusCode)
+		}
+		if tt.refused && !tt.cut && (resp.StatusCode != 403 || got != 0) {
+			t.Errorf("%s: status %d, upstream saw %d; want 403 and none", tt.name, resp.StatusCode, got)
+		}
+		if !tt.refused && (resp.StatusCode == 403 || got != 1) {
+			t.Errorf("%s: status %d, upstream saw %d; want it forwarded", tt.name, resp.StatusCode, got)
+		}
+	}
+	d := r.requests("deny")
+	for i := 0; i < 100 && len(d) < 6; i++ { // the last is logged as its handler ends
+		waitABit()
+		d = r.requests("deny")
+	}
+	if len(d) != 6 || !strings.Contains(d[4].Reason, "boundaries") || !strings.Contains(d[5].Reason, "past the held part") {
+		t.Errorf("%d deny records, want 6 (the fifth on boundaries, the sixth past the held part): %+v", len(d), d)
+	}
+}
+
 func TestPinnedClientFailsClosed(t *testing.T) {
 	r := newRig(t, nil)
 	// A client that trusts only the real upstream's CA (pins it).
@@ -595,8 +657,41 @@ func TestFormOverrides(t *testing.T) {
 		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"DELETE"}},
 		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nhi\r\n--XX--\r\n", nil},
 		{"text/plain", "_method=DELETE", nil},
+		// Malformed parameters: a lenient server still reads the form.
+		{"application/x-www-form-urlencoded; charset", "_method=DELETE", []string{"DELETE"}},
+		{"Application/X-WWW-Form-Urlencoded ; a=\"b", "_method=DELETE", []string{"DELETE"}},
+		{" application/x-www-form-urlencoded;;", "_method=DELETE", []string{"DELETE"}},
+		{"multipart/form-data; boundary=XX; x", "--XX\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"DELETE"}},
+		// The readings of lenient servers, each a way past a strict one.
+		{"", "_method=DELETE", []string{"DELETE"}},                                      // Rack: a POST without a type is a form
+		{"application/x-www-form-urlencoded", "a=1;_method=DELETE", []string{"DELETE"}}, // Rack 2 splits on ';'
+		{"application/x-www-form-urlencoded", ".method=DELETE", []string{"DELETE"}},     // PHP reads '.' as '_'
+		{"application/x-www-form-urlencoded", "+_method=DELETE", []string{"DELETE"}},    // PHP drops leading spaces
+		{"application/x-www-form-urlencoded", "_method%00x=DELETE", []string{"DELETE"}}, // PHP cuts at a NUL
+		{"multipart/mixed; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"DELETE"}},
+		{"multipart/related; boundary=XX", "--XX\r\nContent-ID: _method\r\n\r\nDELETE\r\n--XX--\r\n", []string{"DELETE"}},
+		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: attachment; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"DELETE"}},
+		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=_method; x\r\n\r\nDELETE\r\n--XX--\r\n", []string{"DELETE"}},
+		// Rack's greedy match takes the last boundary, PHP the first
+		// "boundary" even inside another name: each is tried.
+		{"multipart/form-data; boundary=AA; x=\"boundary=BB\"", "--BB\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--BB--\r\n", []string{"DELETE"}},
+		{"multipart/form-data; xboundary=BB; boundary=AA", "--BB\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--BB--\r\n", []string{"DELETE"}},
+		// JSON's top-level _method (Laravel), any "/json" type.
+		{"application/json", `{"a":1,"_method":"DELETE"}`, []string{"DELETE"}},
+		{"text/plain; x=/json", `{"\u005fmethod":"PUT","_method":"DELETE"}`, []string{"PUT", "DELETE"}},
+		{"application/vnd.api+json", `{"a":{"_method":"DELETE"},"_method":1}`, nil},
+		{"application/json", `[{"_method":"DELETE"}]`, nil},
+		{"multipart/form-data", "--XX\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", nil},
 	} {
-		if got := formOverrides(tt.ct, []byte(tt.body)); !slices.Equal(got, tt.want) {
+		forms, err := formsOf(http.MethodPost, []string{tt.ct})
+		if err != nil {
+			t.Fatalf("%s: %v", tt.ct, err)
+		}
+		var got []string
+		for _, f := range forms {
+			got = append(got, f.overrides([]byte(tt.body), true)...)
+		}
+		if !slices.Equal(got, tt.want) {
 			t.Errorf("%s %q: %q, want %q", tt.ct, tt.body, got, tt.want)
 		}
 	}
@@ -617,8 +712,11 @@ func FuzzUnpctAndForm(f *testing.F) {
 	f.Add([]byte("_method=%44ELETE&%"), "multipart/form-data; boundary=a")
 	f.Fuzz(func(t *testing.T, b []byte, ct string) {
 		unpct(b)
-		formOverrides(ct, b)
-		formOverrides("application/x-www-form-urlencoded", b)
+		forms, _ := formsOf(http.MethodPost, []string{ct, "text/plain"})
+		for _, f := range append(forms, bodyForm{kind: formURLEncoded}, bodyForm{kind: formJSON}) {
+			f.overrides(b, true)
+			f.overrides(b, false)
+		}
 	})
 }
 

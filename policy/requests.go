@@ -25,9 +25,47 @@ type reqRule struct {
 // as if it used that method too (docs/policy.md, "Requests").
 var MethodOverrideHeaders = []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"}
 
-// methodOverrideParam is the query parameter some frameworks read as the
-// method (Rails, Laravel, Symfony with the flag on).
-const methodOverrideParam = "_method"
+// MethodOverrideField reports whether a form, query or JSON field named
+// name (already percent-decoded) may be read by a server as the request's
+// method, as Rails, Laravel and Symfony read "_method": in any case, and
+// with PHP's renaming of fields applied (leading spaces dropped, '.' and
+// ' ' read as '_', the name cut at a NUL), so ".method" and " _method"
+// count; an index ("_method[0]") counts too.
+func MethodOverrideField(name string) bool {
+	name = strings.TrimLeft(name, " ")
+	if i := strings.IndexAny(name, "\x00["); i >= 0 {
+		name = name[:i]
+	}
+	if len(name) != len("_method") {
+		return false
+	}
+	if c := name[0]; c != '_' && c != '.' && c != ' ' {
+		return false
+	}
+	return strings.EqualFold(name[1:], "method")
+}
+
+// queryOverrides returns the values of a raw query's fields that
+// MethodOverrideField names, read leniently: '&' and ';' (Rack 2) both
+// separate fields, and a field whose escapes do not decode is read with
+// them as they stand.
+func queryOverrides(raw string) []string {
+	var out []string
+	for _, kv := range strings.FieldsFunc(raw, func(r rune) bool { return r == '&' || r == ';' }) {
+		k, v, _ := strings.Cut(kv, "=")
+		if uk, err := url.QueryUnescape(k); err == nil {
+			k = uk
+		}
+		if !MethodOverrideField(k) {
+			continue
+		}
+		if uv, err := url.QueryUnescape(v); err == nil {
+			v = uv
+		}
+		out = append(out, v)
+	}
+	return out
+}
 
 // Request is one HTTP request inside a terminated flow, as the worker sent
 // it. Target is the request-target exactly as it arrived (origin form,
@@ -114,9 +152,7 @@ func (p *Policy) DecideRequest(ruleID string, q Request) RequestDecision {
 	}
 	params, perr := parseQuery(rawQuery)
 	overrides := slices.Clone(q.Overrides)
-	if vs := params[methodOverrideParam]; len(vs) > 0 {
-		overrides = append(overrides, vs...)
-	}
+	overrides = append(overrides, queryOverrides(rawQuery)...)
 	for i, o := range overrides {
 		o = strings.ToUpper(strings.TrimSpace(o))
 		if !validMethod(o) {

@@ -56,6 +56,15 @@ func TestDecideRequest(t *testing.T) {
 		{"override to a method the rule lacks", "allow[0]", "GET", "/repos/acme/app", []string{"DELETE"}, false, "allow[0].requests[0]", "/repos/acme/app"},
 		{"override to a method the rule has", "allow[0]", "GET", "/repos/acme/app", []string{"head"}, true, "allow[0].requests[0]", "/repos/acme/app"},
 		{"_method query override", "allow[0]", "GET", "/repos/acme/app?_method=DELETE", nil, false, "allow[0].requests[0]", "/repos/acme/app"},
+		// The query as PHP and Rack 2 read it (Laravel falls back to the
+		// query's _method).
+		{"_method query override, PHP's .method", "allow[0]", "GET", "/repos/acme/app?.method=DELETE", nil, false, "allow[0].requests[0]", "/repos/acme/app"},
+		{"_method query override, leading space", "allow[0]", "GET", "/repos/acme/app?+_method=DELETE", nil, false, "allow[0].requests[0]", "/repos/acme/app"},
+		{"_method query override, any case, encoded", "allow[0]", "GET", "/repos/acme/app?%5F%4Dethod=DELETE", nil, false, "allow[0].requests[0]", "/repos/acme/app"},
+		{"_method query override after ';'", "allow[0]", "GET", "/repos/acme/app?a=1;_method=DELETE", nil, false, "allow[0].requests[0]", "/repos/acme/app"},
+		{"_method query override, bad escape beside it", "allow[0]", "GET", "/repos/acme/app?_method=DELETE&x=%zz", nil, false, "allow[0].requests[0]", "/repos/acme/app"},
+		{"_method query override naming GET", "allow[0]", "GET", "/repos/acme/app?.method=get", nil, true, "allow[0].requests[0]", "/repos/acme/app"},
+		{"a field named method is no override", "allow[0]", "GET", "/repos/acme/app?method=DELETE", nil, true, "allow[0].requests[0]", "/repos/acme/app"},
 		{"override garbage", "allow[0]", "GET", "/repos/acme/app", []string{"DE LETE"}, false, "allow[0]", "/repos/acme/app"},
 		{"encoded slash", "allow[0]", "GET", "/repos/acme%2fapp", nil, false, "allow[0]", ""},
 		{"dot segment", "allow[0]", "GET", "/repos/acme/../evil", nil, false, "allow[0]", ""},

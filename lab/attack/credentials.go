@@ -189,23 +189,42 @@ func credentialAttempts() []Attempt {
 			credEcho(api+"/echo-deflate", nil, 1)))),
 		withSetup(2, withHostCheck("the api upstream got both requests with the secret in Authorization; neither answer is a part, and together they hold only the placeholder", at("creds-echo-range", LayerCredentials, "GET "+api+"/echo-doc twice with Authorization: Bearer "+ph+" and Range: bytes=0-15, then bytes=16-: an echo document fetched in two pieces that no scrub would recognise alone", AuditAllow,
 			credEcho(api+"/echo-doc", []string{"bytes=0-15", "bytes=16-"}, 2)))),
-		at("creds-method-override-form", LayerRequests, "POST "+api+"/v1/upload (allowed; DELETE is not) with an application/x-www-form-urlencoded body holding _method=DELETE, and the same as a multipart/form-data part (Rails, Laravel and Symfony read either as the method)", AuditDeny,
+		at("creds-method-override-form", LayerRequests, "POST "+api+"/v1/upload (allowed; DELETE is not) with _method=DELETE where each framework that honours it looks: an application/x-www-form-urlencoded body and a multipart/form-data part (Rails, Laravel, Symfony), each also with malformed Content-Type parameters; a body without a Content-Type, a ';' between fields, a multipart/mixed body with the name in Content-ID and a boundary only Rack's greedy match picks (Rack); PHP's renamed .method in the body and the query, and a JSON body's _method (Laravel)", AuditDeny,
 			func(ctx context.Context, a *attacker) result {
-				forms := []struct{ ct, body string }{
-					{"application/x-www-form-urlencoded", "note=hi&_method=DELETE"},
-					{"multipart/form-data; boundary=lab", "--lab\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhi\r\n--lab\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--lab--\r\n"},
+				forms := []struct{ name, query, ct, body string }{
+					{"urlencoded", "", "application/x-www-form-urlencoded", "note=hi&_method=DELETE"},
+					{"multipart", "", "multipart/form-data; boundary=lab", "--lab\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhi\r\n--lab\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--lab--\r\n"},
+					// Malformed parameters, which a strict parse rejects
+					// and a lenient server (Rack) reads as the form anyway.
+					{"urlencoded, bad parameter", "", "application/x-www-form-urlencoded; charset", "note=hi&_method=DELETE"},
+					{"multipart, bad parameter", "", "multipart/form-data; boundary=lab; x", "--lab\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--lab--\r\n"},
+					// Rack: a POST without a type is a form; Rack 2 splits
+					// fields on ';'; multipart/mixed is parsed, a part
+					// without a disposition named by its Content-ID, the
+					// boundary the last "boundary=" in the header.
+					{"no content type", "", "", "_method=DELETE"},
+					{"';' between fields", "", "application/x-www-form-urlencoded", "note=hi;_method=DELETE"},
+					{"multipart/mixed, Content-ID", "", "multipart/mixed; boundary=lab; x=\"boundary=rack\"", "--rack\r\nContent-ID: _method\r\n\r\nDELETE\r\n--rack--\r\n"},
+					// PHP renames ".method" to "_method" (Laravel reads
+					// the query's too), and Laravel reads JSON's.
+					{"PHP .method", "", "application/x-www-form-urlencoded", ".method=DELETE"},
+					{"PHP .method in the query", "?.method=DELETE", "text/plain", "hi"},
+					{"JSON", "", "application/json", `{"note":"hi","_method":"DELETE"}`},
 				}
 				var parts []string
 				for _, f := range forms {
-					s, h, b, err := a.credRequest(ctx, "POST", api+"/v1/upload", map[string]string{"Content-Type": f.ct}, []byte(f.body), false)
-					mt, _, _ := strings.Cut(f.ct, ";")
+					hdr := map[string]string{}
+					if f.ct != "" {
+						hdr["Content-Type"] = f.ct
+					}
+					s, h, b, err := a.credRequest(ctx, "POST", api+"/v1/upload"+f.query, hdr, []byte(f.body), false)
 					switch {
 					case err != nil:
-						parts = append(parts, mt+": "+err.Error())
+						parts = append(parts, f.name+": "+err.Error())
 					case s == 403 && h.Get("X-Nsgate-Refusal") != "":
-						parts = append(parts, fmt.Sprintf("%s: 403 from nsgate: %q", mt, firstLine(b)))
+						parts = append(parts, fmt.Sprintf("%s: 403 from nsgate: %q", f.name, firstLine(b)))
 					default:
-						return allowedf("%s: HTTP %d %q", mt, s, b)
+						return allowedf("%s: HTTP %d %q", f.name, s, b)
 					}
 				}
 				return blockedf("%s", strings.Join(parts, "; "))
