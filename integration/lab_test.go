@@ -4,6 +4,7 @@ package integration
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -220,7 +221,15 @@ func testLabSummary(t *testing.T, m mode, dir string, ev labEvidence) {
 	}
 	if s.Attempts != len(ev.Attempts) || s.Attacks+s.Controls != s.Attempts || s.AttacksBlocked != s.Attacks || s.AttacksThrough != 0 ||
 		s.ControlsOK != s.Controls || blocked != s.AttacksBlocked || ok != s.ControlsOK || len(s.ByCategory) < 8 {
-		t.Errorf("summary counts do not add up: %+v", s)
+		// Name the attempts that make the difference: a CI excerpt that
+		// holds only this message still says which and why.
+		var odd []string
+		for _, a := range ev.Attempts {
+			if !a.Pass || (!a.Control && a.Observed != "blocked") {
+				odd = append(odd, fmt.Sprintf("%s (%s, observed %s, pass %v): %s", a.ID, a.Category, a.Observed, a.Pass, clip(a.Detail+" "+a.Why, 300)))
+			}
+		}
+		t.Errorf("summary counts do not add up: %+v; the attempts not blocked or not passing: %s", s, strings.Join(odd, "; "))
 	}
 	withDecision := 0
 	for _, a := range ev.Attempts {
