@@ -266,6 +266,7 @@ type wsRelay struct {
 
 	fromWorker, fromUp wsStream
 	fwd                []byte // checked worker bytes not yet given to Read
+	rbuf               []byte // Read's buffer, made once
 	err                error  // why the relay ended, for the request record
 	secrets, phs       []string
 }
@@ -331,11 +332,13 @@ func (w *wsRelay) checkOut(f wsFrame, msg []byte) ([]byte, error) {
 
 // Read gives the upstream the worker's bytes, whole checked messages only.
 func (w *wsRelay) Read(p []byte) (int, error) {
+	if w.rbuf == nil {
+		w.rbuf = make([]byte, 32<<10)
+	}
 	for len(w.fwd) == 0 {
-		var buf [32 << 10]byte
-		n, rerr := w.Conn.Read(buf[:])
+		n, rerr := w.Conn.Read(w.rbuf)
 		if n > 0 {
-			out, err := w.fromWorker.feed(buf[:n], w.checkOut)
+			out, err := w.fromWorker.feed(w.rbuf[:n], w.checkOut)
 			w.fwd = append(w.fwd, out...)
 			if err != nil {
 				if len(w.fwd) > 0 && w.up != nil {
