@@ -1,11 +1,13 @@
 package intercept
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"io"
 	"net"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -52,6 +54,35 @@ func BenchmarkRequest(b *testing.B) {
 				c := tc.client()
 				get(b, c)
 				c.CloseIdleConnections()
+			}
+		})
+	}
+}
+
+// BenchmarkScrubBody: the response scrub over a 4 MiB body of JSON-like
+// text that holds no secret (the common case), and one that holds the
+// secret in changing case every 64 KiB.
+func BenchmarkScrubBody(b *testing.B) {
+	line := []byte(`{"id": 1234567, "name": "example-repo", "url": "https://api.example.test/repos/acme/app", "token_hint": "s3cr3t-TOKEN-"},` + "\n")
+	clean := bytes.Repeat(line, (4<<20)/len(line))
+	echo := bytes.Clone(clean)
+	for i := 0; i+len(secret) < len(echo); i += 64 << 10 {
+		s := secret
+		if i%(128<<10) == 0 {
+			s = strings.ToUpper(secret)
+		}
+		copy(echo[i:], s)
+	}
+	ph := placeholderPrefix + "0123456789abcdef0123456789abcdef01234567"
+	for _, tc := range []struct {
+		name string
+		body []byte
+	}{{"clean", clean}, {"echo", echo}} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.SetBytes(int64(len(tc.body)))
+			for b.Loop() {
+				sb := &scrubBody{r: io.NopCloser(bytes.NewReader(tc.body)), pats: []foldPat{newFoldPat(secret)}, phs: []string{ph}, keep: len(secret) - 1}
+				io.Copy(io.Discard, sb)
 			}
 		})
 	}

@@ -439,7 +439,7 @@ func (h *handler) placeholders(r *http.Request, rule string) (where, name string
 		c := &v.creds[i]
 		vals := r.Header.Values(c.spec.Header)
 		for _, val := range vals {
-			if indexFold([]byte(val), c.placeholder) >= 0 {
+			if c.phPat.index([]byte(val)) >= 0 {
 				r.Header.Set(c.spec.Header, strings.Replace(c.spec.Format, "{}", c.secret, 1))
 				break
 			}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 
 	"github.com/nsgate/nsgate/audit"
 	"github.com/nsgate/nsgate/policy"
@@ -730,4 +731,59 @@ func TestReplaceFoldPlaceholderHoldsSecret(t *testing.T) {
 	if want := "x " + ph + " y " + ph; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
+}
+
+// TestFoldPatIndex: the anchored any-case search finds what a plain
+// any-case search finds, at the same offset, for anchors of every kind
+// (a rare byte, a digit, a letter whose two cases are both scanned).
+func TestFoldPatIndex(t *testing.T) {
+	for _, sec := range []string{secret, "abcdefghij", "0123456789", "ab~cd", "QqQqQqQq"} {
+		p := newFoldPat(sec)
+		for _, hay := range []string{"", sec, "x" + strings.ToUpper(sec), "a" + strings.ToLower(sec) + "b", strings.Repeat("q", 50) + sec[:len(sec)-1], strings.Repeat(sec[:len(sec)-1]+"_", 5) + strings.ToUpper(sec), "qQ" + sec} {
+			want := indexFoldAny(hay, sec)
+			if got := p.index([]byte(hay)); got != want {
+				t.Errorf("%q in %q: %d, want %d", sec, hay, got, want)
+			}
+		}
+	}
+}
+
+// TestScrubBodyAnyCase: the body scrub replaces the secret in any ASCII
+// case, also across reads (the chunks split it), and leaves the rest as
+// it was.
+func TestScrubBodyAnyCase(t *testing.T) {
+	ph := placeholderPrefix + "0123456789abcdef0123456789abcdef01234567"
+	mixed := []byte(secret)
+	for i := range mixed {
+		if i%2 == 0 {
+			mixed[i] = strings.ToUpper(string(mixed[i]))[0]
+		}
+	}
+	body := "a " + secret + " b " + strings.ToUpper(secret) + " c " + strings.ToLower(secret) + " d " + string(mixed) + " e"
+	want := "a " + ph + " b " + ph + " c " + ph + " d " + ph + " e"
+	for _, chunk := range []int{1, 3, 7, len(body)} {
+		sb := &scrubBody{r: io.NopCloser(iotest.OneByteReader(strings.NewReader(body))), pats: []foldPat{newFoldPat(secret)}, phs: []string{ph}, keep: len(secret) - 1}
+		if chunk > 1 {
+			sb.r = io.NopCloser(&chunkReader{s: body, n: chunk})
+		}
+		got, err := io.ReadAll(sb)
+		if err != nil || string(got) != want {
+			t.Errorf("chunks of %d: %q, %v; want %q", chunk, got, err, want)
+		}
+	}
+}
+
+// chunkReader gives s n bytes at a time.
+type chunkReader struct {
+	s string
+	n int
+}
+
+func (c *chunkReader) Read(p []byte) (int, error) {
+	if c.s == "" {
+		return 0, io.EOF
+	}
+	n := copy(p[:min(len(p), c.n)], c.s)
+	c.s = c.s[n:]
+	return n, nil
 }

@@ -1,7 +1,6 @@
 package intercept
 
 import (
-	"bytes"
 	"errors"
 	"io"
 	"net/http"
@@ -45,7 +44,7 @@ func (h *handler) scrubResponse(resp *http.Response) error {
 		return nil
 	}
 	secrets, phs := e.Vault.pairs()
-	resp.Body = &scrubBody{r: resp.Body, secrets: secrets, phs: phs, keep: maxLen(secrets) - 1}
+	resp.Body = &scrubBody{r: resp.Body, pats: e.Vault.pats, phs: phs, keep: maxLen(secrets) - 1}
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
 	return nil
@@ -153,15 +152,15 @@ func maxLen(ss []string) int {
 // the last keep bytes of what it read (a secret may straddle two reads)
 // until more comes or the body ends.
 type scrubBody struct {
-	r       io.ReadCloser
-	secrets []string
-	phs     []string
-	keep    int
-	pend    []byte // read, not yet scrubbed and given
-	out     []byte // scrubbed, not yet given (a view of outBuf)
-	outBuf  []byte // reused: out is empty whenever flush refills it
-	eof     bool
-	err     error
+	r      io.ReadCloser
+	pats   []foldPat // the secrets, matched in any ASCII case
+	phs    []string
+	keep   int
+	pend   []byte // read, not yet scrubbed and given
+	out    []byte // scrubbed, not yet given (a view of outBuf)
+	outBuf []byte // reused: out is empty whenever flush refills it
+	eof    bool
+	err    error
 }
 
 // readChunk is how much a scrub or scan reads at once. The buffers that
@@ -197,10 +196,8 @@ func (b *scrubBody) Read(p []byte) (int, error) {
 // flush scrubs pend and moves all of it that no secret can still extend
 // to out.
 func (b *scrubBody) flush() {
-	for i, s := range b.secrets {
-		if bytes.Contains(b.pend, []byte(s)) {
-			b.pend = bytes.ReplaceAll(b.pend, []byte(s), []byte(b.phs[i]))
-		}
+	if out, found := replaceFoldBytes(nil, b.pend, b.pats, b.phs); found {
+		b.pend = out
 	}
 	cut := len(b.pend)
 	if !b.eof {

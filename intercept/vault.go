@@ -1,7 +1,6 @@
 package intercept
 
 import (
-	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
@@ -29,12 +28,15 @@ type Vault struct {
 	// secrets and placeholders are the creds' own, in order, made once
 	// by NewVault for the scrubs (pairs).
 	secrets, placeholders []string
+	// pats are the secrets prepared for the any-case scrubs (fold.go).
+	pats []foldPat
 }
 
 type cred struct {
 	spec        policy.Credential
 	secret      string
 	placeholder string
+	phPat       foldPat // the placeholder, for the any-case searches
 }
 
 // NewVault reads each credential's secret (getenv for from.env, readFile
@@ -85,8 +87,9 @@ func NewVault(specs []policy.Credential, getenv func(string) string, readFile fu
 			return nil, fmt.Errorf("credential %s: placeholder: %w", s.Name, err)
 		}
 		ph := placeholderPrefix + hex.EncodeToString(rb[:])
-		v.creds = append(v.creds, cred{spec: s, secret: secret, placeholder: ph})
+		v.creds = append(v.creds, cred{spec: s, secret: secret, placeholder: ph, phPat: newFoldPat(ph)})
 		v.secrets, v.placeholders = append(v.secrets, secret), append(v.placeholders, ph)
+		v.pats = append(v.pats, newFoldPat(secret))
 	}
 	return v, nil
 }
@@ -193,8 +196,9 @@ func (v *Vault) Find(b []byte) (string, bool) {
 	if v.Empty() || len(b) < len(placeholderPrefix)+40 {
 		return "", false
 	}
-	for _, c := range v.creds {
-		if indexFold(b, c.placeholder) >= 0 {
+	for i := range v.creds {
+		c := &v.creds[i]
+		if c.phPat.index(b) >= 0 {
 			return c.spec.Name, true
 		}
 	}
@@ -207,21 +211,6 @@ func (v *Vault) FindString(s string) (string, bool) {
 		return "", false
 	}
 	return v.Find([]byte(s))
-}
-
-// indexFold finds p (lower-case ASCII) in b, ASCII case ignored.
-func indexFold(b []byte, p string) int {
-	n := len(p)
-	for i := 0; i+n <= len(b); i++ {
-		// The prefix's first byte is a letter: a cheap first test.
-		if b[i]|0x20 != p[0] {
-			continue
-		}
-		if bytes.EqualFold(b[i:i+n], []byte(p)) {
-			return i
-		}
-	}
-	return -1
 }
 
 // pairs returns the secrets and their placeholders, for scrubbing (made

@@ -2,7 +2,6 @@ package intercept
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -268,12 +267,12 @@ type wsRelay struct {
 	fwd                []byte // checked worker bytes not yet given to Read
 	rbuf               []byte // Read's buffer, made once
 	err                error  // why the relay ended, for the request record
-	secrets, phs       []string
+	phs                []string
 }
 
 func (h *handler) newWSRelay(c net.Conn) *wsRelay {
 	w := &wsRelay{Conn: c, h: h, fromWorker: wsStream{fromClient: true}}
-	w.secrets, w.phs = h.e.Vault.pairs()
+	_, w.phs = h.e.Vault.pairs()
 	return w
 }
 
@@ -319,8 +318,8 @@ func (w *wsRelay) checkOut(f wsFrame, msg []byte) ([]byte, error) {
 	if name, found := v.Find(msg); found {
 		return nil, &wsError{code: closePolicy, cred: name, reason: "placeholder in a WebSocket message, where it may not go"}
 	}
-	for i, s := range w.secrets {
-		if bytes.Contains(msg, []byte(s)) {
+	for i := range v.pats {
+		if v.pats[i].index(msg) >= 0 {
 			return nil, &wsError{code: closePolicy, cred: v.creds[i].spec.Name, reason: "the secret itself in a WebSocket message"}
 		}
 	}
@@ -365,10 +364,8 @@ func (w *wsRelay) scrubIn(f wsFrame, msg []byte) ([]byte, error) {
 	if op < wsClose {
 		op = w.fromUp.op
 	}
-	for i, s := range w.secrets {
-		if bytes.Contains(msg, []byte(s)) {
-			msg = bytes.ReplaceAll(msg, []byte(s), []byte(w.phs[i]))
-		}
+	if out, found := replaceFoldBytes(nil, msg, w.h.e.Vault.pats, w.phs); found {
+		msg = out
 	}
 	if op >= wsClose && len(msg) > 125 {
 		msg = msg[:125]

@@ -136,6 +136,10 @@ func (u *credUpstreams) handler(target string) http.Handler {
 			fmt.Fprintf(fw, "echo %s\n", auth)
 			fw.Close()
 			return
+		case "/echo-case":
+			// Quoted upper- and lower-cased, as an error page may.
+			fmt.Fprintf(w, "echo-case: %s | %s\n", strings.ToUpper(auth), strings.ToLower(auth))
+			return
 		case "/echo-doc":
 			http.ServeContent(w, r, "", time.Time{}, strings.NewReader("echo-doc: "+auth+"\n"))
 			return
@@ -220,7 +224,7 @@ allow:
     tls: terminate
     requests:
       - methods: [GET]
-        paths: ["/v1/**", "/echo", "/echo-trailer", "/echo-103", "/echo-deflate", "/echo-doc"]
+        paths: ["/v1/**", "/echo", "/echo-trailer", "/echo-103", "/echo-deflate", "/echo-doc", "/echo-case"]
       - methods: [POST]
         paths: ["/v1/upload"]
   - host: %[3]s
@@ -257,7 +261,7 @@ func credRecord(id string, rec audit.Record) bool {
 	switch id {
 	case "control-credentials":
 		return req && f.Action == "allow" && f.Path == "/v1/ok"
-	case "creds-echo", "creds-echo-trailer", "creds-echo-early-hints", "creds-echo-encoding", "creds-echo-range":
+	case "creds-echo", "creds-echo-trailer", "creds-echo-early-hints", "creds-echo-encoding", "creds-echo-range", "creds-echo-case":
 		return req && f.Action == "allow" && f.Path == attack.CredEchoPaths[id]
 	case "creds-other-host":
 		return cred && f.Host == attack.CredOtherName

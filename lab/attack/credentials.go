@@ -189,6 +189,8 @@ func credentialAttempts() []Attempt {
 			credEcho(api+"/echo-deflate", nil, 1)))),
 		withSetup(2, withHostCheck("the api upstream got both requests with the secret in Authorization; neither answer is a part, and together they hold only the placeholder", at("creds-echo-range", LayerCredentials, "GET "+api+"/echo-doc twice with Authorization: Bearer "+ph+" and Range: bytes=0-15, then bytes=16-: an echo document fetched in two pieces that no scrub would recognise alone", AuditAllow,
 			credEcho(api+"/echo-doc", []string{"bytes=0-15", "bytes=16-"}, 2)))),
+		withSetup(1, withHostCheck("the api upstream got the request with the secret in Authorization; the body the worker read holds the placeholder in upper and lower case, never the secret in any case", at("creds-echo-case", LayerCredentials, "GET "+api+"/echo-case with Authorization: Bearer "+ph+": the upstream quotes the header upper-cased and lower-cased in its body, as an error page may; a scrub that matches the secret's own case alone lets both through", AuditAllow,
+			credEcho(api+"/echo-case", nil, 1)))),
 		at("creds-method-override-form", LayerRequests, "POST "+api+"/v1/upload (allowed; DELETE is not) with _method=DELETE where each framework that honours it looks: an application/x-www-form-urlencoded body and a multipart/form-data part (Rails, Laravel, Symfony), each also with malformed Content-Type parameters; a body without a Content-Type, a ';' between fields, a multipart/mixed body with the name in Content-ID and a boundary only Rack's greedy match picks (Rack); PHP's renamed .method in the body and the query, and a JSON body's _method (Laravel)", AuditDeny,
 			func(ctx context.Context, a *attacker) result {
 				forms := []struct{ name, query, ct, body string }{
@@ -320,6 +322,7 @@ var CredEchoPaths = map[string]string{
 	"creds-echo-early-hints": "/echo-103",
 	"creds-echo-encoding":    "/echo-deflate",
 	"creds-echo-range":       "/echo-doc",
+	"creds-echo-case":        "/echo-case",
 }
 
 // credEcho is an echo attempt: GET u (once per range, with that Range
@@ -347,10 +350,10 @@ func credEcho(u string, ranges []string, want int) func(context.Context, *attack
 		got := all.String()
 		ph := os.Getenv(CredPlaceholderEnv)
 		switch {
-		case strings.Contains(got, CredSecretPrefix):
-			i := strings.Index(got, CredSecretPrefix)
+		case strings.Contains(strings.ToLower(got), CredSecretPrefix):
+			i := strings.Index(strings.ToLower(got), CredSecretPrefix)
 			return allowedf("HTTP %s; what came back holds the secret (%s…) after %q", strings.Join(statuses, ","), CredSecretPrefix, got[max(0, i-40):i])
-		case len(statuses) == want && strings.Contains(got, ph):
+		case len(statuses) == want && strings.Contains(strings.ToLower(got), ph):
 			return blockedf("HTTP %s; what came back shows only the placeholder", strings.Join(statuses, ","))
 		case strings.Contains(strings.Join(statuses, ","), "502") && strings.Contains(got, "nsgate"):
 			return blockedf("HTTP %s from nsgate: %q", strings.Join(statuses, ","), firstLine([]byte(got)))
