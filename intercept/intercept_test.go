@@ -787,3 +787,18 @@ func (c *chunkReader) Read(p []byte) (int, error) {
 	c.s = c.s[n:]
 	return n, nil
 }
+
+// FuzzFoldPat: the anchored search agrees with the plain any-case one.
+func FuzzFoldPat(f *testing.F) {
+	f.Add("s3cr3t-TOKEN", "xx S3CR3T-token yy")
+	f.Add("QqQq", "qqqQqQqQ")
+	f.Fuzz(func(t *testing.T, sec, hay string) {
+		if sec == "" || strings.ContainsFunc(sec, func(r rune) bool { return r < 0x20 || r >= 0x7f }) {
+			return // a secret is printable ASCII (NewVault)
+		}
+		p := newFoldPat(sec)
+		if got, want := p.index([]byte(hay)), indexFoldAny(hay, sec); got != want {
+			t.Fatalf("%q in %q: %d, want %d", sec, hay, got, want)
+		}
+	})
+}
