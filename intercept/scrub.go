@@ -122,22 +122,13 @@ func replaceFold(s string, secrets, phs []string) string {
 	return s
 }
 
-// scrubString replaces secrets in a message.
+// scrubString replaces secrets in a message, in any ASCII case.
 func (e *Engine) scrubString(s string) string {
 	if e.Vault.Empty() {
 		return s
 	}
 	secrets, phs := e.Vault.pairs()
-	return replaceAll(s, secrets, phs)
-}
-
-func replaceAll(s string, secrets, phs []string) string {
-	for i, sec := range secrets {
-		if strings.Contains(s, sec) {
-			s = strings.ReplaceAll(s, sec, phs[i])
-		}
-	}
-	return s
+	return replaceFold(s, secrets, phs)
 }
 
 func maxLen(ss []string) int {
