@@ -290,8 +290,15 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	var overrides []string
-	for _, name := range policy.MethodOverrideHeaders {
-		overrides = append(overrides, r.Header.Values(name)...)
+	var names []string // in order, for a reason that does not change run to run
+	for name := range r.Header {
+		if policy.MethodOverrideHeader(name) {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		overrides = append(overrides, r.Header[name]...)
 	}
 	var d policy.RequestDecision
 	if h.e.NoPathCheck {

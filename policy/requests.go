@@ -25,6 +25,23 @@ type reqRule struct {
 // as if it used that method too (docs/policy.md, "Requests").
 var MethodOverrideHeaders = []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"}
 
+// MethodOverrideHeader reports whether a request header named name is one
+// of MethodOverrideHeaders as a server may read it: any case, and with
+// '_' read as '-' (a CGI-style server such as Rack's or PHP's maps both to
+// HTTP_X_HTTP_METHOD_OVERRIDE).
+func MethodOverrideHeader(name string) bool {
+	if len(name) < len("X-HTTP-Method") || len(name) > len("X-HTTP-Method-Override") {
+		return false
+	}
+	n := strings.ReplaceAll(name, "_", "-")
+	for _, h := range MethodOverrideHeaders {
+		if strings.EqualFold(n, h) {
+			return true
+		}
+	}
+	return false
+}
+
 // MethodOverrideField reports whether a form, query or JSON field named
 // name (already percent-decoded) may be read by a server as the request's
 // method, as Rails, Laravel and Symfony read "_method": in any case, and

@@ -265,3 +265,17 @@ func TestQUICToTerminatedHostRefused(t *testing.T) {
 		t.Errorf("TCP: %v", d)
 	}
 }
+
+// TestMethodOverrideHeader: the override headers in any case and with
+// '_' for '-' (CGI-style servers read both alike); others are not.
+func TestMethodOverrideHeader(t *testing.T) {
+	for name, want := range map[string]bool{
+		"X-HTTP-Method-Override": true, "x-http-method-override": true, "X_HTTP_Method_Override": true,
+		"X-Http-Method": true, "x_method_override": true, "X-Method": false, "X-HTTP-Method-Overrides": false,
+		"Authorization": false, "X-HTTP_Method-Override": true,
+	} {
+		if got := MethodOverrideHeader(name); got != want {
+			t.Errorf("%q: %v, want %v", name, got, want)
+		}
+	}
+}

@@ -73,8 +73,10 @@ var CredConfusedPaths = []string{
 }
 
 // CredOverrideHeaders are the method-override headers of
-// creds-method-override, each naming DELETE on an allowed GET.
-var CredOverrideHeaders = []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override"}
+// creds-method-override, each naming DELETE on an allowed GET: the three
+// names, and one with '_' for '-', which a CGI-style server (Rack, PHP)
+// reads as the same header.
+var CredOverrideHeaders = []string{"X-HTTP-Method-Override", "X-HTTP-Method", "X-Method-Override", "X_HTTP_Method_Override"}
 
 func credentialAttempts() []Attempt {
 	ph := "the placeholder (" + CredPlaceholderEnv + ")"
