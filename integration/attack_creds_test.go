@@ -158,6 +158,9 @@ allow:
         paths: ["/repos/acme/*", "/echo", "/trailer", "/early", "/deflate", "/range", "/redir", "/hname", "/echo-case"]
       - methods: [POST]
         paths: ["/repos/acme/app/issues"]
+      - methods: [GET]
+        paths: ["/search"]
+        query: {q: "repo:acme*"}
 dns:
   upstream: ["%s"]
   hosts:
@@ -313,6 +316,13 @@ for name, target, ctype, body in [('override-form', '/repos/acme/app/issues', 'a
     ct = '' if ctype is None else 'Content-Type: %%s\r\n' %% ctype
     r = raw(('POST %%s HTTP/1.1\r\nHost: %%s\r\n%%sContent-Length: %%d\r\nConnection: close\r\n\r\n' %% (target, HOST, ct, len(body))).encode() + body)
     print('%%s: %%r' %% (name, r.split(b'\r\n')[0]))
+# Query rules (q once, matching repo:acme*) against the ways lenient servers
+# read a query: ';' splits it (Rack 2), another case (ASP.NET), an index,
+# a NUL or a leading space (PHP) name the same parameter again.
+for name, q in [('query-ok', 'q=repo:acme/app'), ('query-semicolon', 'q=repo:acme/app&z=1;q=repo:other'), ('query-case', 'q=repo:acme/app&Q=repo:other'),
+        ('query-array', 'q=repo:acme/app&q[]=repo:other'), ('query-nul', 'q=repo:acme/app&q%%00x=repo:other'), ('query-space', 'q=repo:acme/app&+q=repo:other')]:
+    r = raw(('GET /search?%%s HTTP/1.1\r\nHost: %%s\r\nConnection: close\r\n\r\n' %% (q, HOST)).encode())
+    print('%%s: %%r' %% (name, r.split(b'\r\n')[0]))
 print('DONE')
 `
 
@@ -349,6 +359,9 @@ func TestAttackCreds(t *testing.T) {
 			if strings.Contains(strings.ToLower(s), "nsgph") || strings.Contains(strings.ToLower(s), "%6esgph") {
 				t.Errorf("FINDING: the placeholder reached the upstream: %s", s)
 			}
+			if strings.Contains(strings.SplitN(s, " ", 3)[1], "repo:other") {
+				t.Errorf("FINDING: a query the rules refuse (a second q) reached the upstream: %s", s)
+			}
 			if target, _, _ := strings.Cut(strings.SplitN(s, " ", 3)[1], "?"); strings.Contains(target, "admin") {
 				t.Errorf("FINDING: a refused path reached the upstream: %s", s)
 			}
@@ -368,6 +381,14 @@ func TestAttackCreds(t *testing.T) {
 			}
 			if strings.Contains(fmt.Sprint(ar), credSecret) {
 				t.Errorf("FINDING: audit record holds the secret: %v", ar)
+			}
+		}
+		if !strings.Contains(lines["query-ok"], "200") {
+			t.Errorf("the allowed query was refused: %q", lines["query-ok"])
+		}
+		for k, v := range lines {
+			if strings.HasPrefix(k, "query-") && k != "query-ok" && !strings.Contains(v, "403") {
+				t.Errorf("FINDING: %s: a query the rules refuse was not refused: %s", k, v)
 			}
 		}
 		if !strings.Contains(r.stdout, "DONE") {

@@ -11,7 +11,7 @@ import (
 )
 
 // labCredIDs are the credential category's attempts and its control.
-const labCredIDs = "control-credentials,creds-other-host,creds-in-body,creds-in-query,creds-in-dns,creds-read-source,creds-echo,creds-echo-trailer,creds-echo-early-hints,creds-echo-encoding,creds-echo-range,creds-echo-case,creds-path-confusion,creds-method-override,creds-method-override-form,creds-ws-placeholder,creds-h2-smuggle,creds-fronting"
+const labCredIDs = "control-credentials,creds-other-host,creds-in-body,creds-in-query,creds-in-dns,creds-read-source,creds-echo,creds-echo-trailer,creds-echo-early-hints,creds-echo-encoding,creds-echo-range,creds-echo-case,creds-path-confusion,creds-method-override,creds-method-override-form,creds-query-pollution,creds-ws-placeholder,creds-h2-smuggle,creds-fronting"
 
 // TestLabCredentials runs the lab's credential category, root and
 // rootless: every attack is blocked with no request at the fake upstreams
@@ -45,6 +45,12 @@ func TestLabCredentials(t *testing.T) {
 					if !strings.Contains(h.Detail, "secret: true, placeholder: false") {
 						t.Errorf("%s: upstream hit %+v, want the secret and no placeholder", a.ID, h)
 					}
+				}
+			case a.ID == "creds-query-pollution":
+				// The allowed query first (the attempt's proof that the
+				// rule lets it through), then nothing.
+				if len(a.Hits) != 1 || !strings.Contains(a.Hits[0].Detail, "/search") {
+					t.Errorf("%s: upstream hits %+v, want the allowed query alone", a.ID, a.Hits)
 				}
 			case a.ID == "creds-ws-placeholder":
 				// The upgrade is allowed and carries the secret; no
@@ -92,7 +98,7 @@ func TestLabBreakCredentials(t *testing.T) {
 		through []string
 	}{
 		{"credentials", []string{"creds-other-host", "creds-in-body", "creds-in-query", "creds-in-dns", "creds-ws-placeholder"}},
-		{"request-rules", []string{"creds-path-confusion", "creds-method-override", "creds-method-override-form"}},
+		{"request-rules", []string{"creds-path-confusion", "creds-method-override", "creds-method-override-form", "creds-query-pollution"}},
 		{"echo-scrub", []string{"creds-echo", "creds-echo-trailer", "creds-echo-early-hints", "creds-echo-encoding", "creds-echo-range", "creds-echo-case"}},
 	} {
 		t.Run(tc.layer, func(t *testing.T) {

@@ -227,6 +227,9 @@ allow:
         paths: ["/v1/**", "/echo", "/echo-trailer", "/echo-103", "/echo-deflate", "/echo-doc", "/echo-case"]
       - methods: [POST]
         paths: ["/v1/upload"]
+      - methods: [GET]
+        paths: ["/search"]
+        query: {q: "repo:lab/*"}
   - host: %[3]s
     ports: [%[4]d]
     tls: terminate
@@ -273,6 +276,8 @@ func credRecord(id string, rec audit.Record) bool {
 		return cred && f.Where == "a DNS name"
 	case "creds-path-confusion":
 		return req && f.Action == "deny" && f.Host == attack.CredAPIName && f.Rule != "credential" && !strings.HasPrefix(f.Reason, "fronting") && !strings.Contains(f.Reason, "override")
+	case "creds-query-pollution":
+		return req && f.Action == "deny" && f.Path == "/search"
 	case "creds-method-override", "creds-method-override-form":
 		return req && f.Action == "deny" && strings.Contains(f.Reason, "override")
 	case "creds-ws-placeholder":

@@ -167,7 +167,6 @@ func (p *Policy) DecideRequest(ruleID string, q Request) RequestDecision {
 	if !validMethod(method) {
 		return RequestDecision{Deny, ruleID, "method refused: not an HTTP method token", clean}
 	}
-	params, perr := parseQuery(rawQuery)
 	overrides := slices.Clone(q.Overrides)
 	overrides = append(overrides, queryOverrides(rawQuery)...)
 	for i, o := range overrides {
@@ -189,7 +188,7 @@ func (p *Policy) DecideRequest(ruleID string, q Request) RequestDecision {
 			continue
 		}
 		if len(rr.query) > 0 {
-			if perr != nil || !rr.matchQuery(params) {
+			if !rr.matchQuery(rawQuery) {
 				continue
 			}
 		}
@@ -232,40 +231,56 @@ func (rr *reqRule) matchPath(clean string) bool {
 	return false
 }
 
-func (rr *reqRule) matchQuery(params map[string][]string) bool {
-	for name, g := range rr.query {
-		vs := params[name]
-		if len(vs) != 1 {
-			return false // absent, or repeated (parameter pollution)
+// matchQuery reports whether raw, a request's raw query, holds each
+// parameter the rule names exactly once, matching its glob, however a
+// server splits and names the fields:
+//   - split at '&' alone and at '&' and ';' (Rack 2), it must match both
+//     ways;
+//   - a field whose name a server may read as the parameter's (queryName:
+//     any case, PHP's renaming, an index) counts as the parameter too, so
+//     "q=ok&Q=x", "q=ok&q[]=x" or "a_b=ok&a.b=x" hold it twice; the one
+//     field must spell the name exactly;
+//   - a malformed escape anywhere refuses it.
+func (rr *reqRule) matchQuery(raw string) bool {
+	for _, seps := range []string{"&", "&;"} {
+		var fields [][2]string
+		for _, kv := range strings.FieldsFunc(raw, func(r rune) bool { return strings.ContainsRune(seps, r) }) {
+			k, v, _ := strings.Cut(kv, "=")
+			k, err1 := url.QueryUnescape(k)
+			v, err2 := url.QueryUnescape(v)
+			if err1 != nil || err2 != nil {
+				return false
+			}
+			fields = append(fields, [2]string{k, v})
 		}
-		if !matchValue(g, vs[0]) {
-			return false
+		for name, g := range rr.query {
+			want, n, val := queryName(name), 0, ""
+			for _, f := range fields {
+				if queryName(f[0]) != want {
+					continue
+				}
+				if n++; f[0] != name {
+					return false
+				}
+				val = f[1]
+			}
+			if n != 1 || !matchValue(g, val) {
+				return false // absent, repeated (parameter pollution) or not matching
+			}
 		}
 	}
 	return true
 }
 
-// parseQuery splits a raw query; a malformed escape is an error.
-func parseQuery(raw string) (map[string][]string, error) {
-	if raw == "" {
-		return nil, nil
+// queryName is a query field's name as the most lenient server reads it:
+// leading spaces dropped, cut at a NUL or an index ('['), '.' and ' ' read
+// as '_' (PHP), in lower case (ASP.NET).
+func queryName(k string) string {
+	k = strings.TrimLeft(k, " ")
+	if i := strings.IndexAny(k, "\x00["); i >= 0 {
+		k = k[:i]
 	}
-	out := make(map[string][]string)
-	var bad error
-	for kv := range strings.SplitSeq(raw, "&") {
-		if kv == "" {
-			continue
-		}
-		k, v, _ := strings.Cut(kv, "=")
-		k, err1 := url.QueryUnescape(k)
-		v, err2 := url.QueryUnescape(v)
-		if err1 != nil || err2 != nil {
-			bad = errors.New("malformed query")
-			continue
-		}
-		out[k] = append(out[k], v)
-	}
-	return out, bad
+	return strings.ToLower(strings.NewReplacer(".", "_", " ", "_").Replace(k))
 }
 
 // matchValue matches a query value against a glob in which "*" matches any

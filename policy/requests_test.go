@@ -53,6 +53,17 @@ func TestDecideRequest(t *testing.T) {
 		{"query glob missing", "allow[0]", "GET", "/search/code", nil, false, "allow[0]", "/search/code"},
 		{"query glob fails", "allow[0]", "GET", "/search/code?q=repo:other", nil, false, "allow[0]", "/search/code"},
 		{"query parameter repeated", "allow[0]", "GET", "/search/code?q=repo:acme&q=repo:other", nil, false, "allow[0]", "/search/code"},
+		// The query as lenient servers read it: each alias of the name
+		// counts, and ';' may split it (Rack 2).
+		{"query parameter after ';'", "allow[0]", "GET", "/search/code?q=repo:acme&z=1;q=repo:other", nil, false, "allow[0]", "/search/code"},
+		{"query parameter in another case", "allow[0]", "GET", "/search/code?q=repo:acme&Q=repo:other", nil, false, "allow[0]", "/search/code"},
+		{"query parameter as an array", "allow[0]", "GET", "/search/code?q=repo:acme&q[]=repo:other", nil, false, "allow[0]", "/search/code"},
+		{"query parameter with a NUL", "allow[0]", "GET", "/search/code?q=repo:acme&q%00x=repo:other", nil, false, "allow[0]", "/search/code"},
+		{"query parameter with a leading space", "allow[0]", "GET", "/search/code?q=repo:acme&+q=repo:other", nil, false, "allow[0]", "/search/code"},
+		{"query parameter spelled otherwise alone", "allow[0]", "GET", "/search/code?Q=repo:acme", nil, false, "allow[0]", "/search/code"},
+		{"query value holding ';' split", "allow[0]", "GET", "/search/code?q=repo:acme;x", nil, true, "allow[0].requests[2]", "/search/code"},
+		{"query value holding ';', split short", "allow[0]", "GET", "/search/code?q=repo:ac;me", nil, false, "allow[0]", "/search/code"},
+		{"query with a malformed escape", "allow[0]", "GET", "/search/code?q=repo:acme&x=%zz", nil, false, "allow[0]", "/search/code"},
 		{"override to a method the rule lacks", "allow[0]", "GET", "/repos/acme/app", []string{"DELETE"}, false, "allow[0].requests[0]", "/repos/acme/app"},
 		{"override to a method the rule has", "allow[0]", "GET", "/repos/acme/app", []string{"head"}, true, "allow[0].requests[0]", "/repos/acme/app"},
 		{"_method query override", "allow[0]", "GET", "/repos/acme/app?_method=DELETE", nil, false, "allow[0].requests[0]", "/repos/acme/app"},

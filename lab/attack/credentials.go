@@ -233,6 +233,31 @@ func credentialAttempts() []Attempt {
 				}
 				return blockedf("%s", strings.Join(parts, "; "))
 			}),
+		withSetup(1, at("creds-query-pollution", LayerRequests, "GET "+api+"/search?q=repo:lab/app (allowed once: the rule's query is q matching repo:lab/*) with a second q that a lenient server reads in place of the first: after a ';' (Rack 2), in another case (ASP.NET), as an index, with a NUL or a leading space in its name (PHP)", AuditDeny,
+			func(ctx context.Context, a *attacker) result {
+				if s, _, b, err := a.credRequest(ctx, "GET", api+"/search?q=repo:lab/app", nil, nil, false); err != nil || s != 200 {
+					return erroredf("the allowed query itself: HTTP %d %q %v (the attempt proves nothing)", s, firstLine(b), err)
+				}
+				var parts []string
+				for _, q := range []struct{ name, query string }{
+					{"';'", "q=repo:lab/app&z=1;q=repo:other"},
+					{"case", "q=repo:lab/app&Q=repo:other"},
+					{"index", "q=repo:lab/app&q%5B%5D=repo:other"},
+					{"NUL", "q=repo:lab/app&q%00x=repo:other"},
+					{"space", "q=repo:lab/app&+q=repo:other"},
+				} {
+					s, h, b, err := a.credRequest(ctx, "GET", api+"/search?"+q.query, nil, nil, false)
+					switch {
+					case err != nil:
+						parts = append(parts, q.name+": "+err.Error())
+					case s == 403 && h.Get("X-Nsgate-Refusal") != "":
+						parts = append(parts, fmt.Sprintf("%s: 403 from nsgate", q.name))
+					default:
+						return allowedf("%s (%s): HTTP %d %q", q.name, q.query, s, firstLine(b))
+					}
+				}
+				return blockedf("%s", strings.Join(parts, "; "))
+			})),
 		withSetup(1, withHostCheck("the api upstream got the upgrade (the secret in its Authorization) and no WebSocket message carrying the placeholder", at("creds-ws-placeholder", LayerCredentials, "a WebSocket to "+api+"/v1/ws (allowed; Authorization: Bearer "+ph+"), then a text message carrying "+ph+": nsgate must close with 1008 before the message reaches the upstream", AuditDeny,
 			credWSPlaceholder))),
 		at("creds-fronting", LayerL7, "TLS with SNI "+CredAPIName+" (terminated, holds the credential) and Host (HTTP/1.1) or :authority (h2) "+CredOtherName+", with Authorization: Bearer "+ph, AuditDeny,
