@@ -32,6 +32,8 @@ func newFoldPat(s string) foldPat {
 // cases cost (two scans).
 func anchorRank(c byte) int {
 	switch {
+	case c == 0:
+		return 7 // UTF-16's every other byte, and binary data's most common
 	case '0' <= c && c <= '9':
 		return 3
 	case 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z':
@@ -119,4 +121,106 @@ func replaceFoldBytes(dst, b []byte, pats []foldPat, phs []string) ([]byte, bool
 		b = append(out, b...)
 	}
 	return append(dst, b...), found
+}
+
+// echoSearch finds every echo form of one secret (echoForms) in one scan:
+// the forms share an anchor, a letter or digit of the secret, which each
+// holds unchanged at a known offset; every place the anchor occurs (in
+// either case) is tried against each form. A secret without a letter or
+// digit has no such anchor: each form is then searched on its own.
+type echoSearch struct {
+	lo, up   byte
+	forms    []foldPat // k: the anchor's offset in each form
+	phs      []string
+	maxLen   int
+	separate bool // no shared anchor: replaceFoldBytes, each form anchored alone
+}
+
+func newEchoSearch(secret, ph string) *echoSearch {
+	k, best := -1, 99
+	for i := 0; i < len(secret); i++ {
+		if c := secret[i]; alnum(c) {
+			if r := anchorRank(c); r < best {
+				k, best = i, r
+			}
+		}
+	}
+	e := &echoSearch{separate: k < 0}
+	forms, phs, offs := echoForms(secret, ph, max(k, 0))
+	for i, f := range forms {
+		p := newFoldPat(f)
+		if !e.separate {
+			p.k = offs[i]
+			p.lo, p.up = foldByte(secret[k])
+		}
+		e.forms, e.phs = append(e.forms, p), append(e.phs, phs[i])
+		e.maxLen = max(e.maxLen, len(f))
+	}
+	if !e.separate {
+		e.lo, e.up = foldByte(secret[k])
+	}
+	return e
+}
+
+// replace returns b with every form replaced by its placeholder, and
+// whether any was (b itself when none).
+func (e *echoSearch) replace(b []byte) ([]byte, bool) {
+	if e.separate {
+		out, found := replaceFoldBytes(nil, b, e.forms, e.phs)
+		if !found {
+			return b, false
+		}
+		return out, true
+	}
+	var out []byte
+	last, found := 0, false
+	nl, nu := -2, -2 // the next anchor in each case at or past from; -1: none left
+	for from := 0; from < len(b); {
+		if nl != -1 && nl < from {
+			nl = nextByte(b, from, e.lo)
+		}
+		if e.up == e.lo {
+			nu = nl
+		} else if nu != -1 && nu < from {
+			nu = nextByte(b, from, e.up)
+		}
+		a := nl
+		if nu >= 0 && (a < 0 || nu < a) {
+			a = nu
+		}
+		if a < 0 {
+			break
+		}
+		from = a + 1
+		for j := range e.forms {
+			f := &e.forms[j]
+			st, n := a-f.k, len(f.s)
+			if st < last || st+n > len(b) {
+				continue
+			}
+			if b[st]|0x20 == f.s[0]|0x20 && b[st+n-1]|0x20 == f.s[n-1]|0x20 && bytes.EqualFold(b[st:st+n], f.s) {
+				out = append(out, b[last:st]...)
+				out = append(out, e.phs[j]...)
+				last, found = st+n, true
+				from = last
+				break
+			}
+		}
+	}
+	if !found {
+		return b, false
+	}
+	return append(out, b[last:]...), true
+}
+
+// replaceEchoes applies each search to b in turn.
+func replaceEchoes(b []byte, es []*echoSearch) ([]byte, bool) {
+	any := false
+	for _, e := range es {
+		var found bool
+		if b, found = e.replace(b); found {
+			any = true
+		}
+	}
+	return b, any
 }

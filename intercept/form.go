@@ -23,38 +23,37 @@ const (
 	formJSON       = "json"
 )
 
-// maxBoundaries bounds the boundaries a multipart Content-Type may name:
-// the body is parsed once with each.
-const maxBoundaries = 8
-
 // bodyForm is one way a server may read a request body's fields: its kind
 // (formURLEncoded, formMultipart or formJSON) and, for a multipart body,
-// every boundary some server may take from the Content-Type.
+// its boundary.
 type bodyForm struct {
-	kind       string
-	boundaries []string
+	kind     string
+	boundary string
 }
 
 // formsOf returns every way a server that honours _method may read the
 // body of a request with this method and these Content-Type values, as
 // leniently as the most lenient of them:
-//   - the media type is what comes before the first ';' or ',', any case,
-//     whatever the parameters look like (Rack), so a malformed
-//     "...urlencoded; charset" is still a form;
+//   - the media type is what comes before the first ';', ',' (Rack) or
+//     space (PHP), any case, whatever the parameters look like, so a
+//     malformed "...urlencoded; charset" or "...urlencoded x" is still a
+//     form;
 //   - a POST without a Content-Type, or with an empty one, is read as a
 //     urlencoded form (Rack);
 //   - multipart/mixed and multipart/related are read like
 //     multipart/form-data (Rack);
 //   - a Content-Type holding "/json" or "+json" anywhere is a JSON body
 //     whose top-level _method a server may read (Laravel);
-//   - a multipart body's boundary is every one a parser may pick: the
-//     strict parse's, and the value after each "boundary" in the header,
-//     the first (PHP) and the last (Rack's greedy match) among them;
+//   - parsers differ on a multipart boundary the header spells oddly (PHP
+//     takes the first "boundary" even inside another parameter, Rack the
+//     last, PHP keeps the spaces and quotes Go drops), so a multipart
+//     Content-Type must name one boundary, plainly (strictBoundary), and
+//     its body must parse whole (multipartOverrides);
 //   - with more than one Content-Type value, each is read, and the values
 //     joined too.
 //
-// An error refuses the request: a multipart Content-Type naming more
-// boundaries than nsgate parses the body with.
+// An error refuses the request: a multipart Content-Type whose boundary
+// parsers could read differently.
 func formsOf(method string, cts []string) ([]bodyForm, error) {
 	if len(cts) == 0 {
 		cts = []string{""}
@@ -77,68 +76,52 @@ func formsOf(method string, cts []string) ([]bodyForm, error) {
 // formOf is formsOf for one Content-Type value; a zero bodyForm when the
 // body is not one a server reads _method from.
 func formOf(method, ct string) (bodyForm, error) {
-	mt := ct
-	if i := strings.IndexAny(mt, ";,"); i >= 0 {
-		mt = mt[:i]
+	mt := strings.TrimLeft(ct, " \t")
+	if i := strings.IndexAny(mt, ";, \t"); i >= 0 {
+		mt = mt[:i] // PHP stops at a space too
 	}
-	mt = strings.ToLower(strings.TrimSpace(mt))
+	mt = strings.ToLower(mt)
 	lct := strings.ToLower(ct)
 	switch {
 	case mt == "" && method == http.MethodPost, mt == formURLEncoded:
 		return bodyForm{kind: formURLEncoded}, nil
 	case mt == formMultipart || mt == "multipart/mixed" || mt == "multipart/related":
-		bs := boundaries(ct)
-		if len(bs) > maxBoundaries {
-			return bodyForm{}, errors.New("a multipart Content-Type naming more than " + strconv.Itoa(maxBoundaries) + " boundaries is not forwarded: its _method fields cannot all be judged")
+		b, err := strictBoundary(ct)
+		if err != nil {
+			return bodyForm{}, errors.New("a multipart body is not forwarded where nsgate reads its _method fields when " + err.Error())
 		}
-		return bodyForm{kind: formMultipart, boundaries: bs}, nil
+		return bodyForm{kind: formMultipart, boundary: b}, nil
 	case strings.Contains(lct, "/json") || strings.Contains(lct, "+json"):
 		return bodyForm{kind: formJSON}, nil
 	}
 	return bodyForm{}, nil
 }
 
-// boundaries returns every boundary a multipart parser may read from ct,
-// without repeats: the strict parse's, then for each "boundary" (any case)
-// the value after the '=' that follows it, quoted, or up to the next '"',
-// ';' or ','; each also with the spaces around it trimmed.
-func boundaries(ct string) []string {
-	var out []string
-	add := func(b string) {
-		if b != "" && !slices.Contains(out, b) {
-			out = append(out, b)
-		}
-	}
-	if _, params, err := mime.ParseMediaType(ct); err == nil {
-		add(params["boundary"])
-	}
+// strictBoundary returns ct's boundary when every parser reads the same
+// one: "boundary" appears once in ct (any case), the strict parse agrees,
+// and the value follows "boundary=" at once, bare or in quotes, made of
+// letters, digits and '()+_-./:=?' only (1 to 70 of them, RFC 2046's
+// characters without the space and the comma).
+func strictBoundary(ct string) (string, error) {
 	lct := strings.ToLower(ct)
-	for off := 0; ; {
-		i := strings.Index(lct[off:], "boundary")
-		if i < 0 {
-			break
-		}
-		off += i + len("boundary")
-		j := strings.IndexByte(ct[off:], '=')
-		if j < 0 {
-			break
-		}
-		v := ct[off+j+1:]
-		if q := strings.TrimLeft(v, " \t"); strings.HasPrefix(q, `"`) {
-			q = q[1:]
-			if k := strings.IndexByte(q, '"'); k >= 0 {
-				q = q[:k]
-			}
-			add(q)
-			continue
-		}
-		if k := strings.IndexAny(v, `";,`); k >= 0 {
-			v = v[:k]
-		}
-		add(v)
-		add(strings.TrimSpace(v))
+	if n := strings.Count(lct, "boundary"); n != 1 {
+		return "", errors.New("its Content-Type names \"boundary\" " + strconv.Itoa(n) + " times, not once")
 	}
-	return out
+	_, params, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return "", errors.New("its Content-Type does not parse: " + err.Error())
+	}
+	b := params["boundary"]
+	if b == "" || len(b) > 70 || strings.IndexFunc(b, func(r rune) bool {
+		return !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || strings.ContainsRune("'()+_-./:=?", r))
+	}) >= 0 {
+		return "", errors.New("its boundary is empty, longer than 70 bytes or holds bytes other than letters, digits and '()+_-./:=?'")
+	}
+	rest := ct[strings.Index(lct, "boundary")+len("boundary"):]
+	if !strings.HasPrefix(rest, "="+b) && !strings.HasPrefix(rest, `="`+b+`"`) {
+		return "", errors.New("its boundary does not follow \"boundary=\" at once")
+	}
+	return b, nil
 }
 
 // overrides returns the values of the _method fields (MethodOverrideField's
@@ -168,9 +151,13 @@ func (f bodyForm) overrides(body []byte, whole bool) []string {
 			out = append(out, v)
 		}
 	case formMultipart:
-		for _, b := range f.boundaries {
-			out = append(out, multipartOverrides(body, b)...)
+		vals, err := multipartOverrides(body, f.boundary, whole)
+		if err != nil {
+			// A body the parse gives up on may still be read by a
+			// lenient server: refused (no rule allows "").
+			return append(vals, "")
 		}
+		out = vals
 	case formJSON:
 		if !whole {
 			if jsonFieldScanner().find(body) != nil {
@@ -184,22 +171,37 @@ func (f bodyForm) overrides(body []byte, whole bool) []string {
 }
 
 // multipartOverrides returns the _method parts' values in body, parsed
-// with boundary.
-func multipartOverrides(body []byte, boundary string) []string {
+// with boundary. It fails on a body a lenient server could read otherwise
+// than the strict parse: one that does not open with its first boundary
+// (Rack skips what comes before), a part whose headers do not parse (PHP
+// and Rack read on past a line without a colon) or whose
+// Content-Disposition does not (a repeated name: PHP and Rack take the
+// last), and, for a whole body (whole), one that does not end with the
+// closing boundary.
+func multipartOverrides(body []byte, boundary string, whole bool) ([]string, error) {
+	if !bytes.HasPrefix(body, []byte("--"+boundary)) {
+		return nil, errors.New("the body does not open with its boundary")
+	}
 	var out []string
 	mr := multipart.NewReader(bytes.NewReader(body), boundary)
 	for {
 		p, err := mr.NextPart()
+		if err == io.EOF {
+			return out, nil
+		}
 		if err != nil {
-			return out
+			if !whole && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)) {
+				return out, nil // the held part ends inside a part
+			}
+			return out, err
 		}
 		name := ""
 		if cd := p.Header.Get("Content-Disposition"); cd != "" {
-			if _, params, err := mime.ParseMediaType(cd); err == nil {
-				name = params["name"]
-			} else {
-				name = looseParam(cd, "name")
+			_, params, err := mime.ParseMediaType(cd)
+			if err != nil {
+				return out, err
 			}
+			name = params["name"]
 		}
 		if name == "" {
 			name = strings.Trim(strings.TrimSpace(p.Header.Get("Content-Id")), "<>")
@@ -210,25 +212,6 @@ func multipartOverrides(body []byte, boundary string) []string {
 		}
 		p.Close()
 	}
-}
-
-// looseParam finds parameter key's value in a header value a strict parse
-// refused: after a ';', any case, quoted or up to the next ';'.
-func looseParam(h, key string) string {
-	for _, p := range strings.Split(h, ";")[1:] {
-		k, v, ok := strings.Cut(p, "=")
-		if ok && strings.EqualFold(strings.TrimSpace(k), key) {
-			v = strings.TrimSpace(v)
-			if strings.HasPrefix(v, `"`) {
-				v = v[1:]
-				if i := strings.IndexByte(v, '"'); i >= 0 {
-					v = v[:i]
-				}
-			}
-			return v
-		}
-	}
-	return ""
 }
 
 // jsonOverrides returns the string values of a JSON object's top-level

@@ -182,7 +182,11 @@ func (e *Engine) Serve(ctx context.Context, worker net.Conn, held []byte, f Flow
 			ServerName: f.Host,
 			NextProtos: []string{"h2", "http/1.1"},
 		},
-		ForceAttemptHTTP2:   true,
+		ForceAttemptHTTP2: true,
+		// Where a credential may go, nsgate asks for gzip and inflates
+		// it itself (scrubResponse), reading every Content-Encoding the
+		// upstream sends; the transport's own handling reads the first.
+		DisableCompression:  e.Vault.forHost(f.Host),
 		TLSHandshakeTimeout: handshakeTimeout,
 		MaxIdleConnsPerHost: 4,
 		IdleConnTimeout:     90 * time.Second,
@@ -247,9 +251,9 @@ func (e *Engine) handler(f Flow, tr http.RoundTripper) *handler {
 			pr.Out.URL.Host = target
 			pr.Out.Host = target
 			if h.creds {
-				// The transport then asks for gzip itself and
-				// decompresses, so an echoed secret is seen in clear.
-				pr.Out.Header.Del("Accept-Encoding")
+				// nsgate asks for gzip itself and inflates it
+				// (scrubResponse), so an echoed secret is seen in clear.
+				pr.Out.Header.Set("Accept-Encoding", "gzip")
 				// A range of the response could hold part of an
 				// echoed secret, which no scrub recognises: the
 				// worker gets the whole response.
@@ -286,6 +290,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 	if host, ok := h.authority(r.Host); !ok {
 		ev.Reason = "fronting: Host/:authority " + strconv.Quote(clipName(host)) + " is not the flow's name " + f.Host + " (its SNI)"
+		ev.Status = refuse(rec, f.Rule, ev.Reason)
+		return
+	}
+	if why := h.checkHeaders(r); why != "" {
+		ev.Reason = why
 		ev.Status = refuse(rec, f.Rule, ev.Reason)
 		return
 	}
@@ -537,6 +546,15 @@ func (h *handler) checkBody(w http.ResponseWriter, r *http.Request) (*countBody,
 	form := len(forms) > 0
 	if !scan && !form {
 		return &countBody{r: r.Body, c: r.Body}, nil
+	}
+	for _, ce := range r.Header.Values("Content-Encoding") {
+		for _, c := range strings.Split(ce, ",") {
+			if c = strings.TrimSpace(c); c != "" && !strings.EqualFold(c, "identity") {
+				// Neither the placeholder scan nor the _method reading
+				// sees into a compressed body, and a server may inflate it.
+				return nil, errors.New("a request body in Content-Encoding " + strconv.Quote(clipName(c)) + " is not forwarded where nsgate checks bodies: it cannot read into it")
+			}
+		}
 	}
 	want := int64(maxHeldBody + 1)
 	if r.ContentLength >= 0 && r.ContentLength < want {

@@ -1,6 +1,7 @@
 package intercept
 
 import (
+	"compress/gzip"
 	"errors"
 	"io"
 	"net/http"
@@ -35,26 +36,77 @@ func (h *handler) scrubResponse(resp *http.Response) error {
 	if !e.scrubs() {
 		return nil
 	}
-	if ce := strings.TrimSpace(resp.Header.Get("Content-Encoding")); h.creds && ce != "" && !strings.EqualFold(ce, "identity") {
-		resp.Body.Close()
-		return errEncoded
+	if h.creds {
+		switch enc := contentCodings(resp.Header); {
+		case len(enc) == 0:
+		case len(enc) == 1 && (enc[0] == "gzip" || enc[0] == "x-gzip"):
+			// What nsgate asked for: inflated here, so the scrub reads
+			// the echo in clear.
+			resp.Header.Del("Content-Encoding")
+			resp.Header.Del("Content-Length")
+			resp.ContentLength = -1
+			if resp.Body != nil && resp.Body != http.NoBody {
+				resp.Body = &gunzipBody{r: resp.Body}
+			}
+		default:
+			resp.Body.Close()
+			return errEncoded
+		}
 	}
 	scrubHeader(resp.Header, e.Vault)
 	if resp.StatusCode == http.StatusSwitchingProtocols || resp.Body == nil || resp.Body == http.NoBody {
 		return nil
 	}
-	secrets, phs := e.Vault.pairs()
-	resp.Body = &scrubBody{r: resp.Body, pats: e.Vault.pats, phs: phs, keep: maxLen(secrets) - 1}
+	v := e.Vault
+	resp.Body = &scrubBody{r: resp.Body, echoes: v.echoSearches, keep: max(v.echoMax, 1) - 1}
 	resp.ContentLength = -1
 	resp.Header.Del("Content-Length")
 	return nil
 }
 
+// contentCodings returns every coding of every Content-Encoding value, in
+// lower case, without "identity" and empty ones: a response whose first
+// value is empty or identity may name gzip in the next.
+func contentCodings(h http.Header) []string {
+	var out []string
+	for _, v := range h.Values("Content-Encoding") {
+		for _, c := range strings.Split(v, ",") {
+			if c = strings.ToLower(strings.TrimSpace(c)); c != "" && c != "identity" {
+				out = append(out, c)
+			}
+		}
+	}
+	return out
+}
+
+// gunzipBody inflates a gzip body, opened at the first read (an empty body
+// is an empty answer, as a HEAD's or a 204's, not an error).
+type gunzipBody struct {
+	r  io.ReadCloser
+	zr *gzip.Reader
+}
+
+func (g *gunzipBody) Read(p []byte) (int, error) {
+	if g.zr == nil {
+		zr, err := gzip.NewReader(g.r)
+		if err != nil {
+			if err == io.EOF {
+				return 0, io.EOF
+			}
+			return 0, err
+		}
+		g.zr = zr
+	}
+	return g.zr.Read(p)
+}
+
+func (g *gunzipBody) Close() error { return g.r.Close() }
+
 // scrubHeader replaces every secret in h's values with its placeholder,
 // ASCII case ignored, and drops a header whose name holds one (a header
 // name's case is not the upstream's to keep: Go canonicalises it).
 func scrubHeader(h http.Header, v *Vault) {
-	secrets, phs := v.pairs()
+	secrets, phs := v.echoPairs()
 	for k, vals := range h {
 		for _, sec := range secrets {
 			if indexFoldAny(k, sec) >= 0 {
@@ -127,16 +179,8 @@ func (e *Engine) scrubString(s string) string {
 	if e.Vault.Empty() {
 		return s
 	}
-	secrets, phs := e.Vault.pairs()
-	return replaceFold(s, secrets, phs)
-}
-
-func maxLen(ss []string) int {
-	n := 1
-	for _, s := range ss {
-		n = max(n, len(s))
-	}
-	return n
+	forms, phs := e.Vault.echoPairs()
+	return replaceFold(s, forms, phs)
 }
 
 // scrubBody is a response body with the secrets replaced. It holds back
@@ -144,8 +188,7 @@ func maxLen(ss []string) int {
 // until more comes or the body ends.
 type scrubBody struct {
 	r      io.ReadCloser
-	pats   []foldPat // the secrets, matched in any ASCII case
-	phs    []string
+	echoes []*echoSearch // the secrets in every echo form, any ASCII case
 	keep   int
 	pend   []byte // read, not yet scrubbed and given
 	out    []byte // scrubbed, not yet given (a view of outBuf)
@@ -187,7 +230,7 @@ func (b *scrubBody) Read(p []byte) (int, error) {
 // flush scrubs pend and moves all of it that no secret can still extend
 // to out.
 func (b *scrubBody) flush() {
-	if out, found := replaceFoldBytes(nil, b.pend, b.pats, b.phs); found {
+	if out, found := replaceEchoes(b.pend, b.echoes); found {
 		b.pend = out
 	}
 	cut := len(b.pend)

@@ -28,8 +28,15 @@ type Vault struct {
 	// secrets and placeholders are the creds' own, in order, made once
 	// by NewVault for the scrubs (pairs).
 	secrets, placeholders []string
-	// pats are the secrets prepared for the any-case scrubs (fold.go).
+	// pats are the secrets prepared for the any-case searches (fold.go).
 	pats []foldPat
+	// echoes are every form of each secret the scrubs replace
+	// (echoForms), with the placeholder in the same form (echoPhs);
+	// echoSearches find them in a body, one a secret; echoMax is the
+	// longest form.
+	echoes, echoPhs []string
+	echoSearches    []*echoSearch
+	echoMax         int
 }
 
 type cred struct {
@@ -90,6 +97,12 @@ func NewVault(specs []policy.Credential, getenv func(string) string, readFile fu
 		v.creds = append(v.creds, cred{spec: s, secret: secret, placeholder: ph, phPat: newFoldPat(ph)})
 		v.secrets, v.placeholders = append(v.secrets, secret), append(v.placeholders, ph)
 		v.pats = append(v.pats, newFoldPat(secret))
+		es := newEchoSearch(secret, ph)
+		v.echoSearches = append(v.echoSearches, es)
+		v.echoMax = max(v.echoMax, es.maxLen)
+		for i := range es.forms {
+			v.echoes, v.echoPhs = append(v.echoes, string(es.forms[i].s)), append(v.echoPhs, es.phs[i])
+		}
 	}
 	return v, nil
 }
@@ -216,6 +229,10 @@ func (v *Vault) FindString(s string) (string, bool) {
 // pairs returns the secrets and their placeholders, for scrubbing (made
 // once; the caller must not change them).
 func (v *Vault) pairs() (secrets, placeholders []string) { return v.secrets, v.placeholders }
+
+// echoPairs returns every form of the secrets the scrubs replace and the
+// placeholder for each (made once; the caller must not change them).
+func (v *Vault) echoPairs() (forms, placeholders []string) { return v.echoes, v.echoPhs }
 
 // forHost reports whether any credential may go to host.
 func (v *Vault) forHost(host string) bool {

@@ -272,7 +272,7 @@ type wsRelay struct {
 
 func (h *handler) newWSRelay(c net.Conn) *wsRelay {
 	w := &wsRelay{Conn: c, h: h, fromWorker: wsStream{fromClient: true}}
-	_, w.phs = h.e.Vault.pairs()
+	_, w.phs = h.e.Vault.echoPairs()
 	return w
 }
 
@@ -364,7 +364,7 @@ func (w *wsRelay) scrubIn(f wsFrame, msg []byte) ([]byte, error) {
 	if op < wsClose {
 		op = w.fromUp.op
 	}
-	if out, found := replaceFoldBytes(nil, msg, w.h.e.Vault.pats, w.phs); found {
+	if out, found := replaceEchoes(msg, w.h.e.Vault.echoSearches); found {
 		msg = out
 	}
 	if op >= wsClose && len(msg) > 125 {

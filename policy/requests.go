@@ -47,12 +47,10 @@ func MethodOverrideHeader(name string) bool {
 // method, as Rails, Laravel and Symfony read "_method": in any case, and
 // with PHP's renaming of fields applied (leading spaces dropped, '.' and
 // ' ' read as '_', the name cut at a NUL), so ".method" and " _method"
-// count; an index ("_method[0]") counts too.
+// count; an index ("_method[0]") counts too, and Rack's brackets around
+// a name ("[_method]"); see fieldName.
 func MethodOverrideField(name string) bool {
-	name = strings.TrimLeft(name, " ")
-	if i := strings.IndexAny(name, "\x00["); i >= 0 {
-		name = name[:i]
-	}
+	name = fieldName(name)
 	if len(name) != len("_method") {
 		return false
 	}
@@ -276,11 +274,19 @@ func (rr *reqRule) matchQuery(raw string) bool {
 // leading spaces dropped, cut at a NUL or an index ('['), '.' and ' ' read
 // as '_' (PHP), in lower case (ASP.NET).
 func queryName(k string) string {
-	k = strings.TrimLeft(k, " ")
-	if i := strings.IndexAny(k, "\x00["); i >= 0 {
+	return strings.ToLower(strings.NewReplacer(".", "_", " ", "_").Replace(fieldName(k)))
+}
+
+// fieldName is a form or query field's name with what lenient parsers
+// strip from around it taken away: leading spaces (PHP), leading brackets
+// (Rack reads "[_method]" and "_method]" as "_method"), and all from a
+// NUL (PHP) or the first bracket (an index) on.
+func fieldName(k string) string {
+	k = strings.TrimLeft(k, " []")
+	if i := strings.IndexAny(k, "\x00[]"); i >= 0 {
 		k = k[:i]
 	}
-	return strings.ToLower(strings.NewReplacer(".", "_", " ", "_").Replace(k))
+	return k
 }
 
 // matchValue matches a query value against a glob in which "*" matches any
