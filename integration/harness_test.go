@@ -115,6 +115,21 @@ func targetAt(key string) target { return target{key} }
 
 func (t target) count() int64 { return inet.HitsAt(t.key) }
 
+// settled is the target's count once it has not changed for 300 ms (at
+// most 3 s): a connection the server has yet to accept lands first.
+func (t target) settled() int64 {
+	n, same := t.count(), 0
+	for deadline := time.Now().Add(3 * time.Second); same < 6 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+		if m := t.count(); m != n {
+			n, same = m, 0
+			continue
+		}
+		same++
+	}
+	return n
+}
+
 // requireAll reports whether skips must fail (CI).
 func requireAll() bool { return os.Getenv("NSGATE_REQUIRE_ALL") == "1" }
 
