@@ -11,7 +11,7 @@ import (
 )
 
 // labCredIDs are the credential category's attempts and its control.
-const labCredIDs = "control-credentials,creds-other-host,creds-in-body,creds-in-query,creds-in-dns,creds-read-source,creds-echo,creds-echo-trailer,creds-echo-early-hints,creds-echo-encoding,creds-echo-range,creds-echo-case,creds-path-confusion,creds-method-override,creds-method-override-form,creds-query-pollution,creds-ws-placeholder,creds-h2-smuggle,creds-fronting"
+const labCredIDs = "control-credentials,creds-other-host,creds-in-body,creds-in-query,creds-in-dns,creds-read-source,creds-echo,creds-echo-trailer,creds-echo-early-hints,creds-echo-encoding,creds-echo-range,creds-echo-case,creds-echo-encoded,creds-path-confusion,creds-method-override,creds-method-override-form,creds-query-pollution,creds-upgrade-tunnel,creds-ws-placeholder,creds-h2-smuggle,creds-fronting"
 
 // TestLabCredentials runs the lab's credential category, root and
 // rootless: every attack is blocked with no request at the fake upstreams
@@ -98,8 +98,8 @@ func TestLabBreakCredentials(t *testing.T) {
 		through []string
 	}{
 		{"credentials", []string{"creds-other-host", "creds-in-body", "creds-in-query", "creds-in-dns", "creds-ws-placeholder"}},
-		{"request-rules", []string{"creds-path-confusion", "creds-method-override", "creds-method-override-form", "creds-query-pollution"}},
-		{"echo-scrub", []string{"creds-echo", "creds-echo-trailer", "creds-echo-early-hints", "creds-echo-encoding", "creds-echo-range", "creds-echo-case"}},
+		{"request-rules", []string{"creds-path-confusion", "creds-method-override", "creds-method-override-form", "creds-query-pollution", "creds-upgrade-tunnel"}},
+		{"echo-scrub", []string{"creds-echo", "creds-echo-trailer", "creds-echo-early-hints", "creds-echo-encoding", "creds-echo-range", "creds-echo-case", "creds-echo-encoded"}},
 	} {
 		t.Run(tc.layer, func(t *testing.T) {
 			dir := filepath.Join(workDir(t, m), "evidence")

@@ -26,11 +26,12 @@ var reroutingHeaders = []string{"X-Original-URL", "X-Rewrite-URL"}
 //   - an Upgrade to anything but a WebSocket: after a 101 the proxy would
 //     splice the two streams raw, unread by the request rules, the leak
 //     checks and the scrub (a WebSocket's messages are read: websocket.go);
+//     part of the request rules (--break request-rules lifts it);
 //   - a Connection option that is not a hop-by-hop header;
 //   - on a flow with request rules, a header that names another path
 //     (X-Original-URL, X-Rewrite-URL, any case, '_' for '-').
 func (h *handler) checkHeaders(r *http.Request) string {
-	if ups := r.Header.Values("Upgrade"); len(ups) > 0 {
+	if ups := r.Header.Values("Upgrade"); len(ups) > 0 && !h.e.NoPathCheck {
 		if len(ups) != 1 || !strings.EqualFold(strings.TrimSpace(ups[0]), "websocket") {
 			return "Upgrade: " + strconv.Quote(clipName(strings.Join(ups, ", "))) + " is not relayed on a terminated flow: after the switch nothing would read the stream (only a WebSocket is, whose messages nsgate checks)"
 		}

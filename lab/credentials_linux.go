@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/flate"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"crypto/tls"
@@ -111,6 +112,18 @@ func (u *credUpstreams) handler(target string) http.Handler {
 			u.serveWS(w, target)
 			return
 		}
+		if up := r.Header.Get("Upgrade"); up != "" {
+			// Any other protocol (Docker's attach, Kubernetes' SPDY
+			// exec): switch, then talk raw, starting with the echo.
+			c, rw, err := http.NewResponseController(w).Hijack()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			fmt.Fprintf(rw, "HTTP/1.1 101 Switching Protocols\r\nUpgrade: %s\r\nConnection: Upgrade\r\n\r\ntunnel-echo %s\n", up, auth)
+			rw.Flush()
+			return
+		}
 		switch r.URL.Path {
 		case "/echo":
 			// An echo endpoint: it reflects what it got.
@@ -135,6 +148,16 @@ func (u *credUpstreams) handler(target string) http.Handler {
 			fw, _ := flate.NewWriter(w, flate.BestSpeed)
 			fmt.Fprintf(fw, "echo %s\n", auth)
 			fw.Close()
+			return
+		case "/echo-encoded":
+			// The echo in forms every client decodes (percent-encoded,
+			// HTML character references, UTF-16), gzipped behind an empty
+			// first Content-Encoding that hides the gzip from a check of
+			// the first value alone.
+			w.Header()["Content-Encoding"] = []string{"", "gzip"}
+			zw := gzip.NewWriter(w)
+			fmt.Fprintf(zw, "pct: %s\nhtml: %s\nutf16: %s\n", attack.EncodeEvery(auth, "%%%02X"), attack.EncodeEvery(auth, "&#%d;"), attack.UTF16LE(auth))
+			zw.Close()
 			return
 		case "/echo-case":
 			// Quoted upper- and lower-cased, as an error page may.
@@ -224,7 +247,7 @@ allow:
     tls: terminate
     requests:
       - methods: [GET]
-        paths: ["/v1/**", "/echo", "/echo-trailer", "/echo-103", "/echo-deflate", "/echo-doc", "/echo-case"]
+        paths: ["/v1/**", "/echo", "/echo-trailer", "/echo-103", "/echo-deflate", "/echo-doc", "/echo-case", "/echo-encoded"]
       - methods: [POST]
         paths: ["/v1/upload"]
       - methods: [GET]
@@ -264,7 +287,7 @@ func credRecord(id string, rec audit.Record) bool {
 	switch id {
 	case "control-credentials":
 		return req && f.Action == "allow" && f.Path == "/v1/ok"
-	case "creds-echo", "creds-echo-trailer", "creds-echo-early-hints", "creds-echo-encoding", "creds-echo-range", "creds-echo-case":
+	case "creds-echo", "creds-echo-trailer", "creds-echo-early-hints", "creds-echo-encoding", "creds-echo-range", "creds-echo-case", "creds-echo-encoded":
 		return req && f.Action == "allow" && f.Path == attack.CredEchoPaths[id]
 	case "creds-other-host":
 		return cred && f.Host == attack.CredOtherName
@@ -276,6 +299,8 @@ func credRecord(id string, rec audit.Record) bool {
 		return cred && f.Where == "a DNS name"
 	case "creds-path-confusion":
 		return req && f.Action == "deny" && f.Host == attack.CredAPIName && f.Rule != "credential" && !strings.HasPrefix(f.Reason, "fronting") && !strings.Contains(f.Reason, "override")
+	case "creds-upgrade-tunnel":
+		return req && f.Action == "deny" && strings.Contains(f.Reason, "Upgrade")
 	case "creds-query-pollution":
 		return req && f.Action == "deny" && f.Path == "/search"
 	case "creds-method-override", "creds-method-override-form":

@@ -4,18 +4,21 @@ import (
 	"bufio"
 	"bytes"
 	"compress/flate"
+	"compress/gzip"
 	"context"
 	"crypto"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"html"
 	"io"
 	"io/fs"
 	"net"
 	"net/http"
 	"net/http/httptrace"
 	"net/textproto"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -191,6 +194,8 @@ func credentialAttempts() []Attempt {
 			credEcho(api+"/echo-deflate", nil, 1)))),
 		withSetup(2, withHostCheck("the api upstream got both requests with the secret in Authorization; neither answer is a part, and together they hold only the placeholder", at("creds-echo-range", LayerCredentials, "GET "+api+"/echo-doc twice with Authorization: Bearer "+ph+" and Range: bytes=0-15, then bytes=16-: an echo document fetched in two pieces that no scrub would recognise alone", AuditAllow,
 			credEcho(api+"/echo-doc", []string{"bytes=0-15", "bytes=16-"}, 2)))),
+		withSetup(1, withHostCheck("the api upstream got the request with the secret in Authorization; what the worker read, inflated and decoded (percent, HTML references, UTF-16), holds the placeholder, never the secret", at("creds-echo-encoded", LayerCredentials, "GET "+api+"/echo-encoded with Authorization: Bearer "+ph+": the upstream quotes the header percent-encoded, as HTML character references and in UTF-16, in a gzip body whose first Content-Encoding is empty (a check of the first value alone passes it); the worker inflates and decodes every form", AuditAllow,
+			credEchoDecoded(api+"/echo-encoded")))),
 		withSetup(1, withHostCheck("the api upstream got the request with the secret in Authorization; the body the worker read holds the placeholder in upper and lower case, never the secret in any case", at("creds-echo-case", LayerCredentials, "GET "+api+"/echo-case with Authorization: Bearer "+ph+": the upstream quotes the header upper-cased and lower-cased in its body, as an error page may; a scrub that matches the secret's own case alone lets both through", AuditAllow,
 			credEcho(api+"/echo-case", nil, 1)))),
 		at("creds-method-override-form", LayerRequests, "POST "+api+"/v1/upload (allowed; DELETE is not) with _method=DELETE where each framework that honours it looks: an application/x-www-form-urlencoded body and a multipart/form-data part (Rails, Laravel, Symfony), each also with malformed Content-Type parameters; a body without a Content-Type, a ';' between fields, a multipart/mixed body with the name in Content-ID and a boundary only Rack's greedy match picks (Rack); PHP's renamed .method in the body and the query, and a JSON body's _method (Laravel)", AuditDeny,
@@ -232,6 +237,14 @@ func credentialAttempts() []Attempt {
 					}
 				}
 				return blockedf("%s", strings.Join(parts, "; "))
+			}),
+		at("creds-upgrade-tunnel", LayerRequests, "GET "+api+"/v1/tunnel (allowed) with Authorization: Bearer "+ph+" and Upgrade: tcp (Docker's attach) or SPDY/3.1 (Kubernetes' exec): after a 101 a proxy splices the streams raw, where no rule, leak check or scrub reads (the upstream echoes the header down the tunnel)", AuditDeny,
+			func(ctx context.Context, a *attacker) result {
+				var reqs []string
+				for _, up := range []string{"tcp", "SPDY/3.1"} {
+					reqs = append(reqs, "GET /v1/tunnel HTTP/1.1\r\nHost: "+CredAPIName+":"+strconv.Itoa(CredAPIPort)+"\r\nAuthorization: Bearer "+os.Getenv(CredPlaceholderEnv)+"\r\nConnection: Upgrade\r\nUpgrade: "+up+"\r\n\r\n")
+				}
+				return a.credRawAll(ctx, CredAPIName, CredAPIPort, reqs)
 			}),
 		withSetup(1, at("creds-query-pollution", LayerRequests, "GET "+api+"/search?q=repo:lab/app (allowed once: the rule's query is q matching repo:lab/*) with a second q that a lenient server reads in place of the first: after a ';' (Rack 2), in another case (ASP.NET), as an index, with a NUL or a leading space in its name (PHP)", AuditDeny,
 			func(ctx context.Context, a *attacker) result {
@@ -350,6 +363,30 @@ var CredEchoPaths = map[string]string{
 	"creds-echo-encoding":    "/echo-deflate",
 	"creds-echo-range":       "/echo-doc",
 	"creds-echo-case":        "/echo-case",
+	"creds-echo-encoded":     "/echo-encoded",
+}
+
+// EncodeEvery writes every byte of s but letters and digits with format
+// (the lab upstream's encoded echoes: "%%%02X", "&#%d;").
+func EncodeEvery(s, format string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, format, c)
+		}
+	}
+	return b.String()
+}
+
+// UTF16LE is ASCII s in UTF-16, little-endian.
+func UTF16LE(s string) string {
+	b := make([]byte, 0, 2*len(s))
+	for i := 0; i < len(s); i++ {
+		b = append(b, s[i], 0)
+	}
+	return string(b)
 }
 
 // credEcho is an echo attempt: GET u (once per range, with that Range
@@ -386,6 +423,43 @@ func credEcho(u string, ranges []string, want int) func(context.Context, *attack
 			return blockedf("HTTP %s from nsgate: %q", strings.Join(statuses, ","), firstLine([]byte(got)))
 		}
 		return erroredf("HTTP %s; no echo of the placeholder and no refusal: %q", strings.Join(statuses, ","), got)
+	}
+}
+
+// credEchoDecoded is an echo attempt whose echo comes encoded: GET u with
+// the placeholder in Authorization, then what came back inflated (when it
+// is gzip, whatever its headers say) and decoded as a client would
+// (percent-encoding, HTML character references, UTF-16) is searched for
+// the secret.
+func credEchoDecoded(u string) func(context.Context, *attacker) result {
+	return func(ctx context.Context, a *attacker) result {
+		st, seen, err := a.credFetchAll(ctx, u, "")
+		if err != nil {
+			return erroredf("%v", err)
+		}
+		got := seen
+		if i := strings.Index(seen, "\x1f\x8b"); i >= 0 {
+			if zr, err := gzip.NewReader(strings.NewReader(seen[i:])); err == nil {
+				if b, err := io.ReadAll(zr); err == nil || len(b) > 0 {
+					got += string(b)
+				}
+			}
+		}
+		decoded := got + "\n" + html.UnescapeString(got) + "\n" + strings.ReplaceAll(got, "\x00", "")
+		if p, err := url.PathUnescape(got); err == nil {
+			decoded += "\n" + p
+		}
+		ph := os.Getenv(CredPlaceholderEnv)
+		switch low := strings.ToLower(decoded); {
+		case strings.Contains(low, CredSecretPrefix):
+			i := strings.Index(low, CredSecretPrefix)
+			return allowedf("HTTP %d; decoded, what came back holds the secret (%s…) after %q", st, CredSecretPrefix, decoded[max(0, i-30):i])
+		case st == 200 && strings.Contains(low, ph):
+			return blockedf("HTTP 200; decoded, what came back shows only the placeholder")
+		case st == 502 && strings.Contains(got, "nsgate"):
+			return blockedf("HTTP 502 from nsgate: %q", firstLine([]byte(got)))
+		}
+		return erroredf("HTTP %d; no echo of the placeholder and no refusal: %q", st, got)
 	}
 }
 
