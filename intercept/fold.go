@@ -1,6 +1,10 @@
 package intercept
 
-import "bytes"
+import (
+	"bytes"
+	"fmt"
+	"strings"
+)
 
 // foldPat is a secret prepared for a fast search that ignores ASCII case,
 // for the scrubs that read every byte of a response: an anchor byte of the
@@ -123,94 +127,238 @@ func replaceFoldBytes(dst, b []byte, pats []foldPat, phs []string) ([]byte, bool
 	return append(dst, b...), found
 }
 
-// echoSearch finds every echo form of one secret (echoForms) in one scan:
-// the forms share an anchor, a letter or digit of the secret, which each
-// holds unchanged at a known offset; every place the anchor occurs (in
-// either case) is tried against each form. A secret without a letter or
-// digit has no such anchor: each form is then searched on its own.
+// echoSearch finds the echoes of one secret that clients decode back to
+// it, in one scan: each byte of the secret that is a letter or a digit as
+// it is, in either case, and each other byte in any of the spellings
+// encoders write for it (spellings: percent, JSON and JavaScript escapes,
+// HTML references with or without leading zeros, named entities, '+' for
+// a space), mixed as any encoder mixes them; a match is anchored on the
+// secret's rarest letter or digit (anchorRank), found with
+// bytes.IndexByte. UTF-16 (in
+// either byte order) is searched apart. A secret without a letter or
+// digit has no anchor: each of its whole forms (echoForms) is searched on
+// its own.
 type echoSearch struct {
-	lo, up   byte
-	forms    []foldPat // k: the anchor's offset in each form
-	phs      []string
-	maxLen   int
-	separate bool // no shared anchor: replaceFoldBytes, each form anchored alone
+	secret []byte
+	spell  []spelled // for each byte of the secret: its spellings (none: a letter or digit)
+	ph     []byte    // the placeholder: letters and digits, valid in every form
+	k      int       // the anchor's offset in the secret
+	lo, up byte
+	// apart are searched on their own: the UTF-16 forms, and every form
+	// when there is no anchor (anchorless).
+	apart      []foldPat
+	apartPhs   []string
+	anchorless bool
+	maxLen     int // the longest match
 }
 
 func newEchoSearch(secret, ph string) *echoSearch {
-	k, best := -1, 99
+	e := &echoSearch{secret: []byte(secret), ph: []byte(ph), k: -1}
 	for i := 0; i < len(secret); i++ {
-		if c := secret[i]; alnum(c) {
-			if r := anchorRank(c); r < best {
-				k, best = i, r
+		c := secret[i]
+		if alnum(c) {
+			e.spell = append(e.spell, spelled{})
+			if e.k < 0 || anchorRank(c) < anchorRank(secret[e.k]) {
+				e.k = i
 			}
+			e.maxLen++
+			continue
 		}
-	}
-	e := &echoSearch{separate: k < 0}
-	forms, phs, offs := echoForms(secret, ph, max(k, 0))
-	for i, f := range forms {
-		p := newFoldPat(f)
-		if !e.separate {
-			p.k = offs[i]
-			p.lo, p.up = foldByte(secret[k])
+		sp := spelled{}
+		l := 0
+		for _, x := range spellings(c) {
+			sp.forms = append(sp.forms, []byte(x))
+			lo, _ := foldByte(x[0])
+			g := strings.IndexByte(sp.firsts, lo)
+			if g < 0 {
+				g = len(sp.firsts)
+				sp.firsts += string(lo)
+				sp.groups = append(sp.groups, nil)
+			}
+			sp.groups[g] = append(sp.groups[g], []byte(x))
+			l = max(l, len(x))
 		}
-		e.forms, e.phs = append(e.forms, p), append(e.phs, phs[i])
-		e.maxLen = max(e.maxLen, len(f))
+		e.spell = append(e.spell, sp)
+		e.maxLen += l
 	}
-	if !e.separate {
-		e.lo, e.up = foldByte(secret[k])
+	e.anchorless = e.k < 0
+	if e.anchorless {
+		forms, phs, _ := echoForms(secret, ph, 0)
+		for i, f := range forms {
+			e.apart, e.apartPhs = append(e.apart, newFoldPat(f)), append(e.apartPhs, phs[i])
+			e.maxLen = max(e.maxLen, len(f))
+		}
+		return e
 	}
+	e.lo, e.up = foldByte(secret[e.k])
+	for _, big := range []bool{false, true} {
+		e.apart, e.apartPhs = append(e.apart, newFoldPat(utf16(secret, big))), append(e.apartPhs, utf16(ph, big))
+	}
+	e.maxLen = max(e.maxLen, 2*len(secret))
 	return e
 }
 
-// replace returns b with every form replaced by its placeholder, and
+// spelled is one byte of a secret as encoders write it: its spellings,
+// and the bytes they start with (either case), a first test.
+type spelled struct {
+	forms  [][]byte
+	firsts string     // the first byte of each group, lower case
+	groups [][][]byte // the forms by their first byte (lower case), as firsts
+}
+
+// spellings are the ways encoders write byte c (not a letter or digit):
+// as it is; percent-encoded; JSON's \u00XX and JavaScript's \xXX; HTML
+// decimal and hex references, with up to two leading zeros; the named
+// entities and backslash escapes it has; '+' for a space. They are
+// compared in any ASCII case ("%2f", "\u002B", "&#X2B;").
+func spellings(c byte) []string {
+	out := []string{string(c), fmt.Sprintf("%%%02x", c), fmt.Sprintf(`\u%04x`, c), fmt.Sprintf(`\x%02x`, c)}
+	for _, z := range []string{"", "0", "00"} {
+		out = append(out, fmt.Sprintf("&#%s%d;", z, c), fmt.Sprintf("&#x%s%x;", z, c))
+	}
+	switch c {
+	case '"':
+		out = append(out, "&quot;", `\"`)
+	case '&':
+		out = append(out, "&amp;")
+	case '<':
+		out = append(out, "&lt;")
+	case '>':
+		out = append(out, "&gt;")
+	case '\'':
+		out = append(out, "&apos;", `\'`)
+	case '/':
+		out = append(out, `\/`)
+	case '\\':
+		out = append(out, `\\`)
+	case ' ':
+		out = append(out, "+")
+	}
+	return out
+}
+
+// foldEq compares two bytes, ASCII letters in either case.
+func foldEq(x, y byte) bool {
+	lx, _ := foldByte(x)
+	ly, _ := foldByte(y)
+	return lx == ly
+}
+
+// budget bounds the backtracking of one candidate: spellings rarely
+// overlap, so a real echo needs a few steps; a crafted body that makes
+// many overlap fails the match (and is left as it is) rather than spin.
+const matchBudget = 4096
+
+// forward matches the secret from its byte i at b[pos]; it returns the
+// end of the match, or -1.
+func (e *echoSearch) forward(b []byte, pos, i int, budget *int) int {
+	for ; i < len(e.secret); i++ {
+		sp := &e.spell[i]
+		if sp.forms == nil {
+			if pos >= len(b) || !foldEq(b[pos], e.secret[i]) {
+				return -1
+			}
+			pos++
+			continue
+		}
+		if pos >= len(b) {
+			return -1
+		}
+		lo, _ := foldByte(b[pos])
+		g := strings.IndexByte(sp.firsts, lo)
+		if g < 0 {
+			return -1
+		}
+		for _, f := range sp.groups[g] {
+			if *budget--; *budget < 0 {
+				return -1
+			}
+			if len(b)-pos >= len(f) && bytes.EqualFold(b[pos:pos+len(f)], f) {
+				if end := e.forward(b, pos+len(f), i+1, budget); end >= 0 {
+					return end
+				}
+			}
+		}
+		return -1
+	}
+	return pos
+}
+
+// backward matches the secret's bytes before i+1 ending at b[pos-1]; it
+// returns the start of the match, or -1.
+func (e *echoSearch) backward(b []byte, pos, i int, budget *int) int {
+	for ; i >= 0 && e.spell[i].forms == nil; i-- {
+		if pos == 0 || !foldEq(b[pos-1], e.secret[i]) {
+			return -1
+		}
+		pos--
+	}
+	if i < 0 {
+		return pos
+	}
+	for _, f := range e.spell[i].forms {
+		if *budget--; *budget < 0 {
+			return -1
+		}
+		if st := pos - len(f); st >= 0 && bytes.EqualFold(b[st:pos], f) {
+			if start := e.backward(b, st, i-1, budget); start >= 0 {
+				return start
+			}
+		}
+	}
+	return -1
+}
+
+// replace returns b with every echo replaced by the placeholder, and
 // whether any was (b itself when none).
 func (e *echoSearch) replace(b []byte) ([]byte, bool) {
-	if e.separate {
-		out, found := replaceFoldBytes(nil, b, e.forms, e.phs)
-		if !found {
-			return b, false
-		}
-		return out, true
-	}
-	var out []byte
-	last, found := 0, false
-	nl, nu := -2, -2 // the next anchor in each case at or past from; -1: none left
-	for from := 0; from < len(b); {
-		if nl != -1 && nl < from {
-			nl = nextByte(b, from, e.lo)
-		}
-		if e.up == e.lo {
-			nu = nl
-		} else if nu != -1 && nu < from {
-			nu = nextByte(b, from, e.up)
-		}
-		a := nl
-		if nu >= 0 && (a < 0 || nu < a) {
-			a = nu
-		}
-		if a < 0 {
-			break
-		}
-		from = a + 1
-		for j := range e.forms {
-			f := &e.forms[j]
-			st, n := a-f.k, len(f.s)
-			if st < last || st+n > len(b) {
-				continue
+	found := false
+	if !e.anchorless {
+		var out []byte
+		last := 0
+		nl, nu := -2, -2 // the next anchor in each case at or past from; -1: none left
+		for from := 0; from < len(b); {
+			if nl != -1 && nl < from {
+				nl = nextByte(b, from, e.lo)
 			}
-			if b[st]|0x20 == f.s[0]|0x20 && b[st+n-1]|0x20 == f.s[n-1]|0x20 && bytes.EqualFold(b[st:st+n], f.s) {
-				out = append(out, b[last:st]...)
-				out = append(out, e.phs[j]...)
-				last, found = st+n, true
-				from = last
+			if e.up == e.lo {
+				nu = nl
+			} else if nu != -1 && nu < from {
+				nu = nextByte(b, from, e.up)
+			}
+			a := nl
+			if nu >= 0 && (a < 0 || nu < a) {
+				a = nu
+			}
+			if a < 0 {
 				break
 			}
+			from = a + 1
+			budget := matchBudget
+			end := e.forward(b, a, e.k, &budget)
+			if end < 0 {
+				continue
+			}
+			start := e.backward(b, a, e.k-1, &budget)
+			if start < last {
+				continue
+			}
+			out = append(out, b[last:start]...)
+			out = append(out, e.ph...)
+			last, found, from = end, true, end
+		}
+		if found {
+			b = append(out, b[last:]...)
 		}
 	}
-	if !found {
-		return b, false
+	// UTF-16 of ASCII is every other byte a NUL: a body without one holds
+	// none (unless the forms are all apart, with no anchor).
+	if e.anchorless || bytes.IndexByte(b, 0) >= 0 {
+		if out, ok := replaceFoldBytes(nil, b, e.apart, e.apartPhs); ok {
+			b, found = out, true
+		}
 	}
-	return append(out, b[last:]...), true
+	return b, found
 }
 
 // replaceEchoes applies each search to b in turn.

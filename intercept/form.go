@@ -98,15 +98,17 @@ func formOf(method, ct string) (bodyForm, error) {
 }
 
 // strictBoundary returns ct's boundary when every parser reads the same
-// one: "boundary" appears once in ct (any case), the strict parse agrees,
-// and the value follows "boundary=" at once, bare or in quotes, made of
+// one: the strict parse's, named by the first "boundary" in ct in any case
+// (PHP takes the first, even inside another parameter's name or value)
+// and spelled "boundary" there unless no other spelling of it is in ct
+// (PHP looks for the lower-case word first), the only "boundary=" in ct
+// (Rack's greedy match takes the last), and its value following at once,
+// bare or in quotes (PHP keeps the spaces and quotes Go drops), made of
 // letters, digits and '()+_-./:=?' only (1 to 70 of them, RFC 2046's
-// characters without the space and the comma).
+// characters without the space and the comma). A value that holds the
+// word itself (WebKit's "----WebKitFormBoundary...", Jersey's
+// "Boundary_1_...") is fine: it comes after the name.
 func strictBoundary(ct string) (string, error) {
-	lct := strings.ToLower(ct)
-	if n := strings.Count(lct, "boundary"); n != 1 {
-		return "", errors.New("its Content-Type names \"boundary\" " + strconv.Itoa(n) + " times, not once")
-	}
 	_, params, err := mime.ParseMediaType(ct)
 	if err != nil {
 		return "", errors.New("its Content-Type does not parse: " + err.Error())
@@ -117,8 +119,19 @@ func strictBoundary(ct string) (string, error) {
 	}) >= 0 {
 		return "", errors.New("its boundary is empty, longer than 70 bytes or holds bytes other than letters, digits and '()+_-./:=?'")
 	}
-	rest := ct[strings.Index(lct, "boundary")+len("boundary"):]
-	if !strings.HasPrefix(rest, "="+b) && !strings.HasPrefix(rest, `="`+b+`"`) {
+	lct := strings.ToLower(ct)
+	first := strings.Index(lct, "boundary")
+	name := ct[first : first+len("boundary")]
+	before := strings.TrimRight(ct[:first], " \t")
+	rest := ct[first+len("boundary"):]
+	switch {
+	case !strings.HasSuffix(before, ";"):
+		return "", errors.New("the first \"boundary\" in its Content-Type is not the parameter's name")
+	case name != "boundary" && strings.Contains(ct, "boundary"):
+		return "", errors.New("its Content-Type spells the boundary parameter " + strconv.Quote(name) + " and holds \"boundary\" elsewhere")
+	case strings.Count(lct, "boundary=") != 1:
+		return "", errors.New("its Content-Type holds \"boundary=\" more than once")
+	case !strings.HasPrefix(rest, "="+b) && !strings.HasPrefix(rest, `="`+b+`"`):
 		return "", errors.New("its boundary does not follow \"boundary=\" at once")
 	}
 	return b, nil
@@ -173,14 +186,28 @@ func (f bodyForm) overrides(body []byte, whole bool) []string {
 // multipartOverrides returns the _method parts' values in body, parsed
 // with boundary. It fails on a body a lenient server could read otherwise
 // than the strict parse: one that does not open with its first boundary
-// (Rack skips what comes before), a part whose headers do not parse (PHP
+// (Rack skips what comes before) or holds it elsewhere than after a CRLF, a part whose headers do not parse (PHP
 // and Rack read on past a line without a colon) or whose
 // Content-Disposition does not (a repeated name: PHP and Rack take the
 // last), and, for a whole body (whole), one that does not end with the
 // closing boundary.
 func multipartOverrides(body []byte, boundary string, whole bool) ([]string, error) {
-	if !bytes.HasPrefix(body, []byte("--"+boundary)) {
+	delim := []byte("--" + boundary)
+	if !bytes.HasPrefix(body, delim) {
 		return nil, errors.New("the body does not open with its boundary")
+	}
+	// Every later delimiter on a line of its own after a CRLF: PHP ends a
+	// part at a bare LF before the delimiter, Rack at the delimiter
+	// anywhere, where Go's parser reads on inside the part.
+	for i := len(delim); ; {
+		j := bytes.Index(body[i:], delim)
+		if j < 0 {
+			break
+		}
+		if i += j; !bytes.HasSuffix(body[:i], []byte("\r\n")) {
+			return nil, errors.New("the body holds its boundary other than after a CRLF")
+		}
+		i += len(delim)
 	}
 	var out []string
 	mr := multipart.NewReader(bytes.NewReader(body), boundary)

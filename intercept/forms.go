@@ -127,3 +127,16 @@ func containsFold(ss []string, s string) bool {
 	}
 	return false
 }
+
+// utf16 is ASCII s in UTF-16, little-endian or big-endian.
+func utf16(s string, bigEndian bool) string {
+	b := make([]byte, 0, 2*len(s))
+	for i := 0; i < len(s); i++ {
+		if bigEndian {
+			b = append(b, 0, s[i])
+		} else {
+			b = append(b, s[i], 0)
+		}
+	}
+	return string(b)
+}

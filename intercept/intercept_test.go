@@ -682,6 +682,15 @@ func TestFormOverrides(t *testing.T) {
 		{"multipart/form-data; boundary=XX", "--XX\r\nbadline\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"<refused>"}},
 		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"x\"; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"<refused>"}},
 		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nv\r\n", []string{"<refused>"}},
+		// PHP ends a part at a bare LF before the delimiter, Rack at the
+		// delimiter anywhere: either is refused.
+		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nhello\n--XX\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"<refused>"}},
+		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nhello--XX\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"<refused>"}},
+		// The browsers' boundaries hold the word itself, after the name.
+		{"multipart/form-data; boundary=----WebKitFormBoundary7MA4YWxkTrZu0gW", "------WebKitFormBoundary7MA4YWxkTrZu0gW\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nhi\r\n------WebKitFormBoundary7MA4YWxkTrZu0gW--\r\n", nil},
+		{"multipart/form-data; boundary=----geckoformboundary1f2e3d", "------geckoformboundary1f2e3d\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n------geckoformboundary1f2e3d--\r\n", []string{"DELETE"}},
+		{"multipart/form-data;boundary=Boundary_1_12345_1234567890", "--Boundary_1_12345_1234567890\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nhi\r\n--Boundary_1_12345_1234567890--\r\n", nil},
+		{"multipart/form-data; Boundary=XX; x=boundary", "--XX\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nhi\r\n--XX--\r\n", []string{"<refused>"}},
 		{"application/x-www-form-urlencoded", "%5B_method%5D=DELETE", []string{"DELETE"}}, // Rack strips the brackets
 		{"application/x-www-form-urlencoded", "_method]=DELETE", []string{"DELETE"}},      // and a trailing one
 		{"application/x-www-form-urlencoded x", "_method=DELETE", []string{"DELETE"}},     // PHP stops the type at a space
@@ -819,28 +828,36 @@ func FuzzFoldPat(f *testing.F) {
 }
 
 // TestScrubEchoForms: the body scrub replaces the secret in every form a
-// client decodes back to it (JSON escapes, percent-encoding, HTML
-// character references, UTF-16), in any case, with the placeholder in the
-// same form; a client that decodes the result finds the placeholder.
+// client decodes back to it (each of echoCodes, and the mixes real
+// encoders write: Python's quote keeping '/', PHP's urlencode, .NET's
+// JSON, html/template in a script and in an attribute, PHP's and
+// Python's HTML escaping), in any case, across reads, with the
+// placeholder.
 func TestScrubEchoForms(t *testing.T) {
 	ph := placeholderPrefix + "0123456789abcdef0123456789abcdef01234567"
-	testEchoForms(t, "it13SECRET/abc+def=0123456789xyz<&>", ph, []string{`it13SECRET\/abc+def=0123456789xyz\u003c\u0026\u003e`, "it13SECRET%2Fabc%2Bdef%3D0123456789xyz%3C%26%3E", "it13SECRET/abc&#43;def=0123456789xyz&lt;&amp;&gt;", "i\x00t\x001\x00"})
-	// No letter or digit to share: each form is searched alone.
-	testEchoForms(t, "!@#$%^&*()~/+=", ph, []string{"%21%40%23%24%25%5E%26%2A%28%29~%2F%2B%3D", "&#33;&#64;"})
+	testEchoForms(t, "it13SECRET/abc+def=0123456789~xyz<&>", ph, []string{
+		"it13SECRET/abc%2Bdef%3D0123456789~xyz%3C%26%3E",                 // Python quote, safe='/'
+		"it13SECRET%2Fabc%2Bdef%3D0123456789%7Exyz%3C%26%3E",             // PHP urlencode
+		`it13SECRET/abc\u002Bdef=0123456789~xyz\u003C\u0026\u003E`,       // .NET System.Text.Json
+		`it13SECRET\/abc\u002bdef\u003d0123456789~xyz\u003c\u0026\u003e`, // html/template in <script>
+		"it13SECRET/abc&#43;def&#61;0123456789~xyz&lt;&amp;&gt;",         // html/template, unquoted attribute
+	})
+	testEchoForms(t, `it14Q"uote'KEY-98765`, ph, []string{
+		"it14Q&quot;uote&#039;KEY-98765", // PHP htmlspecialchars
+		"it14Q&quot;uote&#x27;KEY-98765", // Python html.escape
+	})
+	// No letter or digit to anchor on: each whole form alone.
+	testEchoForms(t, "!@#$%^&*()~/+=", ph, nil)
 }
 
-func testEchoForms(t *testing.T, sec, ph string, wantForms []string) {
+func testEchoForms(t *testing.T, sec, ph string, mixes []string) {
+	t.Helper()
 	es := newEchoSearch(sec, ph)
 	var forms []string
-	for _, f := range es.forms {
-		forms = append(forms, string(f.s))
+	for _, code := range echoCodes {
+		forms = append(forms, code.encode(sec))
 	}
-	phs := es.phs
-	for _, want := range wantForms {
-		if !slices.ContainsFunc(forms, func(f string) bool { return strings.HasPrefix(f, want) }) {
-			t.Errorf("no echo form %q among %q", want, forms)
-		}
-	}
+	forms = append(forms, mixes...)
 	var body strings.Builder
 	for i, f := range forms {
 		if i%2 == 1 {
@@ -855,12 +872,34 @@ func testEchoForms(t *testing.T, sec, ph string, wantForms []string) {
 	}
 	for _, f := range forms {
 		if indexFoldAny(string(got), f) >= 0 {
-			t.Errorf("the form %q is still in the scrubbed body:\n%q", f, got)
+			t.Errorf("%q: the form %q is still in the scrubbed body:\n%q", sec, f, got)
 		}
 	}
-	for _, p := range phs {
-		if !strings.Contains(string(got), p) {
-			t.Errorf("the placeholder form %q is not in the scrubbed body", p)
-		}
+	if n := strings.Count(string(got), ph) + strings.Count(string(got), utf16(ph, false)) + strings.Count(string(got), utf16(ph, true)); n < len(forms)-2 {
+		t.Errorf("%q: %d placeholders in the scrubbed body for %d forms:\n%q", sec, n, len(forms), got)
 	}
+}
+
+// FuzzEchoSearch: whatever the body, the scrub does not panic, and what
+// it returns holds no echo of the secret as it is (any case) or in any of
+// echoCodes' forms.
+func FuzzEchoSearch(f *testing.F) {
+	f.Add("s3cr3t/TOKEN+x=", "a s3cr3t%2FTOKEN%2bx%3D b s3cr3t\\/token&#43;x&#x3D; c")
+	f.Add("!@#$%^&*", "!%40#&#36;%^&*")
+	f.Fuzz(func(t *testing.T, sec, hay string) {
+		if len(sec) < 1 || len(sec) > 64 || strings.ContainsFunc(sec, func(r rune) bool { return r < 0x20 || r >= 0x7f }) {
+			return
+		}
+		ph := placeholderPrefix + "0123456789abcdef0123456789abcdef01234567"
+		if strings.Contains(ph, strings.ToLower(sec)) {
+			return // a secret the placeholder holds: found again in it
+		}
+		es := newEchoSearch(sec, ph)
+		out, _ := es.replace([]byte(hay))
+		for _, code := range echoCodes {
+			if form := code.encode(sec); indexFoldAny(string(out), form) >= 0 && !strings.Contains(strings.ToLower(code.encode(ph)), strings.ToLower(form)) {
+				t.Fatalf("secret %q: form %q left in %q (from %q)", sec, form, out, hay)
+			}
+		}
+	})
 }

@@ -106,19 +106,13 @@ func (g *gunzipBody) Close() error { return g.r.Close() }
 // ASCII case ignored, and drops a header whose name holds one (a header
 // name's case is not the upstream's to keep: Go canonicalises it).
 func scrubHeader(h http.Header, v *Vault) {
-	secrets, phs := v.echoPairs()
 	for k, vals := range h {
-		for _, sec := range secrets {
-			if indexFoldAny(k, sec) >= 0 {
-				delete(h, k)
-				break
-			}
-		}
-		if _, ok := h[k]; !ok {
+		if v.holdsEcho(k) {
+			delete(h, k)
 			continue
 		}
 		for i, val := range vals {
-			vals[i] = replaceFold(val, secrets, phs)
+			vals[i] = v.scrub(val)
 		}
 	}
 }
@@ -179,8 +173,7 @@ func (e *Engine) scrubString(s string) string {
 	if e.Vault.Empty() {
 		return s
 	}
-	forms, phs := e.Vault.echoPairs()
-	return replaceFold(s, forms, phs)
+	return e.Vault.scrub(s)
 }
 
 // scrubBody is a response body with the secrets replaced. It holds back

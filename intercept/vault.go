@@ -30,13 +30,10 @@ type Vault struct {
 	secrets, placeholders []string
 	// pats are the secrets prepared for the any-case searches (fold.go).
 	pats []foldPat
-	// echoes are every form of each secret the scrubs replace
-	// (echoForms), with the placeholder in the same form (echoPhs);
-	// echoSearches find them in a body, one a secret; echoMax is the
-	// longest form.
-	echoes, echoPhs []string
-	echoSearches    []*echoSearch
-	echoMax         int
+	// echoSearches find the echoes of the secrets the scrubs replace, one
+	// a secret (fold.go); echoMax is the longest an echo can be.
+	echoSearches []*echoSearch
+	echoMax      int
 }
 
 type cred struct {
@@ -100,9 +97,6 @@ func NewVault(specs []policy.Credential, getenv func(string) string, readFile fu
 		es := newEchoSearch(secret, ph)
 		v.echoSearches = append(v.echoSearches, es)
 		v.echoMax = max(v.echoMax, es.maxLen)
-		for i := range es.forms {
-			v.echoes, v.echoPhs = append(v.echoes, string(es.forms[i].s)), append(v.echoPhs, es.phs[i])
-		}
 	}
 	return v, nil
 }
@@ -230,9 +224,19 @@ func (v *Vault) FindString(s string) (string, bool) {
 // once; the caller must not change them).
 func (v *Vault) pairs() (secrets, placeholders []string) { return v.secrets, v.placeholders }
 
-// echoPairs returns every form of the secrets the scrubs replace and the
-// placeholder for each (made once; the caller must not change them).
-func (v *Vault) echoPairs() (forms, placeholders []string) { return v.echoes, v.echoPhs }
+// scrub returns s with every echo of a secret replaced by its placeholder.
+func (v *Vault) scrub(s string) string {
+	if out, found := replaceEchoes([]byte(s), v.echoSearches); found {
+		return string(out)
+	}
+	return s
+}
+
+// holdsEcho reports whether s holds an echo of a secret.
+func (v *Vault) holdsEcho(s string) bool {
+	_, found := replaceEchoes([]byte(s), v.echoSearches)
+	return found
+}
 
 // forHost reports whether any credential may go to host.
 func (v *Vault) forHost(host string) bool {

@@ -272,7 +272,7 @@ type wsRelay struct {
 
 func (h *handler) newWSRelay(c net.Conn) *wsRelay {
 	w := &wsRelay{Conn: c, h: h, fromWorker: wsStream{fromClient: true}}
-	_, w.phs = h.e.Vault.echoPairs()
+	_, w.phs = h.e.Vault.pairs()
 	return w
 }
 

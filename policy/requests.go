@@ -129,6 +129,14 @@ func (p *Policy) TerminatedHosts() []string {
 // flows; "" for none.
 func (p *Policy) UpstreamCA() string { return p.upstreamCA }
 
+// HasRequests reports whether the terminated allow rule ruleID
+// ("allow[0]") has a requests list: whether methods are judged on its
+// flows at all.
+func (p *Policy) HasRequests(ruleID string) bool {
+	r := p.allowByID(ruleID)
+	return r != nil && r.terminate && r.requests != nil
+}
+
 func (p *Policy) allowByID(id string) *rule {
 	s, ok := strings.CutPrefix(id, "allow[")
 	if !ok {
