@@ -157,6 +157,13 @@ func (u *credUpstreams) handler(target string) http.Handler {
 			w.Header()["Content-Encoding"] = []string{"", "gzip"}
 			zw := gzip.NewWriter(w)
 			fmt.Fprintf(zw, "pct: %s\nhtml: %s\nutf16: %s\n", attack.EncodeEvery(auth, "%%%02X"), attack.EncodeEvery(auth, "&#%d;"), attack.UTF16LE(auth))
+			// And the mixes real encoders write: Python's quote keeping
+			// '/', .NET's JSON escaping '+', html/template in an
+			// unquoted attribute.
+			fmt.Fprintf(zw, "quote: %s\njson: %s\nattr: %s\n",
+				strings.NewReplacer("+", "%2B", "=", "%3D", " ", "%20").Replace(auth),
+				strings.NewReplacer("+", `\u002B`).Replace(auth),
+				strings.NewReplacer("+", "&#43;", "=", "&#61;").Replace(auth))
 			zw.Close()
 			return
 		case "/echo-case":
@@ -356,7 +363,9 @@ func runCredentials(ctx context.Context, cfg Config, ats []attack.Attempt, h *at
 	}
 	raw := make([]byte, 16)
 	rand.Read(raw)
-	secret := attack.CredSecretPrefix + hex.EncodeToString(raw)
+	// With the bytes encoders escape ('/', '+', '='), as AWS secret keys
+	// hold: the scrub must know their escaped forms (creds-echo-encoded).
+	secret := attack.CredSecretPrefix + hex.EncodeToString(raw[:8]) + "/" + hex.EncodeToString(raw[8:12]) + "+" + hex.EncodeToString(raw[12:]) + "="
 	secretFile := filepath.Join(h.Work, attack.CredSecretFile)
 	// Readable by anyone on the host: only nsgate's view hides it.
 	if err := os.WriteFile(secretFile, []byte(secret+"\n"), 0o644); err != nil {

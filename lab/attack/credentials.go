@@ -21,6 +21,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -207,6 +208,9 @@ func credentialAttempts() []Attempt {
 					// and a lenient server (Rack) reads as the form anyway.
 					{"urlencoded, bad parameter", "", "application/x-www-form-urlencoded; charset", "note=hi&_method=DELETE"},
 					{"multipart, bad parameter", "", "multipart/form-data; boundary=lab; x", "--lab\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--lab--\r\n"},
+					// PHP ends a part at a bare LF before the delimiter,
+					// where Go's parser reads on.
+					{"multipart, a bare LF before the delimiter", "", "multipart/form-data; boundary=lab", "--lab\r\nContent-Disposition: form-data; name=\"note\"\r\n\r\nhi\n--lab\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--lab--\r\n"},
 					// Rack: a POST without a type is a form; Rack 2 splits
 					// fields on ';'; multipart/mixed is parsed, a part
 					// without a disposition named by its Content-ID, the
@@ -426,6 +430,17 @@ func credEcho(u string, ranges []string, want int) func(context.Context, *attack
 	}
 }
 
+// jsonUnescape decodes the \uXXXX and \/ escapes of JSON strings in s.
+func jsonUnescape(s string) string {
+	s = strings.ReplaceAll(s, `\/`, "/")
+	return jsonEscapeRE.ReplaceAllStringFunc(s, func(m string) string {
+		n, _ := strconv.ParseUint(m[2:], 16, 32)
+		return string(rune(n))
+	})
+}
+
+var jsonEscapeRE = regexp.MustCompile(`\\u[0-9a-fA-F]{4}`)
+
 // credEchoDecoded is an echo attempt whose echo comes encoded: GET u with
 // the placeholder in Authorization, then what came back inflated (when it
 // is gzip, whatever its headers say) and decoded as a client would
@@ -445,9 +460,11 @@ func credEchoDecoded(u string) func(context.Context, *attacker) result {
 				}
 			}
 		}
-		decoded := got + "\n" + html.UnescapeString(got) + "\n" + strings.ReplaceAll(got, "\x00", "")
-		if p, err := url.PathUnescape(got); err == nil {
-			decoded += "\n" + p
+		decoded := got + "\n" + html.UnescapeString(got) + "\n" + strings.ReplaceAll(got, "\x00", "") + "\n" + jsonUnescape(got)
+		for _, l := range strings.Split(got, "\n") {
+			if p, err := url.QueryUnescape(l); err == nil {
+				decoded += "\n" + p
+			}
 		}
 		ph := os.Getenv(CredPlaceholderEnv)
 		switch low := strings.ToLower(decoded); {
