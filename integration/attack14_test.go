@@ -129,7 +129,7 @@ func alnum14(c byte) bool {
 
 // dotnetJSON is a string inside JSON as System.Text.Json writes it by
 // default (JavaScriptEncoder.Default, ASP.NET Core's): the HTML-sensitive
-// characters '+', '&', '<', '>', '\'', '"' and '`' as \u escapes.
+// characters '+', '&', '<', '>', '\”, '"' and '`' as \u escapes.
 func dotnetJSON(s string) string {
 	return strings.NewReplacer("+", `\u002B`, "&", `\u0026`, "<", `\u003C`, ">", `\u003E`, "'", `\u0027`, `"`, `\u0022`, "`", `\u0060`, `\`, `\\`).Replace(s)
 }
