@@ -144,8 +144,8 @@ type echoSearch struct {
 	ph     []byte    // the placeholder: letters and digits, valid in every form
 	k      int       // the anchor's offset in the secret
 	lo, up byte
-	// apart are searched on their own: the UTF-16 forms, and every form
-	// when there is no anchor (anchorless).
+	// apart are searched on their own when there is no anchor
+	// (anchorless): every whole form (echoForms).
 	apart      []foldPat
 	apartPhs   []string
 	anchorless bool
@@ -191,10 +191,7 @@ func newEchoSearch(secret, ph string) *echoSearch {
 		return e
 	}
 	e.lo, e.up = foldByte(secret[e.k])
-	for _, big := range []bool{false, true} {
-		e.apart, e.apartPhs = append(e.apart, newFoldPat(utf16(secret, big))), append(e.apartPhs, utf16(ph, big))
-	}
-	e.maxLen = max(e.maxLen, 2*len(secret))
+	e.maxLen = 2*e.maxLen + 1 // in UTF-16, at the odd parity
 	return e
 }
 
@@ -206,35 +203,52 @@ type spelled struct {
 	groups [][][]byte // the forms by their first byte (lower case), as firsts
 }
 
-// spellings are the ways encoders write byte c (not a letter or digit):
-// as it is; percent-encoded; JSON's \u00XX and JavaScript's \xXX; HTML
-// decimal and hex references, with up to two leading zeros; the named
-// entities and backslash escapes it has; '+' for a space. They are
-// compared in any ASCII case ("%2f", "\u002B", "&#X2B;").
+// spellings are the ways encoders write byte c (not a letter or digit),
+// compared in any ASCII case ("%2f", "\u002B", "&#X2B;"):
+//   - as it is, and after a backslash (JavaScript, regular expressions,
+//     JSON's \/ and \");
+//   - percent-encoded, once or twice (%2B, %252B: a URL inside a query),
+//     and as %u002B;
+//   - JSON's \u00XX, also inside a JSON string (\\u00XX, \\\/, \\\"),
+//     \U0000002B, JavaScript's \xXX, octal \053, CSS's \2b and \00002b;
+//   - quoted-printable's =2B;
+//   - HTML decimal and hex references, with up to three leading zeros and
+//     without the closing ';' (browsers decode both), and escaped twice
+//     (&amp;#43;); the named entities HTML5 has for it (&plus;, &sol;,
+//     &quot;, &apos;, ...);
+//   - '+' for a space.
 func spellings(c byte) []string {
-	out := []string{string(c), fmt.Sprintf("%%%02x", c), fmt.Sprintf(`\u%04x`, c), fmt.Sprintf(`\x%02x`, c)}
-	for _, z := range []string{"", "0", "00"} {
-		out = append(out, fmt.Sprintf("&#%s%d;", z, c), fmt.Sprintf("&#x%s%x;", z, c))
+	out := []string{string(c), `\` + string(c),
+		fmt.Sprintf("%%%02x", c), fmt.Sprintf("%%25%02x", c), fmt.Sprintf("%%u%04x", c),
+		fmt.Sprintf(`\u%04x`, c), fmt.Sprintf(`\\u%04x`, c), fmt.Sprintf(`\U%08x`, c),
+		fmt.Sprintf(`\x%02x`, c), fmt.Sprintf(`\%03o`, c), fmt.Sprintf(`\%x `, c), fmt.Sprintf(`\%06x`, c),
+		fmt.Sprintf("=%02x", c), fmt.Sprintf("&amp;#%d;", c)}
+	for _, z := range []string{"", "0", "00", "000"} {
+		for _, end := range []string{";", ""} {
+			out = append(out, fmt.Sprintf("&#%s%d%s", z, c, end), fmt.Sprintf("&#x%s%x%s", z, c, end))
+		}
 	}
 	switch c {
-	case '"':
-		out = append(out, "&quot;", `\"`)
-	case '&':
-		out = append(out, "&amp;")
-	case '<':
-		out = append(out, "&lt;")
-	case '>':
-		out = append(out, "&gt;")
-	case '\'':
-		out = append(out, "&apos;", `\'`)
-	case '/':
-		out = append(out, `\/`)
-	case '\\':
-		out = append(out, `\\`)
-	case ' ':
+	case '"', '/':
+		out = append(out, `\\\`+string(c)) // a JSON escape inside a JSON string
+	}
+	out = append(out, html5Named[c]...)
+	if c == ' ' {
 		out = append(out, "+")
 	}
 	return out
+}
+
+// html5Named are the short HTML5 named references of the ASCII bytes that
+// are not letters or digits (the legacy ones, which need no ';', among
+// them).
+var html5Named = map[byte][]string{
+	'!': {"&excl;"}, '"': {"&quot;", "&quot"}, '#': {"&num;"}, '$': {"&dollar;"}, '%': {"&percnt;"},
+	'&': {"&amp;", "&amp"}, '\'': {"&apos;"}, '(': {"&lpar;"}, ')': {"&rpar;"}, '*': {"&ast;", "&midast;"},
+	'+': {"&plus;"}, ',': {"&comma;"}, '.': {"&period;"}, '/': {"&sol;"}, ':': {"&colon;"}, ';': {"&semi;"},
+	'<': {"&lt;", "&lt"}, '=': {"&equals;"}, '>': {"&gt;", "&gt"}, '?': {"&quest;"}, '@': {"&commat;"},
+	'[': {"&lsqb;", "&lbrack;"}, '\\': {"&bsol;"}, ']': {"&rsqb;", "&rbrack;"}, '^': {"&hat;"}, '_': {"&lowbar;"},
+	'`': {"&grave;"}, '{': {"&lcub;", "&lbrace;"}, '|': {"&verbar;", "&vert;"}, '}': {"&rcub;", "&rbrace;"},
 }
 
 // foldEq compares two bytes, ASCII letters in either case.
@@ -314,51 +328,98 @@ func (e *echoSearch) backward(b []byte, pos, i int, budget *int) int {
 func (e *echoSearch) replace(b []byte) ([]byte, bool) {
 	found := false
 	if !e.anchorless {
-		var out []byte
-		last := 0
-		nl, nu := -2, -2 // the next anchor in each case at or past from; -1: none left
-		for from := 0; from < len(b); {
-			if nl != -1 && nl < from {
-				nl = nextByte(b, from, e.lo)
+		if spans := e.matches(b); len(spans) > 0 {
+			var out []byte
+			last := 0
+			for _, sp := range spans {
+				out = append(out, b[last:sp[0]]...)
+				out = append(out, e.ph...)
+				last = sp[1]
 			}
-			if e.up == e.lo {
-				nu = nl
-			} else if nu != -1 && nu < from {
-				nu = nextByte(b, from, e.up)
-			}
-			a := nl
-			if nu >= 0 && (a < 0 || nu < a) {
-				a = nu
-			}
-			if a < 0 {
-				break
-			}
-			from = a + 1
-			budget := matchBudget
-			end := e.forward(b, a, e.k, &budget)
-			if end < 0 {
-				continue
-			}
-			start := e.backward(b, a, e.k-1, &budget)
-			if start < last {
-				continue
-			}
-			out = append(out, b[last:start]...)
-			out = append(out, e.ph...)
-			last, found, from = end, true, end
-		}
-		if found {
-			b = append(out, b[last:]...)
+			b, found = append(out, b[last:]...), true
 		}
 	}
-	// UTF-16 of ASCII is every other byte a NUL: a body without one holds
-	// none (unless the forms are all apart, with no anchor).
-	if e.anchorless || bytes.IndexByte(b, 0) >= 0 {
+	if e.anchorless {
 		if out, ok := replaceFoldBytes(nil, b, e.apart, e.apartPhs); ok {
 			b, found = out, true
 		}
+		return b, found
+	}
+	// UTF-16 of ASCII is every other byte a NUL: a body without one holds
+	// none.
+	if bytes.IndexByte(b, 0) < 0 {
+		return b, found
+	}
+	// UTF-16 in either byte order and at either byte's parity: the code
+	// units below 256 narrowed to bytes (others to 0xff, which matches
+	// nothing), matched as above (escapes inside included), and each
+	// match replaced by the placeholder in the same UTF-16.
+	for _, big := range []bool{false, true} {
+		for parity := 0; parity < 2; parity++ {
+			n := make([]byte, (len(b)-parity)/2)
+			for i := range n {
+				lo, hi := b[parity+2*i], b[parity+2*i+1]
+				if big {
+					lo, hi = hi, lo
+				}
+				if n[i] = 0xff; hi == 0 {
+					n[i] = lo
+				}
+			}
+			spans := e.matches(n)
+			if len(spans) == 0 {
+				continue
+			}
+			wph := []byte(utf16(string(e.ph), big))
+			var out []byte
+			last := 0
+			for _, sp := range spans {
+				out = append(out, b[last:parity+2*sp[0]]...)
+				out = append(out, wph...)
+				last = parity + 2*sp[1]
+			}
+			b, found = append(out, b[last:]...), true
+		}
 	}
 	return b, found
+}
+
+// matches returns the spans of b that are echoes of the secret, in order,
+// none overlapping.
+func (e *echoSearch) matches(b []byte) [][2]int {
+	var spans [][2]int
+	last := 0
+	nl, nu := -2, -2 // the next anchor in each case at or past from; -1: none left
+	for from := 0; from < len(b); {
+		if nl != -1 && nl < from {
+			nl = nextByte(b, from, e.lo)
+		}
+		if e.up == e.lo {
+			nu = nl
+		} else if nu != -1 && nu < from {
+			nu = nextByte(b, from, e.up)
+		}
+		a := nl
+		if nu >= 0 && (a < 0 || nu < a) {
+			a = nu
+		}
+		if a < 0 {
+			break
+		}
+		from = a + 1
+		budget := matchBudget
+		end := e.forward(b, a, e.k, &budget)
+		if end < 0 {
+			continue
+		}
+		start := e.backward(b, a, e.k-1, &budget)
+		if start < last {
+			continue
+		}
+		spans = append(spans, [2]int{start, end})
+		last, from = end, end
+	}
+	return spans
 }
 
 // replaceEchoes applies each search to b in turn.

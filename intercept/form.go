@@ -222,13 +222,29 @@ func multipartOverrides(body []byte, boundary string, whole bool) ([]string, err
 			}
 			return out, err
 		}
+		// Rack finds a Content-Disposition or Content-ID anywhere in the
+		// part's head, also inside another header's value.
+		for _, vs := range p.Header {
+			for _, v := range vs {
+				if lv := strings.ToLower(v); strings.Contains(lv, "content-disposition") || strings.Contains(lv, "content-id") {
+					return out, errors.New("a part header's value names another header")
+				}
+			}
+		}
 		name := ""
 		if cd := p.Header.Get("Content-Disposition"); cd != "" {
+			// Go lets RFC 2231's name* win over name; PHP ignores it.
+			for _, kv := range strings.Split(cd, ";")[1:] {
+				if k, _, _ := strings.Cut(kv, "="); strings.EqualFold(strings.TrimSpace(k), "name*") {
+					return out, errors.New("a part named with name*")
+				}
+			}
 			_, params, err := mime.ParseMediaType(cd)
 			if err != nil {
 				return out, err
 			}
-			name = params["name"]
+			// PHP reads single quotes as quotes too.
+			name = strings.Trim(params["name"], `'"`)
 		}
 		if name == "" {
 			name = strings.Trim(strings.TrimSpace(p.Header.Get("Content-Id")), "<>")

@@ -686,6 +686,11 @@ func TestFormOverrides(t *testing.T) {
 		// delimiter anywhere: either is refused.
 		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nhello\n--XX\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"<refused>"}},
 		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nhello--XX\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"<refused>"}},
+		// PHP reads single quotes; Go prefers name*, PHP ignores it; Rack
+		// finds a Content-Disposition inside another header: refused.
+		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name='_method'\r\n\r\nDELETE\r\n--XX--\r\n", []string{"DELETE"}},
+		{"multipart/form-data; boundary=XX", "--XX\r\nContent-Disposition: form-data; name*=UTF-8''title; name=\"_method\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"<refused>"}},
+		{"multipart/form-data; boundary=XX", "--XX\r\nX-Note: Content-Disposition: form-data; name=\"_method\"\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nDELETE\r\n--XX--\r\n", []string{"<refused>"}},
 		// The browsers' boundaries hold the word itself, after the name.
 		{"multipart/form-data; boundary=----WebKitFormBoundary7MA4YWxkTrZu0gW", "------WebKitFormBoundary7MA4YWxkTrZu0gW\r\nContent-Disposition: form-data; name=\"title\"\r\n\r\nhi\r\n------WebKitFormBoundary7MA4YWxkTrZu0gW--\r\n", nil},
 		{"multipart/form-data; boundary=----geckoformboundary1f2e3d", "------geckoformboundary1f2e3d\r\nContent-Disposition: form-data; name=\"_method\"\r\n\r\nDELETE\r\n------geckoformboundary1f2e3d--\r\n", []string{"DELETE"}},
@@ -836,11 +841,17 @@ func FuzzFoldPat(f *testing.F) {
 func TestScrubEchoForms(t *testing.T) {
 	ph := placeholderPrefix + "0123456789abcdef0123456789abcdef01234567"
 	testEchoForms(t, "it13SECRET/abc+def=0123456789~xyz<&>", ph, []string{
-		"it13SECRET/abc%2Bdef%3D0123456789~xyz%3C%26%3E",                 // Python quote, safe='/'
-		"it13SECRET%2Fabc%2Bdef%3D0123456789%7Exyz%3C%26%3E",             // PHP urlencode
-		`it13SECRET/abc\u002Bdef=0123456789~xyz\u003C\u0026\u003E`,       // .NET System.Text.Json
-		`it13SECRET\/abc\u002bdef\u003d0123456789~xyz\u003c\u0026\u003e`, // html/template in <script>
-		"it13SECRET/abc&#43;def&#61;0123456789~xyz&lt;&amp;&gt;",         // html/template, unquoted attribute
+		"it13SECRET/abc%2Bdef%3D0123456789~xyz%3C%26%3E",                         // Python quote, safe='/'
+		"it13SECRET%2Fabc%2Bdef%3D0123456789%7Exyz%3C%26%3E",                     // PHP urlencode
+		`it13SECRET/abc\u002Bdef=0123456789~xyz\u003C\u0026\u003E`,               // .NET System.Text.Json
+		`it13SECRET\/abc\u002bdef\u003d0123456789~xyz\u003c\u0026\u003e`,         // html/template in <script>
+		"it13SECRET/abc&#43;def&#61;0123456789~xyz&lt;&amp;&gt;",                 // html/template, unquoted attribute
+		utf16(`it13SECRET/abc\u002Bdef=0123456789~xyz\u003C\u0026\u003E`, false), // .NET's JSON in UTF-16
+		utf16("it13SECRET%2Fabc%2Bdef%3D0123456789%7Exyz%3C%26%3E", true),        // UTF-16BE, percent inside
+		"it13SECRET&sol;abc&plus;def&equals;0123456789~xyz&lt;&amp;&gt;",         // PHP htmlentities, HTML5
+		`it13SECRET\\\/abc+def=0123456789~xyz\\u003c\\u0026\\u003e`,              // JSON in a JSON string
+		"it13SECRET%252Fabc%252Bdef%253D0123456789~xyz%253C%2526%253E",           // a URL in a query
+		"it13SECRET/abc+def=3D0123456789~xyz=3C=26=3E",                           // quoted-printable
 	})
 	testEchoForms(t, `it14Q"uote'KEY-98765`, ph, []string{
 		"it14Q&quot;uote&#039;KEY-98765", // PHP htmlspecialchars
