@@ -422,6 +422,52 @@ func (e *echoSearch) matches(b []byte) [][2]int {
 	return spans
 }
 
+// could reports whether b[pos:] may be the start of an echo from the
+// secret's byte i on that the end of b cuts short (or a whole one).
+func (e *echoSearch) could(b []byte, pos, i int, budget *int) bool {
+	for ; i < len(e.secret); i++ {
+		if pos >= len(b) {
+			return true
+		}
+		sp := &e.spell[i]
+		if sp.forms == nil {
+			if !foldEq(b[pos], e.secret[i]) {
+				return false
+			}
+			pos++
+			continue
+		}
+		for _, f := range sp.forms {
+			if *budget--; *budget < 0 {
+				return true // unsure: held
+			}
+			n := min(len(f), len(b)-pos)
+			if bytes.EqualFold(b[pos:pos+n], f[:n]) && (n < len(f) || e.could(b, pos+n, i+1, budget)) {
+				return true
+			}
+		}
+		return false
+	}
+	return true
+}
+
+// holdFrom returns the earliest offset of b at or past from where an echo
+// might begin that b's end cuts short, or len(b): what a streaming scrub
+// must hold back until more comes. UTF-16 (a NUL in the window) and a
+// secret without an anchor hold the whole window.
+func (e *echoSearch) holdFrom(b []byte, from int) int {
+	if e.anchorless || bytes.IndexByte(b[from:], 0) >= 0 {
+		return from
+	}
+	for i := from; i < len(b); i++ {
+		budget := matchBudget
+		if e.could(b, i, 0, &budget) {
+			return i
+		}
+	}
+	return len(b)
+}
+
 // replaceEchoes applies each search to b in turn.
 func replaceEchoes(b []byte, es []*echoSearch) ([]byte, bool) {
 	any := false

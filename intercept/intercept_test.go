@@ -907,10 +907,53 @@ func FuzzEchoSearch(f *testing.F) {
 		}
 		es := newEchoSearch(sec, ph)
 		out, _ := es.replace([]byte(hay))
-		for _, code := range echoCodes {
-			if form := code.encode(sec); indexFoldAny(string(out), form) >= 0 && !strings.Contains(strings.ToLower(code.encode(ph)), strings.ToLower(form)) {
-				t.Fatalf("secret %q: form %q left in %q (from %q)", sec, form, out, hay)
+		// And streamed, in chunks of a size the input picks.
+		sb := &scrubBody{r: io.NopCloser(&chunkReader{s: hay, n: 1 + len(hay)%7}), echoes: []*echoSearch{es}, keep: es.maxLen - 1}
+		streamed, err := io.ReadAll(sb)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, o := range [][]byte{out, streamed} {
+			for _, code := range echoCodes {
+				if form := code.encode(sec); indexFoldAny(string(o), form) >= 0 && !strings.Contains(strings.ToLower(code.encode(ph)), strings.ToLower(form)) {
+					t.Fatalf("secret %q: form %q left in %q (from %q)", sec, form, o, hay)
+				}
 			}
 		}
 	})
+}
+
+// TestScrubBodyHoldsOnlyAPossibleEcho: a stream of small events goes
+// through as each comes (nothing held that cannot start an echo), and only
+// the tail that may be the start of one is held until more comes.
+func TestScrubBodyHoldsOnlyAPossibleEcho(t *testing.T) {
+	ph := placeholderPrefix + "0123456789abcdef0123456789abcdef01234567"
+	sec := "it13SECRET/abc+def=0123456789~xyz"
+	es := newEchoSearch(sec, ph)
+	pr, pw := io.Pipe()
+	sb := &scrubBody{r: pr, echoes: []*echoSearch{es}, keep: es.maxLen - 1}
+	buf := make([]byte, 4096)
+	read := func(want string) {
+		t.Helper()
+		got := ""
+		for len(got) < len(want) {
+			n, err := sb.Read(buf)
+			if err != nil {
+				t.Fatalf("read: %v (got %q, want %q)", err, got, want)
+			}
+			got += string(buf[:n])
+		}
+		if got != want {
+			t.Errorf("got %q, want %q", got, want)
+		}
+	}
+	go func() {
+		pw.Write([]byte("data: {\"delta\": \"hello\"}\n\n"))
+		pw.Write([]byte("data: {\"delta\": \"world it13SEC"))
+		pw.Write([]byte("RET%2Fabc+def=0123456789~xyz\"}\n\n"))
+		pw.Close()
+	}()
+	read("data: {\"delta\": \"hello\"}\n\n") // the first event whole, at once
+	read("data: {\"delta\": \"world ")       // up to what may begin the secret
+	read(ph + "\"}\n\n")
 }

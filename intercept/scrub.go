@@ -228,7 +228,13 @@ func (b *scrubBody) flush() {
 	}
 	cut := len(b.pend)
 	if !b.eof {
-		cut = max(0, len(b.pend)-b.keep)
+		// Hold back only from where an echo cut short by the end of what
+		// has come might begin: a stream of small events (server-sent
+		// events from a model API) is not held an event behind.
+		from := max(0, len(b.pend)-b.keep)
+		for _, e := range b.echoes {
+			cut = min(cut, e.holdFrom(b.pend, from))
+		}
 	}
 	b.outBuf = append(b.outBuf[:0], b.pend[:cut]...)
 	b.out = b.outBuf
