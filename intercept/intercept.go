@@ -373,9 +373,11 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r, pw, ws = h.prepareWS(r, rec)
 	}
 	h.proxy.ServeHTTP(pw, r)
-	if ws == nil {
+	if ws == nil || ws.relay == nil {
 		// The response's trailers are in rec's header now, sent after
-		// this returns: scrub them too.
+		// this returns: scrub them too, also when a WebSocket was asked
+		// for and the upstream answered without switching (an Upgrade
+		// header alone must not turn the trailers' scrub off).
 		rec.scrubHeader()
 	}
 	ev.Action, ev.Status, ev.BytesIn = "allow", rec.status, rec.n

@@ -187,8 +187,8 @@ func credentialAttempts() []Attempt {
 			NoRecord:  "x/net/http2 resets a malformed stream (RST_STREAM PROTOCOL_ERROR) before nsgate's request handler sees a request, so there is no request to record; the worker's resets and the upstream's zero count are the evidence",
 			run:       credH2Smuggle,
 		},
-		withSetup(1, withHostCheck("the api upstream got the request with the secret in Authorization; the trailers the worker read hold the placeholder, not the secret", at("creds-echo-trailer", LayerCredentials, "GET "+api+"/echo-trailer with Authorization: Bearer "+ph+": the upstream reflects the header in a declared trailer and an undeclared one, sent after the body", AuditAllow,
-			credEcho(api+"/echo-trailer", nil, 1)))),
+		withSetup(2, withHostCheck("the api upstream got both requests with the secret in Authorization; the trailers the worker read hold the placeholder, not the secret", at("creds-echo-trailer", LayerCredentials, "GET "+api+"/echo-trailer twice with Authorization: Bearer "+ph+", the second also with Upgrade: websocket (which once turned the trailers' scrub off when the upstream did not switch): the upstream reflects the header in a declared trailer and an undeclared one, sent after the body", AuditAllow,
+			credEcho(api+"/echo-trailer", []string{"", "Upgrade: websocket"}, 2)))),
 		withSetup(1, withHostCheck("the api upstream got the request with the secret in Authorization; the 103 Early Hints headers the worker read hold the placeholder, not the secret", at("creds-echo-early-hints", LayerCredentials, "GET "+api+"/echo-103 with Authorization: Bearer "+ph+": the upstream reflects the header in a Link header of a 103 Early Hints response before its 200", AuditAllow,
 			credEcho(api+"/echo-103", nil, 1)))),
 		withSetup(1, withHostCheck("the api upstream got the request with the secret in Authorization; the worker got nsgate's 502, not the compressed echo", at("creds-echo-encoding", LayerCredentials, "GET "+api+"/echo-deflate with Authorization: Bearer "+ph+": the upstream answers with Content-Encoding: deflate (which nsgate did not ask for), the echo compressed where a scrub cannot see it; the worker inflates what it gets", AuditAllow,
@@ -502,7 +502,9 @@ func (a *attacker) credFetchAll(ctx context.Context, u, rng string) (int, string
 		return 0, "", err
 	}
 	req.Header.Set("Authorization", "Bearer "+os.Getenv(CredPlaceholderEnv))
-	if rng != "" {
+	if k, v, ok := strings.Cut(rng, ": "); ok {
+		req.Header.Set(k, v) // a header of the attempt's own, not a range
+	} else if rng != "" {
 		req.Header.Set("Range", rng)
 	}
 	resp, err := rt.RoundTrip(req)
