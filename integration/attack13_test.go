@@ -12,20 +12,16 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
-	"crypto/tls"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nsgate/nsgate/lab/internet"
-	"github.com/nsgate/nsgate/tlsca"
 )
 
 const attack13Port = 9473
@@ -36,45 +32,11 @@ const secret13 = "it13SECRET/abc+def=0123456789xyz"
 
 // up13 is a hostile-but-plausible HTTP/1.1-only upstream (like the Docker
 // Engine API over TLS, or a server without h2).
-type up13 struct {
-	ca *tlsca.CA
-	mu sync.Mutex
-	// got: "METHOD target | headers | body".
-	got []string
-}
-
-func (u *up13) log(s string) {
-	u.mu.Lock()
-	u.got = append(u.got, s)
-	u.mu.Unlock()
-}
-
-func (u *up13) seen() []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]string(nil), u.got...)
-}
+type up13 struct{ hostileUpstream }
 
 func startUp13(t *testing.T) *up13 {
-	t.Helper()
-	ca, err := tlsca.New(tlsca.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &up13{ca: ca}
-	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(attack13Port)))
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	srv := &http.Server{
-		Handler:           http.HandlerFunc(u.serve),
-		ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig: &tls.Config{NextProtos: []string{"http/1.1"}, GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
-			return ca.Leaf("api.example.test")
-		}},
-	}
-	go srv.ServeTLS(ln, "", "")
-	t.Cleanup(func() { srv.Close() })
+	u := &up13{}
+	u.listen(t, attack13Port, []string{"http/1.1"}, u.serve)
 	return u
 }
 

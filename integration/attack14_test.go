@@ -17,21 +17,16 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
-	"crypto/tls"
 	"fmt"
 	"html/template"
 	"io"
-	"net"
 	"net/http"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nsgate/nsgate/lab/internet"
-	"github.com/nsgate/nsgate/tlsca"
 )
 
 const attack14Port = 9481
@@ -45,47 +40,11 @@ const secret14 = "it14SECRET/abc+def=0123~xyz-Q.r"
 // ASCII, accepted by NewVault).
 const secret14q = `it14Q"uote'KEY-98765`
 
-type up14 struct {
-	ca  *tlsca.CA
-	mu  sync.Mutex
-	got []string
-}
-
-func (u *up14) log(s string) {
-	u.mu.Lock()
-	u.got = append(u.got, s)
-	u.mu.Unlock()
-}
-
-func (u *up14) seen() []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]string(nil), u.got...)
-}
+type up14 struct{ hostileUpstream }
 
 func startUp14(t *testing.T) *up14 {
-	t.Helper()
-	ca, err := tlsca.New(tlsca.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &up14{ca: ca}
-	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(attack14Port)))
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	srv := &http.Server{
-		Handler:           http.HandlerFunc(u.serve),
-		ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig: &tls.Config{NextProtos: []string{"h2", "http/1.1"}, GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if h.ServerName == "uploads.example.test" {
-				return ca.Leaf("uploads.example.test")
-			}
-			return ca.Leaf("api.example.test")
-		}},
-	}
-	go srv.ServeTLS(ln, "", "")
-	t.Cleanup(func() { srv.Close() })
+	u := &up14{}
+	u.listen(t, attack14Port, []string{"h2", "http/1.1"}, u.serve)
 	return u
 }
 
@@ -382,5 +341,3 @@ func TestAttack14(t *testing.T) {
 		}
 	})
 }
-
-var _ = bytes.NewReader

@@ -17,25 +17,20 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
-	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"html/template"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf16"
 
 	"github.com/nsgate/nsgate/lab/internet"
-	"github.com/nsgate/nsgate/tlsca"
 )
 
 const attack15Port = 9491
@@ -49,93 +44,12 @@ const secret15 = "it15SECRET/abc+def=0123~xyz-Q.r"
 // ASCII, accepted by NewVault).
 const secret15q = `it15Q"uote'KEY-98765`
 
-type up15 struct {
-	ca  *tlsca.CA
-	mu  sync.Mutex
-	got []string
-}
-
-func (u *up15) log(s string) {
-	u.mu.Lock()
-	u.got = append(u.got, s)
-	u.mu.Unlock()
-}
-
-func (u *up15) seen() []string {
-	u.mu.Lock()
-	defer u.mu.Unlock()
-	return append([]string(nil), u.got...)
-}
+type up15 struct{ hostileUpstream }
 
 func startUp15(t *testing.T) *up15 {
-	t.Helper()
-	ca, err := tlsca.New(tlsca.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	u := &up15{ca: ca}
-	ln, err := net.Listen("tcp", net.JoinHostPort(internet.AppV4, fmt.Sprint(attack15Port)))
-	if err != nil {
-		t.Fatalf("listen: %v", err)
-	}
-	srv := &http.Server{
-		Handler:           http.HandlerFunc(u.serve),
-		ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig: &tls.Config{NextProtos: []string{"h2", "http/1.1"}, GetCertificate: func(h *tls.ClientHelloInfo) (*tls.Certificate, error) {
-			if h.ServerName == "uploads.example.test" {
-				return ca.Leaf("uploads.example.test")
-			}
-			return ca.Leaf("api.example.test")
-		}},
-	}
-	go srv.ServeTLS(ln, "", "")
-	t.Cleanup(func() { srv.Close() })
+	u := &up15{}
+	u.listen(t, attack15Port, []string{"h2", "http/1.1"}, u.serve)
 	return u
-}
-
-// pyQuote15 is Python's urllib.parse.quote(s) (safe='/'): letters, digits,
-// "_.-~" and '/' stay.
-func pyQuote15(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if alnum15(c) || strings.IndexByte("_.-~/", c) >= 0 {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
-}
-
-// phpURLEncode15 is PHP's urlencode (also Java's URLEncoder.encode and
-// Ruby's URI.encode_www_form_component but for '*'): letters, digits and
-// "-_." stay, '~' is escaped, a space is '+'.
-func phpURLEncode15(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case alnum15(c) || strings.IndexByte("-_.", c) >= 0:
-			b.WriteByte(c)
-		case c == ' ':
-			b.WriteByte('+')
-		default:
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
-}
-
-func alnum15(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-}
-
-// dotnetJSON15 is a string inside JSON as System.Text.Json writes it by
-// default (JavaScriptEncoder.Default, ASP.NET Core's): the HTML-sensitive
-// characters '+', '&', '<', '>', '\”, '"' and '`' as \u escapes.
-func dotnetJSON15(s string) string {
-	return strings.NewReplacer("+", `\u002B`, "&", `\u0026`, "<", `\u003C`, ">", `\u003E`, "'", `\u0027`, `"`, `\u0022`, "`", `\u0060`, `\`, `\\`).Replace(s)
 }
 
 var tmplCSS15 = template.Must(template.New("css").Parse(`<html><style>p{font-family:"{{.}}"}</style></html>`))
@@ -189,7 +103,7 @@ func (u *up15) serve(w http.ResponseWriter, r *http.Request) {
 		// System.Text.Json's default escaping, twice (an ASP.NET Core API
 		// returning a problem detail whose "detail" holds a JSON body).
 		w.Header().Set("Content-Type", "application/problem+json")
-		fmt.Fprintf(w, `{"detail":"%s"}`, dotnetJSON15(`{"token":"`+dotnetJSON15(auth)+`"}`))
+		fmt.Fprintf(w, `{"detail":"%s"}`, dotnetJSON(`{"token":"`+dotnetJSON(auth)+`"}`))
 	case "/e/next-redirect":
 		// A login redirect carrying the URL it came from, itself with the
 		// token in its query: urlencode({'next': '/cb?' + urlencode({'tok': t})}).
@@ -205,7 +119,7 @@ func (u *up15) serve(w http.ResponseWriter, r *http.Request) {
 	case "/e/utf16-dotnet":
 		// System.Text.Json's escaping, sent as UTF-16 (Encoding.Unicode).
 		w.Header().Set("Content-Type", "application/json; charset=utf-16")
-		w.Write(utf16le(`{"token":"` + dotnetJSON15(auth) + `"}`))
+		w.Write(utf16le(`{"token":"` + dotnetJSON(auth) + `"}`))
 	case "/e/gotmpl-css":
 		w.Header().Set("Content-Type", "text/html; charset=utf-8")
 		tmplCSS15.Execute(w, auth)
@@ -414,6 +328,3 @@ func TestAttack15(t *testing.T) {
 		}
 	})
 }
-
-var _ = bytes.NewReader
-var _ = tlsca.New

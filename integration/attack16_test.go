@@ -39,10 +39,10 @@ const secret16b = "+16/KEYx=98765-w"
 var forms16 = map[string]func(string) string{
 	"raw":  func(s string) string { return s },
 	"pct":  func(s string) string { return url.QueryEscape(s) },
-	"json": func(s string) string { return dotnetJSON15(s) },
+	"json": func(s string) string { return dotnetJSON(s) },
 	"html": func(s string) string { return phpHTML5(s) },
 	"u16":  func(s string) string { return string(utf16le(s)) },
-	"u16j": func(s string) string { return string(utf16le(dotnetJSON15(s))) },
+	"u16j": func(s string) string { return string(utf16le(dotnetJSON(s))) },
 }
 
 func startUp16(t *testing.T) *tlsca.CA {
