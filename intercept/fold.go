@@ -183,7 +183,7 @@ func newEchoSearch(secret, ph string) *echoSearch {
 	}
 	e.anchorless = e.k < 0
 	if e.anchorless {
-		forms, phs, _ := echoForms(secret, ph, 0)
+		forms, phs := echoForms(secret, ph)
 		for i, f := range forms {
 			e.apart, e.apartPhs = append(e.apart, newFoldPat(f)), append(e.apartPhs, phs[i])
 			e.maxLen = max(e.maxLen, len(f))

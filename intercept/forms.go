@@ -102,21 +102,15 @@ func (code echoCode) encode(s string) string {
 
 // echoForms returns the forms of secret that echoCodes make, without
 // repeats, each with ph in the same form (the scrubs put it in the
-// secret's place) and the offset in it of secret[k] (the anchor of the
-// search, echoSearch).
-func echoForms(secret, ph string, k int) (forms, phs []string, offs []int) {
+// secret's place): the search of a secret with no letter or digit to
+// anchor on (echoSearch).
+func echoForms(secret, ph string) (forms, phs []string) {
 	for _, code := range echoCodes {
-		f := code.encode(secret)
-		if containsFold(forms, f) {
-			continue
+		if f := code.encode(secret); !containsFold(forms, f) {
+			forms, phs = append(forms, f), append(phs, code.encode(ph))
 		}
-		off := len(code.encode(secret[:k]))
-		if k < len(secret) {
-			off += strings.IndexByte(code(secret[k]), secret[k])
-		}
-		forms, phs, offs = append(forms, f), append(phs, code.encode(ph)), append(offs, off)
 	}
-	return forms, phs, offs
+	return forms, phs
 }
 
 func containsFold(ss []string, s string) bool {

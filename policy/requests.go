@@ -282,8 +282,12 @@ func (rr *reqRule) matchQuery(raw string) bool {
 // leading spaces dropped, cut at a NUL or an index ('['), '.' and ' ' read
 // as '_' (PHP), in lower case (ASP.NET).
 func queryName(k string) string {
-	return strings.ToLower(strings.NewReplacer(".", "_", " ", "_").Replace(fieldName(k)))
+	return strings.ToLower(phpRenames.Replace(fieldName(k)))
 }
+
+// phpRenames are PHP's renamings of a field's name ('.' and ' ' read as
+// '_'), made once: queryName runs for every field of every judged query.
+var phpRenames = strings.NewReplacer(".", "_", " ", "_")
 
 // fieldName is a form or query field's name with what lenient parsers
 // strip from around it taken away: leading spaces (PHP), leading brackets
